@@ -1,0 +1,4 @@
+//! The HTTP side: the axum server and the load-watcher `/watcher` format.
+
+pub mod server;
+pub mod watcher;

@@ -1,0 +1,254 @@
+//! The axum server: `/metrics`, `/watcher`, `/watcher/health`, `/healthz`, `/readyz`.
+//!
+//! Handlers only pick pre-rendered bytes out of the newest [`Published`]; all encoding happens
+//! at tick time, except the one-line snapshot age on `/metrics`.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::watcher::{self, WatcherBodies};
+use crate::model::Snapshot;
+use crate::sink::prometheus::{self, Format};
+
+/// Everything the handlers serve, made once per tick.
+#[derive(Debug)]
+pub struct Published {
+    pub snapshot: Arc<Snapshot>,
+    pub metrics_text: Bytes,
+    pub metrics_openmetrics: Bytes,
+    /// `None` until there is data: `/watcher` answers 500 then, as load-watcher does.
+    pub watcher: Option<WatcherBodies>,
+    /// `/watcher/health`: whether the usage source behind `/watcher` is healthy.
+    pub watcher_healthy: bool,
+    /// `/readyz`: a tick has been made after every source's first run.
+    pub ready: bool,
+}
+
+impl Published {
+    /// Renders every body of `snapshot`. `usage_source` names the source behind `/watcher`.
+    pub fn render(snapshot: Arc<Snapshot>, usage_source: &str) -> Self {
+        let watcher_healthy = snapshot.sources.get(usage_source).is_some_and(|s| s.up);
+        Published {
+            metrics_text: prometheus::render(&snapshot, Format::Text).into(),
+            metrics_openmetrics: prometheus::render(&snapshot, Format::OpenMetrics).into(),
+            watcher: watcher::render(&snapshot),
+            watcher_healthy,
+            ready: snapshot.tick > 0 && snapshot.sources_synced,
+            snapshot,
+        }
+    }
+}
+
+/// Shared handler state.
+#[derive(Clone)]
+pub struct AppState {
+    pub published: watch::Receiver<Arc<Published>>,
+    /// `/healthz` fails when the newest snapshot is older than this.
+    pub stale_after: Duration,
+}
+
+impl AppState {
+    fn current(&self) -> Arc<Published> {
+        self.published.borrow().clone()
+    }
+}
+
+/// The router with every endpoint.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/watcher", any(watcher_handler))
+        .route("/watcher/health", any(watcher_health))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
+/// Whether `Accept-Encoding` allows gzip (present with a non-zero q).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let zero_q = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !zero_q
+        })
+}
+
+async fn metrics(State(st): State<AppState>, method: Method, headers: HeaderMap) -> Response {
+    let p = st.current();
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let head = match format {
+        Format::Text => &p.metrics_text,
+        Format::OpenMetrics => &p.metrics_openmetrics,
+    };
+    let tail = prometheus::render_tail(&p.snapshot, SystemTime::now(), format);
+    let mut body = Vec::with_capacity(head.len() + tail.len());
+    body.extend_from_slice(head);
+    body.extend_from_slice(tail.as_bytes());
+
+    let mut resp_headers = HeaderMap::new();
+    resp_headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    resp_headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Accept, Accept-Encoding"),
+    );
+    if accepts_gzip(&headers) {
+        let mut enc = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 4),
+            flate2::Compression::fast(),
+        );
+        // Writing into a Vec cannot fail; fall back to the plain body if it somehow does.
+        if let Ok(gz) = enc.write_all(&body).and_then(|()| enc.finish()) {
+            body = gz;
+            resp_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+    }
+    if method == Method::HEAD {
+        return (StatusCode::OK, resp_headers).into_response();
+    }
+    (StatusCode::OK, resp_headers, body).into_response()
+}
+
+/// `?host=` as Go's `Query().Get("host")`: the first value, `""` when absent.
+fn host_param(query: Option<&str>) -> String {
+    query
+        .map(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "host")
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.into(),
+    )
+        .into_response()
+}
+
+async fn watcher_handler(State(st): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let p = st.current();
+    let Some(bodies) = &p.watcher else {
+        return json(StatusCode::INTERNAL_SERVER_ERROR, Body::empty());
+    };
+    let host = host_param(query.as_deref());
+    if host.is_empty() {
+        return json(StatusCode::OK, bodies.all.clone());
+    }
+    match bodies.hosts.get(&host) {
+        Some(b) => json(StatusCode::OK, b.clone()),
+        None => json(
+            StatusCode::NOT_FOUND,
+            format!("No metrics found for host {host}"),
+        ),
+    }
+}
+
+async fn watcher_health(State(st): State<AppState>) -> StatusCode {
+    if st.current().watcher_healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+async fn healthz(State(st): State<AppState>) -> Response {
+    let p = st.current();
+    let age = SystemTime::now()
+        .duration_since(p.snapshot.generated_at)
+        .unwrap_or_default();
+    if age > st.stale_after {
+        let msg = format!(
+            "tick loop stalled: newest snapshot is {:.0}s old\n",
+            age.as_secs_f64()
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
+    }
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+async fn readyz(State(st): State<AppState>) -> Response {
+    let p = st.current();
+    if p.ready {
+        return (StatusCode::OK, "ready\n").into_response();
+    }
+    let waiting: Vec<&str> = p
+        .snapshot
+        .sources
+        .values()
+        .filter(|s| s.runs == 0)
+        .map(|s| s.name.as_str())
+        .collect();
+    let msg = if p.snapshot.tick == 0 {
+        "not ready: no snapshot yet\n".to_string()
+    } else {
+        format!(
+            "not ready: waiting for the first run of: {}\n",
+            waiting.join(", ")
+        )
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, msg).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_param_reads_the_first_host() {
+        assert_eq!(host_param(None), "");
+        assert_eq!(host_param(Some("a=1")), "");
+        assert_eq!(host_param(Some("host=n%2D1&host=x")), "n-1");
+        assert_eq!(host_param(Some("host=")), "");
+    }
+
+    #[test]
+    fn gzip_negotiation() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(accepts_gzip(&h("gzip")));
+        assert!(accepts_gzip(&h("br, gzip;q=0.5")));
+        assert!(!accepts_gzip(&h("gzip;q=0")));
+        assert!(!accepts_gzip(&h("identity")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+}

@@ -1,0 +1,368 @@
+//! paypal/load-watcher's `/watcher` wire format: the structs (for decoding, as Trimaran does),
+//! the byte-exact encoder used at tick time, and a small client.
+//!
+//! Encoding rules copied from load-watcher's hand-written marshalers: every key always present,
+//! keys in struct order, hosts under `data.NodeMetricsMap`, `tags` `{}`, `metadata`
+//! `{"dataCenter":""}`, floats as the shortest decimal with no exponent, integer times.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::{NodeLoad, Resource, Snapshot, Window, unix_seconds};
+
+/// load-watcher's `WatcherMetrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WatcherMetrics {
+    pub timestamp: i64,
+    pub window: WatcherWindow,
+    pub source: String,
+    pub data: Data,
+}
+
+/// load-watcher's `Window`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WatcherWindow {
+    pub duration: String,
+    pub start: i64,
+    pub end: i64,
+}
+
+/// load-watcher's `Data`: the hosts sit under the key `NodeMetricsMap`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Data {
+    #[serde(rename = "NodeMetricsMap", default)]
+    pub node_metrics_map: BTreeMap<String, NodeMetrics>,
+}
+
+/// load-watcher's `NodeMetrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NodeMetrics {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub metrics: Vec<Metric>,
+    #[serde(default)]
+    pub tags: Tags,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// load-watcher's `Tags` (always empty).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Tags {}
+
+/// load-watcher's `Metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metadata {
+    #[serde(rename = "dataCenter", default)]
+    pub data_center: String,
+}
+
+/// load-watcher's `Metric`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metric {
+    #[serde(default)]
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub operator: String,
+    #[serde(default)]
+    pub rollup: String,
+    pub value: f64,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Metric>, D::Error> {
+    Ok(Option::<Vec<Metric>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// load-watcher's type constants.
+pub mod kinds {
+    pub const CPU: &str = "CPU";
+    pub const MEMORY: &str = "Memory";
+    pub const BANDWIDTH: &str = "Bandwidth";
+    pub const STORAGE: &str = "Storage";
+    pub const ENERGY: &str = "Energy";
+}
+
+/// load-watcher's operator constants.
+pub mod operators {
+    pub const AVG: &str = "AVG";
+    pub const STD: &str = "STD";
+    pub const LATEST: &str = "Latest";
+}
+
+/// The name in `source` for one of our source names.
+pub fn wire_source_name(source: &str) -> &str {
+    match source {
+        "host" => "Host",
+        "metrics_server" => "KubernetesMetricsServer",
+        "prometheus" => "Prometheus",
+        "signalfx" => "SignalFx",
+        other => other,
+    }
+}
+
+/// The pre-rendered `/watcher` bodies of one snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatcherBodies {
+    /// The body for all hosts.
+    pub all: Bytes,
+    /// The body for `?host=H`, by host.
+    pub hosts: HashMap<String, Bytes>,
+}
+
+/// The window `/watcher` serves: 15m, else 10m (never 5m), as load-watcher does.
+pub fn served_window(snap: &Snapshot) -> Option<Window> {
+    [Window::FifteenMinutes, Window::TenMinutes]
+        .into_iter()
+        .find(|w| {
+            snap.nodes
+                .values()
+                .any(|n| n.windows.iter().any(|ws| ws.window == *w))
+        })
+}
+
+/// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
+pub fn render(snap: &Snapshot) -> Option<WatcherBodies> {
+    let window = served_window(snap)?;
+    let nodes: Vec<(&String, &NodeLoad)> = snap
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.windows.iter().any(|ws| ws.window == window))
+        .collect();
+    // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
+    // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
+    let end = nodes
+        .iter()
+        .filter_map(|(_, n)| {
+            n.windows
+                .iter()
+                .find(|ws| ws.window == window)
+                .map(|ws| ws.end)
+        })
+        .min()?;
+    let end_s = unix_seconds(end).floor() as i64;
+    let start_s = end_s - window.duration().as_secs() as i64;
+    let source = nodes
+        .first()
+        .map(|(_, n)| wire_source_name(&n.source))
+        .unwrap_or_default();
+    let timestamp = (unix_seconds(snap.generated_at).floor() as i64).max(end_s);
+
+    let mut head = String::with_capacity(160);
+    let _ = write!(
+        head,
+        "{{\"timestamp\":{timestamp},\"window\":{{\"duration\":\"{}\",\"start\":{start_s},\"end\":{end_s}}},\"source\":",
+        window.as_str()
+    );
+    push_json_string(&mut head, source);
+    head.push_str(",\"data\":{\"NodeMetricsMap\":{");
+    const TAIL: &str = "}}}";
+
+    let mut all = String::with_capacity(head.len() + nodes.len() * 700 + TAIL.len());
+    all.push_str(&head);
+    let mut hosts = HashMap::with_capacity(nodes.len());
+    for (i, (name, node)) in nodes.iter().enumerate() {
+        let mut entry = String::with_capacity(700);
+        push_json_string(&mut entry, name);
+        entry.push(':');
+        node_entry(&mut entry, node, window);
+        if i > 0 {
+            all.push(',');
+        }
+        all.push_str(&entry);
+        let mut one = String::with_capacity(head.len() + entry.len() + TAIL.len());
+        one.push_str(&head);
+        one.push_str(&entry);
+        one.push_str(TAIL);
+        hosts.insert((*name).clone(), Bytes::from(one));
+    }
+    all.push_str(TAIL);
+    Some(WatcherBodies {
+        all: Bytes::from(all),
+        hosts,
+    })
+}
+
+/// `{"metrics":[...],"tags":{},"metadata":{"dataCenter":""}}` for one node.
+///
+/// Per type (CPU, then Memory) the order is Latest, AVG, STD: TargetLoadPacking takes the last
+/// CPU metric that is AVG or Latest, so it scores on the window's mean; LoadVariationRiskBalancing
+/// takes AVG (over Latest) and STD.
+fn node_entry(out: &mut String, node: &NodeLoad, window: Window) {
+    out.push_str("{\"metrics\":[");
+    let stats = node.windows.iter().find(|ws| ws.window == window);
+    let mut first = true;
+    for (resource, kind) in [
+        (Resource::Cpu, kinds::CPU),
+        (Resource::Memory, kinds::MEMORY),
+    ] {
+        let mut metric = |operator: &str, rollup: &str, ratio: f64| {
+            let value = ratio * 100.0;
+            if !value.is_finite() {
+                return;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str("{\"name\":\"\",\"type\":");
+            push_json_string(out, kind);
+            out.push_str(",\"operator\":");
+            push_json_string(out, operator);
+            out.push_str(",\"rollup\":");
+            push_json_string(out, rollup);
+            let _ = write!(out, ",\"value\":{value}}}");
+        };
+        if let Some(&v) = node.latest.get(&resource) {
+            metric(operators::LATEST, "", v);
+        }
+        if let Some(s) = stats.and_then(|ws| ws.stats.get(&resource)) {
+            metric(operators::AVG, window.as_str(), s.avg);
+            metric(operators::STD, window.as_str(), s.std);
+        }
+    }
+    out.push_str("],\"tags\":{},\"metadata\":{\"dataCenter\":\"\"}}");
+}
+
+/// A JSON string literal; escapes `"`, `\` and control characters.
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Fetches `/watcher` from kube-prober (or load-watcher), as Trimaran's service client does.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// `address` is the base URL, e.g. `http://kube-prober.kube-system:2020`.
+    pub fn new(address: &str, timeout: Duration) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| Error::Http {
+                what: "building the watcher client".into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Client {
+            base: address.trim_end_matches('/').to_string(),
+            http,
+        })
+    }
+
+    /// All hosts.
+    pub async fn get_latest_watcher_metrics(&self) -> Result<WatcherMetrics> {
+        self.get(None).await
+    }
+
+    /// One host (`?host=`).
+    pub async fn get_host_metrics(&self, host: &str) -> Result<WatcherMetrics> {
+        self.get(Some(host)).await
+    }
+
+    async fn get(&self, host: Option<&str>) -> Result<WatcherMetrics> {
+        let url = format!("{}/watcher", self.base);
+        let mut req = self.http.get(&url);
+        if let Some(h) = host {
+            req = req.query(&[("host", h)]);
+        }
+        let http_err = |reason: String| Error::Http {
+            what: format!("GET {url}"),
+            reason,
+        };
+        let resp = req.send().await.map_err(|e| http_err(e.to_string()))?;
+        let status = resp.status();
+        if status != reqwest::StatusCode::OK {
+            return Err(http_err(format!(
+                "received status code {} from watcher",
+                status.as_u16()
+            )));
+        }
+        let body = resp.bytes().await.map_err(|e| http_err(e.to_string()))?;
+        serde_json::from_slice(&body).map_err(|e| http_err(format!("decoding body: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Stat, WindowStats};
+    use std::time::SystemTime;
+
+    #[test]
+    fn json_strings_escape_like_load_watcher() {
+        let mut s = String::new();
+        push_json_string(&mut s, "sf_metric:\"cpu.utilization\"\\\u{1}");
+        assert_eq!(s, "\"sf_metric:\\\"cpu.utilization\\\"\\\\\\u0001\"");
+    }
+
+    #[test]
+    fn no_data_renders_nothing() {
+        assert_eq!(render(&Snapshot::empty(SystemTime::UNIX_EPOCH)), None);
+    }
+
+    #[test]
+    fn ten_minute_window_is_the_fallback_but_five_is_not() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
+        let mut snap = Snapshot::empty(at);
+        let ws = |window| WindowStats {
+            window,
+            start: at,
+            end: at,
+            stats: BTreeMap::from([(
+                Resource::Cpu,
+                Stat {
+                    avg: 0.5,
+                    std: 0.1,
+                    samples: 3,
+                },
+            )]),
+        };
+        let mut node = NodeLoad {
+            node: "n".into(),
+            source: "prometheus".into(),
+            latest_at: at,
+            latest: BTreeMap::new(),
+            windows: vec![ws(Window::FiveMinutes)],
+            capacity: None,
+        };
+        snap.nodes.insert("n".into(), node.clone());
+        assert_eq!(served_window(&snap), None);
+        node.windows.push(ws(Window::TenMinutes));
+        snap.nodes.insert("n".into(), node);
+        assert_eq!(served_window(&snap), Some(Window::TenMinutes));
+        let body = render(&snap).unwrap();
+        let decoded: WatcherMetrics = serde_json::from_slice(&body.all).unwrap();
+        assert_eq!(decoded.window.duration, "10m");
+        assert_eq!(decoded.window.end - decoded.window.start, 600);
+        assert_eq!(decoded.source, "Prometheus");
+        let m = &decoded.data.node_metrics_map["n"].metrics;
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].operator.as_str(), m[0].value), ("AVG", 50.0));
+        assert_eq!(
+            (m[1].operator.as_str(), m[1].rollup.as_str()),
+            ("STD", "10m")
+        );
+    }
+}

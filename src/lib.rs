@@ -1,0 +1,21 @@
+//! kube-prober: one prober for Kubernetes clusters and hosts.
+//!
+//! Sources (`fetch`) record into the hub (`provider`), which makes an immutable
+//! [`model::Snapshot`] on every tick; outputs (`sink`, `api`) only ever read snapshots.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod fetch;
+pub mod model;
+pub mod provider;
+pub mod role;
+pub mod sink;
+pub mod telemetry;
+
+pub use api::watcher;
+pub use error::{Error, Result};

@@ -1,0 +1,12 @@
+//! Plain data shared by sources, the hub and outputs. No I/O, nothing imported from the rest of the crate.
+
+pub mod node;
+pub mod probe;
+pub mod snapshot;
+
+pub use node::{NodeCapacity, Resource, UsageSample};
+pub use probe::ProbeOutcome;
+pub use snapshot::{
+    ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window, WindowStats,
+    unix_seconds,
+};

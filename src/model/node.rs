@@ -1,0 +1,55 @@
+//! Node usage as sources observe it.
+
+use std::time::SystemTime;
+
+/// A quantity of node load. Each has one fixed base unit; nothing is stored as a percentage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    /// Busy fraction of all CPUs, 0..=1.
+    Cpu,
+    /// Used fraction of memory (1 - available/total), 0..=1.
+    Memory,
+    /// Bytes received per second, all interfaces but loopback.
+    NetworkReceive,
+    /// Bytes transmitted per second, all interfaces but loopback.
+    NetworkTransmit,
+    /// Busy fraction (I/O time per second) of the busiest whole disk, 0..=1.
+    DiskIo,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 5] = [
+        Resource::Cpu,
+        Resource::Memory,
+        Resource::NetworkReceive,
+        Resource::NetworkTransmit,
+        Resource::DiskIo,
+    ];
+
+    /// Stable lower-case name, used in logs and labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resource::Cpu => "cpu",
+            Resource::Memory => "memory",
+            Resource::NetworkReceive => "network_receive",
+            Resource::NetworkTransmit => "network_transmit",
+            Resource::DiskIo => "disk_io",
+        }
+    }
+}
+
+/// One observation of one node's load at one instant. A source may know only some resources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageSample {
+    pub node: String,
+    /// The time the values stand for (the end of the measured interval for rates).
+    pub at: SystemTime,
+    pub values: Vec<(Resource, f64)>,
+}
+
+/// What a node has to give: total CPU cores and memory bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct NodeCapacity {
+    pub cpu_cores: f64,
+    pub memory_bytes: f64,
+}

@@ -1,0 +1,147 @@
+//! The immutable picture every output reads. Made by the hub on every tick.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::node::{NodeCapacity, Resource};
+
+/// An aggregation window, as load-watcher names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Window {
+    FiveMinutes,
+    TenMinutes,
+    FifteenMinutes,
+}
+
+impl Window {
+    pub const ALL: [Window; 3] = [
+        Window::FifteenMinutes,
+        Window::TenMinutes,
+        Window::FiveMinutes,
+    ];
+
+    pub fn duration(self) -> Duration {
+        match self {
+            Window::FiveMinutes => Duration::from_secs(5 * 60),
+            Window::TenMinutes => Duration::from_secs(10 * 60),
+            Window::FifteenMinutes => Duration::from_secs(15 * 60),
+        }
+    }
+
+    /// load-watcher's spelling: `15m`, `10m`, `5m`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::FiveMinutes => "5m",
+            Window::TenMinutes => "10m",
+            Window::FifteenMinutes => "15m",
+        }
+    }
+}
+
+/// Mean and population standard deviation of the samples in a window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stat {
+    pub avg: f64,
+    pub std: f64,
+    pub samples: u32,
+}
+
+/// One node's statistics over one window, ending at the node's newest sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowStats {
+    pub window: Window,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub stats: BTreeMap<Resource, Stat>,
+}
+
+/// Everything known about one node's load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeLoad {
+    pub node: String,
+    /// The source that recorded it (e.g. `host`).
+    pub source: String,
+    /// Time of the newest sample.
+    pub latest_at: SystemTime,
+    /// The newest value per resource.
+    pub latest: BTreeMap<Resource, f64>,
+    /// One entry per window that holds at least one sample, longest first.
+    pub windows: Vec<WindowStats>,
+    pub capacity: Option<NodeCapacity>,
+}
+
+/// Health and counters of one source (fetcher or probe loop).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SourceStatus {
+    pub name: String,
+    pub runs: u64,
+    /// Failed runs by low-cardinality reason.
+    pub errors: BTreeMap<String, u64>,
+    /// Runs that succeeded but had nothing to report.
+    pub no_data: u64,
+    /// Values rejected (non-finite, out of range) by reason.
+    pub dropped: BTreeMap<String, u64>,
+    pub last_duration: Duration,
+    pub last_success: Option<SystemTime>,
+    /// Whether the newest run succeeded.
+    pub up: bool,
+    pub last_error: Option<String>,
+}
+
+/// Latest outcome of one probe against one target, plus counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeState {
+    pub probe: String,
+    pub target: String,
+    pub at: SystemTime,
+    pub duration: Duration,
+    pub failure: Option<String>,
+    pub runs: u64,
+    pub failures: u64,
+}
+
+/// Who and where we are.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterInfo {
+    pub cluster_name: String,
+    pub role: String,
+}
+
+/// The immutable state at one tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub generated_at: SystemTime,
+    /// Ticks made so far, this one included.
+    pub tick: u64,
+    /// How long the previous tick took (snapshot plus rendering).
+    pub last_tick_duration: Duration,
+    /// True once every registered source has finished at least one run.
+    pub sources_synced: bool,
+    pub cluster: ClusterInfo,
+    pub nodes: BTreeMap<String, NodeLoad>,
+    pub sources: BTreeMap<String, SourceStatus>,
+    pub probes: Vec<ProbeState>,
+}
+
+impl Snapshot {
+    /// An empty snapshot, for before the first tick.
+    pub fn empty(at: SystemTime) -> Self {
+        Snapshot {
+            generated_at: at,
+            tick: 0,
+            last_tick_duration: Duration::ZERO,
+            sources_synced: false,
+            cluster: ClusterInfo::default(),
+            nodes: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            probes: Vec::new(),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch as f64 (0 for times before it).
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

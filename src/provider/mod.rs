@@ -1,0 +1,64 @@
+//! The hub: sources record typed observations here; the tick loop turns them into a [`Snapshot`].
+//!
+//! Sources only see these traits. They never name a metric or know which outputs run.
+
+pub mod store;
+pub mod window;
+
+use std::time::{Duration, SystemTime};
+
+use crate::model::{ClusterInfo, NodeCapacity, ProbeOutcome, UsageSample};
+
+pub use store::Store;
+
+/// Cluster-wide facts: identity and role (workloads and node objects come with the watchers).
+pub trait ClusterRecorder: Send + Sync {
+    fn record_cluster_info(&self, info: ClusterInfo);
+}
+
+/// Per-node load and capacity.
+pub trait NodeRecorder: Send + Sync {
+    /// One usage sample from `source`. Non-finite or negative values are dropped and counted.
+    fn record_node_usage(&self, source: &str, sample: UsageSample);
+    fn record_node_capacity(&self, node: &str, capacity: NodeCapacity);
+    /// The node is gone: its series leave the next snapshot.
+    fn forget_node(&self, node: &str);
+}
+
+/// Probe outcomes.
+pub trait ProbeRecorder: Send + Sync {
+    fn record_probe_outcome(&self, outcome: ProbeOutcome);
+}
+
+/// How a source run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// It produced data.
+    Ok,
+    /// It worked but had nothing to report (kept apart from failure).
+    NoData,
+    /// It failed; `reason` is a low-cardinality label, `message` the full text.
+    Failed { reason: String, message: String },
+}
+
+/// Self-telemetry of sources: every run's duration and outcome.
+pub trait SourceRecorder: Send + Sync {
+    /// Announce a source, so readiness waits for its first run.
+    fn register_source(&self, source: &str);
+    /// A run that ended at `finished_at` after `duration`.
+    fn record_source_run(
+        &self,
+        source: &str,
+        finished_at: SystemTime,
+        duration: Duration,
+        outcome: RunOutcome,
+    );
+}
+
+/// What sources are handed: one recorder per concern.
+pub trait Provider: Send + Sync {
+    fn cluster(&self) -> &dyn ClusterRecorder;
+    fn node(&self) -> &dyn NodeRecorder;
+    fn probe(&self) -> &dyn ProbeRecorder;
+    fn source(&self) -> &dyn SourceRecorder;
+}

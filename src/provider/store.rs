@@ -1,0 +1,391 @@
+//! The one [`Provider`] implementation: latest values, usage rings and counters behind a mutex,
+//! turned into an immutable [`Snapshot`] on every tick.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use super::window::{DEFAULT_CAP, Ring};
+use super::{ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SourceRecorder};
+use crate::model::{
+    ClusterInfo, NodeCapacity, NodeLoad, ProbeOutcome, ProbeState, Resource, Snapshot,
+    SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
+};
+
+#[derive(Debug)]
+struct NodeState {
+    source: String,
+    latest_at: SystemTime,
+    latest: BTreeMap<Resource, f64>,
+    rings: BTreeMap<Resource, Ring>,
+    capacity: Option<NodeCapacity>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    cluster: ClusterInfo,
+    nodes: HashMap<String, NodeState>,
+    sources: BTreeMap<String, SourceStatus>,
+    probes: BTreeMap<(String, String), ProbeState>,
+    ticks: u64,
+    last_tick_duration: Duration,
+}
+
+/// The hub's state. Cheap to share behind an `Arc`; every method holds the lock only briefly.
+#[derive(Debug, Default)]
+pub struct Store {
+    inner: Mutex<Inner>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the data half-written in a way that matters
+        // more than stopping every output, so keep serving what is there.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Notes how long the last tick took; shown in the next snapshot.
+    pub fn record_tick(&self, took: Duration) {
+        self.lock().last_tick_duration = took;
+    }
+
+    /// The immutable picture at `now`. Each call counts as one tick.
+    pub fn snapshot(&self, now: SystemTime) -> Snapshot {
+        let mut inner = self.lock();
+        inner.ticks += 1;
+        let nodes = inner
+            .nodes
+            .iter()
+            .map(|(name, st)| (name.clone(), node_load(name, st)))
+            .collect();
+        let sources_synced = inner.sources.values().all(|s| s.runs > 0);
+        Snapshot {
+            generated_at: now,
+            tick: inner.ticks,
+            last_tick_duration: inner.last_tick_duration,
+            sources_synced,
+            cluster: inner.cluster.clone(),
+            nodes,
+            sources: inner.sources.clone(),
+            probes: inner.probes.values().cloned().collect(),
+        }
+    }
+}
+
+fn node_load(name: &str, st: &NodeState) -> NodeLoad {
+    let windows = Window::ALL
+        .iter()
+        .filter_map(|&w| {
+            let stats: BTreeMap<_, _> = st
+                .rings
+                .iter()
+                .filter_map(|(&r, ring)| ring.stat(w.duration()).map(|s| (r, s)))
+                .collect();
+            if stats.is_empty() {
+                return None;
+            }
+            Some(WindowStats {
+                window: w,
+                start: st
+                    .latest_at
+                    .checked_sub(w.duration())
+                    .unwrap_or(st.latest_at),
+                end: st.latest_at,
+                stats,
+            })
+        })
+        .collect();
+    NodeLoad {
+        node: name.to_string(),
+        source: st.source.clone(),
+        latest_at: st.latest_at,
+        latest: st.latest.clone(),
+        windows,
+        capacity: st.capacity,
+    }
+}
+
+impl ClusterRecorder for Store {
+    fn record_cluster_info(&self, info: ClusterInfo) {
+        self.lock().cluster = info;
+    }
+}
+
+impl NodeRecorder for Store {
+    fn record_node_usage(&self, source: &str, sample: UsageSample) {
+        let mut inner = self.lock();
+        let mut dropped: Vec<(Resource, f64)> = Vec::new();
+        let t = unix_seconds(sample.at);
+        let horizon = Window::FifteenMinutes.duration();
+        let st = inner
+            .nodes
+            .entry(sample.node.clone())
+            .or_insert_with(|| NodeState {
+                source: source.to_string(),
+                latest_at: sample.at,
+                latest: BTreeMap::new(),
+                rings: BTreeMap::new(),
+                capacity: None,
+            });
+        st.source = source.to_string();
+        if sample.at >= st.latest_at {
+            st.latest_at = sample.at;
+        }
+        for (resource, value) in sample.values {
+            if !value.is_finite() || value < 0.0 {
+                dropped.push((resource, value));
+                continue;
+            }
+            st.latest.insert(resource, value);
+            st.rings
+                .entry(resource)
+                .or_insert_with(|| Ring::new(horizon, DEFAULT_CAP))
+                .push(t, value);
+        }
+        if dropped.is_empty() {
+            return;
+        }
+        let status = inner.sources.entry(source.to_string()).or_default();
+        status.name = source.to_string();
+        for (resource, value) in dropped {
+            let reason = if value.is_finite() {
+                "negative"
+            } else {
+                "non_finite"
+            };
+            *status.dropped.entry(reason.to_string()).or_default() += 1;
+            tracing::warn!(
+                source,
+                node = %sample.node,
+                resource = resource.as_str(),
+                value,
+                reason,
+                "dropped a usage value"
+            );
+        }
+    }
+
+    fn record_node_capacity(&self, node: &str, capacity: NodeCapacity) {
+        if let Some(st) = self.lock().nodes.get_mut(node) {
+            st.capacity = Some(capacity);
+        }
+    }
+
+    fn forget_node(&self, node: &str) {
+        self.lock().nodes.remove(node);
+    }
+}
+
+impl ProbeRecorder for Store {
+    fn record_probe_outcome(&self, o: ProbeOutcome) {
+        let mut inner = self.lock();
+        let key = (o.probe.clone(), o.target.clone());
+        let failed = o.failure.is_some();
+        let st = inner.probes.entry(key).or_insert_with(|| ProbeState {
+            probe: o.probe.clone(),
+            target: o.target.clone(),
+            at: o.at,
+            duration: o.duration,
+            failure: None,
+            runs: 0,
+            failures: 0,
+        });
+        st.at = o.at;
+        st.duration = o.duration;
+        st.failure = o.failure;
+        st.runs += 1;
+        st.failures += u64::from(failed);
+    }
+}
+
+impl SourceRecorder for Store {
+    fn register_source(&self, source: &str) {
+        let mut inner = self.lock();
+        let st = inner.sources.entry(source.to_string()).or_default();
+        st.name = source.to_string();
+    }
+
+    fn record_source_run(
+        &self,
+        source: &str,
+        finished_at: SystemTime,
+        duration: Duration,
+        outcome: RunOutcome,
+    ) {
+        let mut inner = self.lock();
+        let st = inner.sources.entry(source.to_string()).or_default();
+        st.name = source.to_string();
+        st.runs += 1;
+        st.last_duration = duration;
+        match outcome {
+            RunOutcome::Ok | RunOutcome::NoData => {
+                if outcome == RunOutcome::NoData {
+                    st.no_data += 1;
+                }
+                st.up = true;
+                st.last_success = Some(finished_at);
+                st.last_error = None;
+            }
+            RunOutcome::Failed { reason, message } => {
+                st.up = false;
+                *st.errors.entry(reason).or_default() += 1;
+                st.last_error = Some(message);
+            }
+        }
+    }
+}
+
+impl Provider for Store {
+    fn cluster(&self) -> &dyn ClusterRecorder {
+        self
+    }
+    fn node(&self) -> &dyn NodeRecorder {
+        self
+    }
+    fn probe(&self) -> &dyn ProbeRecorder {
+        self
+    }
+    fn source(&self) -> &dyn SourceRecorder {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn sample(node: &str, t: u64, cpu: f64, mem: f64) -> UsageSample {
+        UsageSample {
+            node: node.into(),
+            at: at(t),
+            values: vec![(Resource::Cpu, cpu), (Resource::Memory, mem)],
+        }
+    }
+
+    #[test]
+    fn snapshot_has_latest_and_windows() {
+        let s = Store::new();
+        s.register_source("host");
+        s.node()
+            .record_node_usage("host", sample("n1", 1000, 0.2, 0.5));
+        s.node()
+            .record_node_usage("host", sample("n1", 1060, 0.4, 0.5));
+        let snap = s.snapshot(at(1061));
+        assert_eq!(snap.tick, 1);
+        let n = &snap.nodes["n1"];
+        assert_eq!(n.source, "host");
+        assert_eq!(n.latest_at, at(1060));
+        assert_eq!(n.latest[&Resource::Cpu], 0.4);
+        assert_eq!(n.windows.len(), 3);
+        let w15 = &n.windows[0];
+        assert_eq!(w15.window, Window::FifteenMinutes);
+        assert_eq!(w15.end, at(1060));
+        assert_eq!(w15.start, at(1060 - 900));
+        let cpu = w15.stats[&Resource::Cpu];
+        assert!((cpu.avg - 0.3).abs() < 1e-12);
+        assert!((cpu.std - 0.1).abs() < 1e-12);
+        assert_eq!(w15.stats[&Resource::Memory].std, 0.0);
+    }
+
+    #[test]
+    fn non_finite_and_negative_values_are_dropped_and_counted() {
+        let s = Store::new();
+        s.node().record_node_usage(
+            "host",
+            UsageSample {
+                node: "n1".into(),
+                at: at(10),
+                values: vec![
+                    (Resource::Cpu, f64::NAN),
+                    (Resource::Memory, f64::INFINITY),
+                    (Resource::DiskIo, -0.5),
+                    (Resource::NetworkReceive, 12.0),
+                ],
+            },
+        );
+        let snap = s.snapshot(at(11));
+        let n = &snap.nodes["n1"];
+        assert_eq!(n.latest.len(), 1);
+        assert_eq!(n.latest[&Resource::NetworkReceive], 12.0);
+        let src = &snap.sources["host"];
+        assert_eq!(src.dropped["non_finite"], 2);
+        assert_eq!(src.dropped["negative"], 1);
+    }
+
+    #[test]
+    fn readiness_waits_for_every_registered_source() {
+        let s = Store::new();
+        s.register_source("a");
+        s.register_source("b");
+        s.record_source_run("a", at(1), Duration::from_millis(5), RunOutcome::Ok);
+        assert!(!s.snapshot(at(1)).sources_synced);
+        s.record_source_run(
+            "b",
+            at(1),
+            Duration::from_millis(5),
+            RunOutcome::Failed {
+                reason: "io".into(),
+                message: "boom".into(),
+            },
+        );
+        let snap = s.snapshot(at(2));
+        assert!(snap.sources_synced);
+        let b = &snap.sources["b"];
+        assert!(!b.up);
+        assert_eq!(b.errors["io"], 1);
+        assert_eq!(b.last_error.as_deref(), Some("boom"));
+        s.record_source_run("b", at(2), Duration::from_millis(1), RunOutcome::NoData);
+        let b = s.snapshot(at(3)).sources["b"].clone();
+        assert!(b.up);
+        assert_eq!((b.runs, b.no_data), (2, 1));
+    }
+
+    #[test]
+    fn forgotten_nodes_leave_the_snapshot() {
+        let s = Store::new();
+        s.node()
+            .record_node_usage("host", sample("n1", 10, 0.1, 0.1));
+        s.node().record_node_capacity(
+            "n1",
+            NodeCapacity {
+                cpu_cores: 4.0,
+                memory_bytes: 8.0,
+            },
+        );
+        assert_eq!(
+            s.snapshot(at(11)).nodes["n1"].capacity.unwrap().cpu_cores,
+            4.0
+        );
+        s.node().forget_node("n1");
+        assert!(s.snapshot(at(12)).nodes.is_empty());
+    }
+
+    #[test]
+    fn probe_outcomes_keep_latest_and_counts() {
+        let s = Store::new();
+        for failure in [None, Some("timeout".to_string())] {
+            s.probe().record_probe_outcome(ProbeOutcome {
+                probe: "dns".into(),
+                target: "kubernetes.default".into(),
+                at: at(5),
+                duration: Duration::from_millis(3),
+                failure,
+            });
+        }
+        let snap = s.snapshot(at(6));
+        assert_eq!(snap.probes.len(), 1);
+        let p = &snap.probes[0];
+        assert_eq!((p.runs, p.failures), (2, 1));
+        assert_eq!(p.failure.as_deref(), Some("timeout"));
+    }
+}

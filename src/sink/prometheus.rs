@@ -1,0 +1,379 @@
+//! Prometheus exposition of a [`Snapshot`], in text format 0.0.4 and OpenMetrics 1.0.
+//!
+//! We render from the snapshot ourselves instead of through prometheus-client's `Registry`:
+//! that crate encodes OpenMetrics only (Prometheus text 0.0.4 is still what most scrapers ask
+//! for by default), and its model of registered, long-lived metric objects is the opposite of
+//! "series die with their objects": here every tick renders every family afresh from one
+//! immutable snapshot, and the bytes are served as they are on each scrape.
+//!
+//! The body is split in two: `render` (all families but the snapshot age, made at tick time)
+//! and `render_tail` (the snapshot age, which changes each second, plus `# EOF` for
+//! OpenMetrics), made on each scrape.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use super::names::{self, Family, Kind};
+use crate::model::{Resource, Snapshot, unix_seconds};
+
+/// An exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// OpenMetrics when the `Accept` header lists it with a non-zero q, else text.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text;
+        };
+        for item in accept.split(',') {
+            let mut parts = item.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            if !media.eq_ignore_ascii_case("application/openmetrics-text") {
+                continue;
+            }
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            if !refused {
+                return Format::OpenMetrics;
+            }
+        }
+        Format::Text
+    }
+}
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+struct Writer {
+    out: String,
+    format: Format,
+}
+
+impl Writer {
+    fn family<'a>(&mut self, family: &Family, rows: &[(Labels<'a>, f64)]) {
+        if rows.is_empty() {
+            return;
+        }
+        let sample = family.sample_name();
+        let (meta_name, type_name) = match (self.format, family.kind) {
+            (Format::OpenMetrics, _) => (family.name, family.name),
+            (Format::Text, _) => (sample.as_str(), sample.as_str()),
+        };
+        let kind = match family.kind {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        };
+        let _ = writeln!(
+            self.out,
+            "# HELP {meta_name} {}",
+            escape_help(family.help, self.format)
+        );
+        let _ = writeln!(self.out, "# TYPE {type_name} {kind}");
+        if let (Format::OpenMetrics, Some(unit)) = (self.format, family.unit) {
+            let _ = writeln!(self.out, "# UNIT {} {unit}", family.name);
+        }
+        for (labels, value) in rows {
+            self.out.push_str(&sample);
+            if !labels.is_empty() {
+                self.out.push('{');
+                for (i, (k, v)) in labels.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                    }
+                    self.out.push_str(k);
+                    self.out.push_str("=\"");
+                    escape_label_value(&mut self.out, v);
+                    self.out.push('"');
+                }
+                self.out.push('}');
+            }
+            self.out.push(' ');
+            push_value(&mut self.out, *value);
+            self.out.push('\n');
+        }
+    }
+}
+
+fn escape_help(help: &str, format: Format) -> String {
+    let mut s = String::with_capacity(help.len());
+    for c in help.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '"' if format == Format::OpenMetrics => s.push_str("\\\""),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+fn escape_label_value(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn push_value(out: &mut String, v: f64) {
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v == f64::INFINITY {
+        out.push_str("+Inf");
+    } else if v == f64::NEG_INFINITY {
+        out.push_str("-Inf");
+    } else {
+        let _ = write!(out, "{v}");
+    }
+}
+
+/// Every family but the snapshot age, in `names::ALL` order. Made once per tick.
+pub fn render(snap: &Snapshot, format: Format) -> String {
+    let mut w = Writer {
+        out: String::with_capacity(4096 + snap.nodes.len() * 4096),
+        format,
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    w.family(&names::BUILD_INFO, &[(vec![("version", version)], 1.0)]);
+    w.family(
+        &names::CLUSTER_INFO,
+        &[(
+            vec![
+                ("cluster", snap.cluster.cluster_name.as_str()),
+                ("role", snap.cluster.role.as_str()),
+            ],
+            1.0,
+        )],
+    );
+
+    for resource in Resource::ALL {
+        let mut rows = Vec::new();
+        for (name, n) in &snap.nodes {
+            if let Some(&v) = n.latest.get(&resource) {
+                rows.push((
+                    vec![
+                        ("node", name.as_str()),
+                        ("window", "instant"),
+                        ("operator", "latest"),
+                    ],
+                    v,
+                ));
+            }
+            for ws in &n.windows {
+                if let Some(s) = ws.stats.get(&resource) {
+                    let win = ws.window.as_str();
+                    rows.push((
+                        vec![
+                            ("node", name.as_str()),
+                            ("window", win),
+                            ("operator", "avg"),
+                        ],
+                        s.avg,
+                    ));
+                    rows.push((
+                        vec![
+                            ("node", name.as_str()),
+                            ("window", win),
+                            ("operator", "std"),
+                        ],
+                        s.std,
+                    ));
+                }
+            }
+        }
+        w.family(names::node_resource_family(resource), &rows);
+    }
+
+    let mut samples = Vec::new();
+    let mut stamps = Vec::new();
+    let mut cpu_cap = Vec::new();
+    let mut mem_cap = Vec::new();
+    for (name, n) in &snap.nodes {
+        for ws in &n.windows {
+            for (r, s) in &ws.stats {
+                samples.push((
+                    vec![
+                        ("node", name.as_str()),
+                        ("resource", r.as_str()),
+                        ("window", ws.window.as_str()),
+                    ],
+                    f64::from(s.samples),
+                ));
+            }
+        }
+        stamps.push((
+            vec![("node", name.as_str()), ("source", n.source.as_str())],
+            unix_seconds(n.latest_at),
+        ));
+        if let Some(c) = n.capacity {
+            cpu_cap.push((vec![("node", name.as_str())], c.cpu_cores));
+            mem_cap.push((vec![("node", name.as_str())], c.memory_bytes));
+        }
+    }
+    w.family(&names::NODE_USAGE_SAMPLES, &samples);
+    w.family(&names::NODE_USAGE_TIMESTAMP, &stamps);
+    w.family(&names::NODE_CPU_CAPACITY, &cpu_cap);
+    w.family(&names::NODE_MEMORY_CAPACITY, &mem_cap);
+
+    let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
+        snap.probes
+            .iter()
+            .map(|p| {
+                (
+                    vec![("probe", p.probe.as_str()), ("target", p.target.as_str())],
+                    f(p),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    w.family(
+        &names::PROBE_SUCCESS,
+        &probe_rows(|p| if p.failure.is_none() { 1.0 } else { 0.0 }),
+    );
+    w.family(
+        &names::PROBE_DURATION,
+        &probe_rows(|p| p.duration.as_secs_f64()),
+    );
+    w.family(&names::PROBE_RUNS, &probe_rows(|p| p.runs as f64));
+    w.family(&names::PROBE_FAILURES, &probe_rows(|p| p.failures as f64));
+
+    let per_source = |f: fn(&crate::model::SourceStatus) -> Option<f64>| {
+        snap.sources
+            .values()
+            .filter_map(|s| f(s).map(|v| (vec![("source", s.name.as_str())], v)))
+            .collect::<Vec<_>>()
+    };
+    let by_reason =
+        |f: fn(&crate::model::SourceStatus) -> &std::collections::BTreeMap<String, u64>| {
+            snap.sources
+                .values()
+                .flat_map(|s| {
+                    f(s).iter().map(|(reason, n)| {
+                        (
+                            vec![("source", s.name.as_str()), ("reason", reason.as_str())],
+                            *n as f64,
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+    w.family(
+        &names::SOURCE_UP,
+        &per_source(|s| Some(if s.up { 1.0 } else { 0.0 })),
+    );
+    w.family(&names::SOURCE_RUNS, &per_source(|s| Some(s.runs as f64)));
+    w.family(&names::SOURCE_ERRORS, &by_reason(|s| &s.errors));
+    w.family(
+        &names::SOURCE_NO_DATA,
+        &per_source(|s| Some(s.no_data as f64)),
+    );
+    w.family(&names::SOURCE_DROPPED_VALUES, &by_reason(|s| &s.dropped));
+    w.family(
+        &names::SOURCE_LAST_RUN_DURATION,
+        &per_source(|s| Some(s.last_duration.as_secs_f64())),
+    );
+    w.family(
+        &names::SOURCE_LAST_SUCCESS,
+        &per_source(|s| s.last_success.map(unix_seconds)),
+    );
+
+    w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
+    w.family(
+        &names::TICK_DURATION,
+        &[(vec![], snap.last_tick_duration.as_secs_f64())],
+    );
+    w.out
+}
+
+/// The part of the body that changes on every scrape: the snapshot's age, and `# EOF` for
+/// OpenMetrics.
+pub fn render_tail(snap: &Snapshot, now: SystemTime, format: Format) -> String {
+    let age = now
+        .duration_since(snap.generated_at)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let mut w = Writer {
+        out: String::with_capacity(256),
+        format,
+    };
+    w.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    if format == Format::OpenMetrics {
+        w.out.push_str("# EOF\n");
+    }
+    w.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiates_openmetrics_only_when_asked() {
+        assert_eq!(Format::negotiate(None), Format::Text);
+        assert_eq!(Format::negotiate(Some("text/plain")), Format::Text);
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text; q=0, text/plain")),
+            Format::Text
+        );
+    }
+
+    #[test]
+    fn escapes_label_values_and_help() {
+        let mut s = String::new();
+        escape_label_value(&mut s, "a\"b\\c\nd");
+        assert_eq!(s, "a\\\"b\\\\c\\nd");
+        assert_eq!(escape_help("x \"y\"\n", Format::Text), "x \"y\"\\n");
+        assert_eq!(escape_help("x \"y\"", Format::OpenMetrics), "x \\\"y\\\"");
+    }
+
+    #[test]
+    fn values_use_prometheus_spellings() {
+        let mut s = String::new();
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.25, 3.0, 1e-7] {
+            push_value(&mut s, v);
+            s.push(' ');
+        }
+        assert_eq!(s, "NaN +Inf -Inf 0.25 3 0.0000001 ");
+    }
+
+    #[test]
+    fn counters_are_named_per_format() {
+        let snap = Snapshot::empty(SystemTime::UNIX_EPOCH);
+        let text = render(&snap, Format::Text);
+        assert!(
+            text.contains("# TYPE kube_prober_ticks_total counter\nkube_prober_ticks_total 0\n")
+        );
+        let om = render(&snap, Format::OpenMetrics);
+        assert!(om.contains("# TYPE kube_prober_ticks counter\nkube_prober_ticks_total 0\n"));
+        let tail = render_tail(&snap, SystemTime::UNIX_EPOCH, Format::OpenMetrics);
+        assert!(
+            tail.ends_with("kube_prober_snapshot_age_seconds 0\n# EOF\n"),
+            "{tail}"
+        );
+        assert!(tail.contains("# UNIT kube_prober_snapshot_age_seconds seconds\n"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Compares `actual` with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites the file instead.
+pub fn assert_golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    if want != actual {
+        let diff: Vec<String> = want
+            .lines()
+            .zip(actual.lines())
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .take(5)
+            .map(|(i, (a, b))| format!("line {}:\n  want: {a}\n  got:  {b}", i + 1))
+            .collect();
+        panic!(
+            "{} differs (UPDATE_GOLDEN=1 to accept):\n{}\n(want {} lines, got {})",
+            path.display(),
+            diff.join("\n"),
+            want.lines().count(),
+            actual.lines().count()
+        );
+    }
+}
+
+/// The `promtool` binary; a clear failure when it is missing (the README test command installs it).
+pub fn promtool() -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join("promtool");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "promtool not found on PATH: run the README test command (bash .ci/test), which installs Debian's prometheus package"
+    )
+}
+
+/// Runs `promtool check metrics` on `body`; returns (exit code, stderr).
+pub fn promtool_check(body: &str) -> (i32, String) {
+    let mut child = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stdout));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// A running kube-prober binary.
+pub struct Prober {
+    pub child: Child,
+    pub addr: String,
+    pub log: mpsc::Receiver<String>,
+}
+
+impl Prober {
+    /// Starts the binary with `args` (plus `--listen 127.0.0.1:0 --log-format json`) and waits
+    /// for its `listening` log line.
+    pub fn start(args: &[&str]) -> Prober {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kube-prober"))
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", "/nonexistent")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(l) => l,
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("kube-prober did not log `listening` within 20 s");
+                }
+            };
+            let v: serde_json::Value = match serde_json::from_str(&line) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            if v["message"] == "listening" {
+                let addr = v["addr"].as_str().unwrap().to_string();
+                return Prober {
+                    child,
+                    addr,
+                    log: rx,
+                };
+            }
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit code.
+    pub fn terminate(mut self) -> i32 {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code().unwrap_or(-1);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("kube-prober did not exit within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary to completion with `args`; returns (exit code, stderr).
+pub fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+    cmd.args(args)
+        .env_remove("KUBECONFIG")
+        .env("HOME", "/nonexistent")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (st.code().unwrap_or(-1), err);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kube-prober {args:?} did not exit within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,2 +1,498 @@
-//! Placeholder; the benchmark is being written.
-fn main() {}
+//! Host role vs Debian's `prometheus-node-exporter`, on this machine, with one scrape loop.
+//!
+//! Run with `cargo bench --bench host_scrape` (env `SCRAPES`, default 1000; `IDLE_SECS`,
+//! default 60). Both exporters are started on 127.0.0.1, each gets 20 warm-up scrapes and then
+//! `SCRAPES` sequential scrapes over one keep-alive connection (`Accept: text/plain`, no
+//! compression). Reported per exporter: VmRSS and VmHWM after the loop, CPU time
+//! (utime+stime) per scrape across the loop, body bytes per scrape, client-side latency
+//! p50/p99 and the series count. Then, with no scrapes at all, both processes' CPU over an
+//! idle window: kube-prober collects and renders at tick time, so that cost is paid whether or
+//! not anyone scrapes. The result is a markdown report on stdout.
+//!
+//! Under `cargo test --benches` (no `--bench` argument) it does nothing.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
+const WARMUP: usize = 20;
+const KUBE_PROBER_ARGS: [&str; 12] = [
+    "--role",
+    "host",
+    "--listen",
+    "127.0.0.1:0",
+    "--node-name",
+    "bench",
+    "--log-format",
+    "json",
+    "--interval",
+    "15s",
+    "--tick-interval",
+    "10s",
+];
+
+/// A child process that is killed and reaped when dropped, panics included.
+struct Guard {
+    name: &'static str,
+    child: Child,
+}
+
+impl Guard {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Panics when the process has already exited.
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("{} exited early: {status}", self.name);
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    // Field 2 (comm) is in parentheses and may hold spaces or ')': split after the last ')'.
+    let rest = &stat[stat.rfind(')').expect("no ')' in /proc/PID/stat") + 1..];
+    // `rest` starts at field 3 (state), so field N is at index N - 3.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> u64 {
+        fields
+            .get(n - 3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/stat field {n} unreadable: {stat}"))
+    };
+    field(14) + field(15)
+}
+
+/// (VmRSS, VmHWM) in KiB from /proc/PID/status.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let get = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
+    };
+    (get("VmRSS:"), get("VmHWM:"))
+}
+
+fn clk_tck() -> u64 {
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("cannot run `getconf CLK_TCK`");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("`getconf CLK_TCK` did not print a number")
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| {
+            // node_exporter prints its version on stderr in some releases, stdout in others.
+            let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
+            s.push_str(&String::from_utf8_lossy(&o.stderr));
+            s.lines().next().unwrap_or("").trim().to_string()
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn machine_info() -> Vec<(&'static str, String)> {
+    let nproc = Command::new("nproc")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "unknown".into())
+        });
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kib| format!("{:.1} GiB", kib as f64 / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown".into());
+    vec![
+        ("nproc", nproc),
+        ("kernel", kernel),
+        ("CPU", cpu),
+        ("memory", mem),
+    ]
+}
+
+fn start_kube_prober() -> (Guard, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_kube-prober"))
+        .args(KUBE_PROBER_ARGS)
+        .env("HOME", "/nonexistent")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start kube-prober");
+    let mut guard = Guard {
+        name: "kube-prober",
+        child,
+    };
+    let stderr = guard.child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        // Keep draining after the receiver is gone so the child never blocks on a full pipe.
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(t) = &tx
+                && t.send(line).is_err()
+            {
+                tx = None;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = match rx.recv_timeout(left) {
+            Ok(l) => l,
+            Err(_) => panic!(
+                "kube-prober did not log `listening` within 30 s; its stderr:\n{}",
+                seen.join("\n")
+            ),
+        };
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            && v["message"] == "listening"
+            && let Some(addr) = v["addr"].as_str()
+        {
+            assert!(
+                addr.starts_with("127.0.0.1:"),
+                "kube-prober listens on {addr}, expected 127.0.0.1"
+            );
+            return (guard, addr.to_string());
+        }
+        seen.push(line);
+    }
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("cannot bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+fn start_node_exporter(port: u16) -> Guard {
+    let child = Command::new(NODE_EXPORTER)
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start prometheus-node-exporter");
+    Guard {
+        name: "prometheus-node-exporter",
+        child,
+    }
+}
+
+/// Polls `url` until it answers 200, or panics after `limit`.
+async fn wait_200(client: &reqwest::Client, guard: &mut Guard, url: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        guard.assert_running();
+        match client.get(url).send().await {
+            Ok(r) if r.status() == reqwest::StatusCode::OK => return,
+            Ok(r) => last = format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "{}: {url} not 200 within {limit:?}; last answer: {last}",
+        guard.name
+    );
+}
+
+struct Measured {
+    name: &'static str,
+    rss_kib: u64,
+    hwm_kib: u64,
+    cpu_ticks: u64,
+    scrapes: usize,
+    bytes_total: u64,
+    series: usize,
+    latencies: Vec<Duration>,
+    wall: Duration,
+}
+
+async fn scrape(client: &reqwest::Client, url: &str) -> (Duration, bytes::Bytes) {
+    let t = Instant::now();
+    let resp = client
+        .get(url)
+        .header(reqwest::header::ACCEPT, "text/plain")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    assert_eq!(resp.status(), reqwest::StatusCode::OK, "GET {url}");
+    assert!(
+        resp.headers()
+            .get(reqwest::header::CONTENT_ENCODING)
+            .is_none(),
+        "GET {url} came back compressed; the bench measures uncompressed bytes"
+    );
+    let body = resp
+        .bytes()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url} body: {e}"));
+    (t.elapsed(), body)
+}
+
+async fn scrape_loop(
+    client: &reqwest::Client,
+    guard: &mut Guard,
+    url: &str,
+    scrapes: usize,
+) -> Measured {
+    for _ in 0..WARMUP {
+        scrape(client, url).await;
+    }
+    guard.assert_running();
+    let pid = guard.pid();
+    let mut latencies = Vec::with_capacity(scrapes);
+    let mut bytes_total = 0u64;
+    let mut last = bytes::Bytes::new();
+    let cpu0 = cpu_ticks(pid);
+    let t0 = Instant::now();
+    for _ in 0..scrapes {
+        let (lat, body) = scrape(client, url).await;
+        latencies.push(lat);
+        bytes_total += body.len() as u64;
+        last = body;
+    }
+    let wall = t0.elapsed();
+    let cpu1 = cpu_ticks(pid);
+    let (rss_kib, hwm_kib) = rss_kib(pid);
+    let series = String::from_utf8_lossy(&last)
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .count();
+    Measured {
+        name: guard.name,
+        rss_kib,
+        hwm_kib,
+        cpu_ticks: cpu1 - cpu0,
+        scrapes,
+        bytes_total,
+        series,
+        latencies,
+        wall,
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not: then do nothing.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("host_scrape: benchmark only; run `cargo bench --bench host_scrape`");
+        return;
+    }
+    if !Path::new(NODE_EXPORTER).is_file() {
+        eprintln!(
+            "host_scrape: {NODE_EXPORTER} not found; install it with \
+             `apt-get install prometheus-node-exporter`"
+        );
+        std::process::exit(1);
+    }
+    let scrapes = env_usize("SCRAPES", 1000);
+    assert!(scrapes > 0, "SCRAPES must be at least 1");
+    let idle_secs = env_usize("IDLE_SECS", 60);
+    let tck = clk_tck();
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .http1_only()
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("reqwest client");
+
+    let (mut kp, kp_addr) = start_kube_prober();
+    let ne_port = free_port();
+    let mut ne = start_node_exporter(ne_port);
+    let kp_url = format!("http://{kp_addr}/metrics");
+    let ne_url = format!("http://127.0.0.1:{ne_port}/metrics");
+
+    let (kp_res, ne_res, idle) = rt.block_on(async {
+        wait_200(
+            &client,
+            &mut kp,
+            &format!("http://{kp_addr}/readyz"),
+            Duration::from_secs(60),
+        )
+        .await;
+        wait_200(&client, &mut ne, &ne_url, Duration::from_secs(30)).await;
+
+        eprintln!("host_scrape: kube-prober, {WARMUP} warm-up + {scrapes} scrapes of {kp_url}");
+        let kp_res = scrape_loop(&client, &mut kp, &kp_url, scrapes).await;
+        eprintln!("host_scrape: node_exporter, {WARMUP} warm-up + {scrapes} scrapes of {ne_url}");
+        let ne_res = scrape_loop(&client, &mut ne, &ne_url, scrapes).await;
+
+        let idle = if idle_secs > 0 {
+            eprintln!("host_scrape: idle window, {idle_secs} s with no scrapes");
+            let (kp0, ne0) = (cpu_ticks(kp.pid()), cpu_ticks(ne.pid()));
+            let t0 = Instant::now();
+            tokio::time::sleep(Duration::from_secs(idle_secs as u64)).await;
+            let wall = t0.elapsed();
+            kp.assert_running();
+            ne.assert_running();
+            Some((cpu_ticks(kp.pid()) - kp0, cpu_ticks(ne.pid()) - ne0, wall))
+        } else {
+            None
+        };
+        (kp_res, ne_res, idle)
+    });
+
+    let ne_version = first_line(NODE_EXPORTER, &["--version"]);
+    drop(kp);
+    drop(ne);
+
+    let tick_ms = 1000.0 / tck as f64;
+    println!("## Host role vs node_exporter\n");
+    println!(
+        "{scrapes} sequential scrapes per exporter after {WARMUP} warm-up, one keep-alive \
+         connection, `Accept: text/plain`, uncompressed.\n"
+    );
+    println!(
+        "| exporter | RSS MiB | peak RSS MiB | CPU ms/scrape | bytes/scrape | p50 ms | p99 ms | series |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in [&kp_res, &ne_res] {
+        let mut sorted = r.latencies.clone();
+        sorted.sort();
+        println!(
+            "| {} | {:.1} | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} |",
+            r.name,
+            mib(r.rss_kib),
+            mib(r.hwm_kib),
+            r.cpu_ticks as f64 * tick_ms / r.scrapes as f64,
+            r.bytes_total / r.scrapes as u64,
+            ms(percentile(&sorted, 0.50)),
+            ms(percentile(&sorted, 0.99)),
+            r.series,
+        );
+    }
+    println!();
+    for r in [&kp_res, &ne_res] {
+        println!(
+            "- {}: {} CPU ticks over the loop ({:.1} s wall; resolution {:.3} ms/scrape)",
+            r.name,
+            r.cpu_ticks,
+            r.wall.as_secs_f64(),
+            tick_ms / r.scrapes as f64,
+        );
+    }
+    if let Some((kp_idle, ne_idle, wall)) = idle {
+        println!();
+        println!(
+            "Idle window, no scrapes, {:.1} s: kube-prober {:.0} ms CPU ({} ticks), \
+             node_exporter {:.0} ms CPU ({} ticks).",
+            wall.as_secs_f64(),
+            kp_idle as f64 * tick_ms,
+            kp_idle,
+            ne_idle as f64 * tick_ms,
+            ne_idle,
+        );
+        // At Prometheus' usual pace (one scrape per 15 s), the background cost counts too.
+        let per15 = |idle_ticks: u64, r: &Measured| {
+            idle_ticks as f64 * tick_ms * 15.0 / wall.as_secs_f64()
+                + r.cpu_ticks as f64 * tick_ms / r.scrapes as f64
+        };
+        println!(
+            "CPU per 15 s at one scrape per 15 s (idle rate x 15 s + one scrape): \
+             kube-prober {:.2} ms, node_exporter {:.2} ms.",
+            per15(kp_idle, &kp_res),
+            per15(ne_idle, &ne_res),
+        );
+    }
+    println!();
+    println!("Machine:\n");
+    for (k, v) in machine_info() {
+        println!("- {k}: {v}");
+    }
+    println!("- CLK_TCK: {tck}");
+    println!("- node_exporter: {ne_version}");
+    println!();
+    println!("Command:\n");
+    println!("    SCRAPES={scrapes} IDLE_SECS={idle_secs} cargo bench --bench host_scrape");
+    println!();
+    println!("Children:\n");
+    println!(
+        "    HOME=/nonexistent kube-prober {}",
+        KUBE_PROBER_ARGS.join(" ")
+    );
+    println!("    {NODE_EXPORTER} --web.listen-address=127.0.0.1:{ne_port}");
+}

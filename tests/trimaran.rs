@@ -25,7 +25,7 @@ fn watcher_from(samples: &[(&str, Resource, &[f64])]) -> WatcherMetrics {
         }
     }
     let snap = store.snapshot(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 3600));
-    let bodies = kube_prober::watcher::render(&snap).expect("data");
+    let bodies = kube_prober::watcher::render(&snap, Default::default()).expect("data");
     serde_json::from_slice(&bodies.all).expect("decodes")
 }
 

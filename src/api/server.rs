@@ -16,7 +16,7 @@ use axum::routing::{any, get};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::watcher::{self, WatcherBodies};
+use super::watcher::{self, WatcherBodies, WatcherOptions};
 use crate::model::Snapshot;
 use crate::sink::prometheus::{self, Format};
 
@@ -37,11 +37,16 @@ pub struct Published {
 impl Published {
     /// Renders every body of `snapshot`. `usage_source` names the source behind `/watcher`.
     pub fn render(snapshot: Arc<Snapshot>, usage_source: &str) -> Self {
+        Self::render_with(snapshot, usage_source, WatcherOptions::default())
+    }
+
+    /// As [`Published::render`], with `/watcher` options.
+    pub fn render_with(snapshot: Arc<Snapshot>, usage_source: &str, opts: WatcherOptions) -> Self {
         let watcher_healthy = snapshot.sources.get(usage_source).is_some_and(|s| s.up);
         Published {
             metrics_text: prometheus::render(&snapshot, Format::Text).into(),
             metrics_openmetrics: prometheus::render(&snapshot, Format::OpenMetrics).into(),
-            watcher: watcher::render(&snapshot),
+            watcher: watcher::render(&snapshot, opts),
             watcher_healthy,
             ready: snapshot.tick > 0 && snapshot.sources_synced,
             snapshot,

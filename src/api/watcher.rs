@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::{NodeLoad, Resource, Snapshot, Window, unix_seconds};
+use crate::model::{NodeLoad, Operator, Resource, Snapshot, Window, unix_seconds};
 
 /// load-watcher's `WatcherMetrics`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -126,8 +126,17 @@ pub fn served_window(snap: &Snapshot) -> Option<Window> {
         })
 }
 
+/// How `/watcher` writes values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WatcherOptions {
+    /// load-watcher multiplies every Prometheus value by 100, so bandwidth comes out as bytes/s
+    /// × 100 and energy as joules × 100. Off (the default): CPU and Memory are percentages and
+    /// every other type keeps its own unit. On: every value is × 100, as load-watcher.
+    pub legacy_scaling: bool,
+}
+
 /// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
-pub fn render(snap: &Snapshot) -> Option<WatcherBodies> {
+pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
     let window = served_window(snap)?;
     let nodes: Vec<(&String, &NodeLoad)> = snap
         .nodes
@@ -170,7 +179,7 @@ pub fn render(snap: &Snapshot) -> Option<WatcherBodies> {
         let mut entry = String::with_capacity(700);
         push_json_string(&mut entry, name);
         entry.push(':');
-        node_entry(&mut entry, node, window);
+        node_entry(&mut entry, node, window, opts);
         if i > 0 {
             all.push(',');
         }
@@ -188,42 +197,77 @@ pub fn render(snap: &Snapshot) -> Option<WatcherBodies> {
     })
 }
 
+/// Appends one `{"name":..,"type":..,"operator":..,"rollup":..,"value":..}`; a non-finite
+/// value is never written.
+fn push_metric(out: &mut String, first: &mut bool, m: [&str; 4], value: f64) {
+    if !value.is_finite() {
+        return;
+    }
+    if !*first {
+        out.push(',');
+    }
+    *first = false;
+    let [name, kind, operator, rollup] = m;
+    out.push_str("{\"name\":");
+    push_json_string(out, name);
+    out.push_str(",\"type\":");
+    push_json_string(out, kind);
+    out.push_str(",\"operator\":");
+    push_json_string(out, operator);
+    out.push_str(",\"rollup\":");
+    push_json_string(out, rollup);
+    let _ = write!(out, ",\"value\":{value}}}");
+}
+
 /// `{"metrics":[...],"tags":{},"metadata":{"dataCenter":""}}` for one node.
 ///
-/// Per type (CPU, then Memory) the order is Latest, AVG, STD: TargetLoadPacking takes the last
-/// CPU metric that is AVG or Latest, so it scores on the window's mean; LoadVariationRiskBalancing
-/// takes AVG (over Latest) and STD.
-fn node_entry(out: &mut String, node: &NodeLoad, window: Window) {
+/// Hub-computed values first: per type (CPU, then Memory) Latest, AVG, STD. TargetLoadPacking
+/// takes the last CPU metric that is AVG or Latest, so it scores on the window's mean;
+/// LoadVariationRiskBalancing takes AVG (over Latest) and STD. Then backend-aggregated values as
+/// load-watcher lists them: every AVG, then every STD.
+fn node_entry(out: &mut String, node: &NodeLoad, window: Window, opts: WatcherOptions) {
     out.push_str("{\"metrics\":[");
     let stats = node.windows.iter().find(|ws| ws.window == window);
     let mut first = true;
+    let rollup = window.as_str();
     for (resource, kind) in [
         (Resource::Cpu, kinds::CPU),
         (Resource::Memory, kinds::MEMORY),
     ] {
-        let mut metric = |operator: &str, rollup: &str, ratio: f64| {
-            let value = ratio * 100.0;
-            if !value.is_finite() {
-                return;
-            }
-            if !first {
-                out.push(',');
-            }
-            first = false;
-            out.push_str("{\"name\":\"\",\"type\":");
-            push_json_string(out, kind);
-            out.push_str(",\"operator\":");
-            push_json_string(out, operator);
-            out.push_str(",\"rollup\":");
-            push_json_string(out, rollup);
-            let _ = write!(out, ",\"value\":{value}}}");
-        };
         if let Some(&v) = node.latest.get(&resource) {
-            metric(operators::LATEST, "", v);
+            push_metric(
+                out,
+                &mut first,
+                ["", kind, operators::LATEST, ""],
+                v * 100.0,
+            );
         }
         if let Some(s) = stats.and_then(|ws| ws.stats.get(&resource)) {
-            metric(operators::AVG, window.as_str(), s.avg);
-            metric(operators::STD, window.as_str(), s.std);
+            push_metric(
+                out,
+                &mut first,
+                ["", kind, operators::AVG, rollup],
+                s.avg * 100.0,
+            );
+            push_metric(
+                out,
+                &mut first,
+                ["", kind, operators::STD, rollup],
+                s.std * 100.0,
+            );
+        }
+    }
+    let backend = stats.map(|ws| ws.backend.as_slice()).unwrap_or_default();
+    for op in [Operator::Avg, Operator::Std] {
+        for b in backend.iter().filter(|b| b.value.operator == op) {
+            let v = &b.value;
+            let scale = if v.kind.is_ratio() || opts.legacy_scaling {
+                100.0
+            } else {
+                1.0
+            };
+            let m = [v.name.as_str(), v.kind.as_wire(), op.as_wire(), rollup];
+            push_metric(out, &mut first, m, v.value * scale);
         }
     }
     out.push_str("],\"tags\":{},\"metadata\":{\"dataCenter\":\"\"}}");
@@ -319,7 +363,13 @@ mod tests {
 
     #[test]
     fn no_data_renders_nothing() {
-        assert_eq!(render(&Snapshot::empty(SystemTime::UNIX_EPOCH)), None);
+        assert_eq!(
+            render(
+                &Snapshot::empty(SystemTime::UNIX_EPOCH),
+                WatcherOptions::default()
+            ),
+            None
+        );
     }
 
     #[test]
@@ -338,6 +388,7 @@ mod tests {
                     samples: 3,
                 },
             )]),
+            backend: Vec::new(),
         };
         let mut node = NodeLoad {
             node: "n".into(),
@@ -352,7 +403,7 @@ mod tests {
         node.windows.push(ws(Window::TenMinutes));
         snap.nodes.insert("n".into(), node);
         assert_eq!(served_window(&snap), Some(Window::TenMinutes));
-        let body = render(&snap).unwrap();
+        let body = render(&snap, WatcherOptions::default()).unwrap();
         let decoded: WatcherMetrics = serde_json::from_slice(&body.all).unwrap();
         assert_eq!(decoded.window.duration, "10m");
         assert_eq!(decoded.window.end - decoded.window.start, 600);

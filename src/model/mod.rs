@@ -4,9 +4,11 @@ pub mod node;
 pub mod probe;
 pub mod snapshot;
 
-pub use node::{NodeCapacity, Resource, UsageSample};
+pub use node::{
+    BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
+};
 pub use probe::ProbeOutcome;
 pub use snapshot::{
-    ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window, WindowStats,
-    unix_seconds,
+    BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,
+    WindowStats, unix_seconds,
 };

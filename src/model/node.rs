@@ -53,3 +53,70 @@ pub struct NodeCapacity {
     pub cpu_cores: f64,
     pub memory_bytes: f64,
 }
+
+/// load-watcher's metric types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MetricType {
+    Cpu,
+    Memory,
+    Bandwidth,
+    Storage,
+    Energy,
+}
+
+impl MetricType {
+    /// load-watcher's spelling.
+    pub fn as_wire(self) -> &'static str {
+        match self {
+            MetricType::Cpu => "CPU",
+            MetricType::Memory => "Memory",
+            MetricType::Bandwidth => "Bandwidth",
+            MetricType::Storage => "Storage",
+            MetricType::Energy => "Energy",
+        }
+    }
+
+    /// CPU and Memory are ratios (0-1) in the hub and percentages on `/watcher`; the other
+    /// types keep their own units (bytes/s, seconds/s, joules, microwatts).
+    pub fn is_ratio(self) -> bool {
+        matches!(self, MetricType::Cpu | MetricType::Memory)
+    }
+}
+
+/// How a backend aggregated a value over its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Operator {
+    Avg,
+    Std,
+}
+
+impl Operator {
+    pub fn as_wire(self) -> &'static str {
+        match self {
+            Operator::Avg => "AVG",
+            Operator::Std => "STD",
+        }
+    }
+}
+
+/// One value a backend aggregated over a window itself (Prometheus `avg_over_time`, the mean of
+/// SignalFx's points), in base units: CPU and Memory as ratios.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendValue {
+    /// The backend's metric name (e.g. `instance:node_cpu:ratio`).
+    pub name: String,
+    pub kind: MetricType,
+    pub operator: Operator,
+    pub value: f64,
+}
+
+/// Everything one backend query round gave for one node and one window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendWindow {
+    pub node: String,
+    pub window: super::snapshot::Window,
+    /// The interval the values stand for.
+    pub start: std::time::SystemTime,
+    pub end: std::time::SystemTime,
+    pub values: Vec<BackendValue>,
+}

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::node::{NodeCapacity, Resource};
+use super::node::{BackendValue, NodeCapacity, Resource};
 
 /// An aggregation window, as load-watcher names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,13 +46,26 @@ pub struct Stat {
     pub samples: u32,
 }
 
-/// One node's statistics over one window, ending at the node's newest sample.
+/// A backend-aggregated value with the interval it stands for (values of one window can come
+/// from different query rounds when some queries failed: each keeps its own true times).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendStat {
+    pub value: BackendValue,
+    pub start: SystemTime,
+    pub end: SystemTime,
+}
+
+/// One node's statistics over one window. `end` is the oldest time any of them stands for:
+/// the newest ring sample, or the end of the oldest backend query round still served.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowStats {
     pub window: Window,
     pub start: SystemTime,
     pub end: SystemTime,
+    /// Computed by the hub from the samples in its rings.
     pub stats: BTreeMap<Resource, Stat>,
+    /// Aggregated by the backend (Prometheus, SignalFx), in the order they were recorded.
+    pub backend: Vec<BackendStat>,
 }
 
 /// Everything known about one node's load.

@@ -7,7 +7,7 @@ pub mod window;
 
 use std::time::{Duration, SystemTime};
 
-use crate::model::{ClusterInfo, NodeCapacity, ProbeOutcome, UsageSample};
+use crate::model::{BackendWindow, ClusterInfo, NodeCapacity, ProbeOutcome, UsageSample};
 
 pub use store::Store;
 
@@ -20,6 +20,11 @@ pub trait ClusterRecorder: Send + Sync {
 pub trait NodeRecorder: Send + Sync {
     /// One usage sample from `source`. Non-finite or negative values are dropped and counted.
     fn record_node_usage(&self, source: &str, sample: UsageSample);
+    /// Values a backend aggregated over a window for one node. Each replaces the value of the
+    /// same name and operator; values not in this round keep their own (older) times, so a
+    /// failed query loses only its own metric. One value per name and operator: a fetcher
+    /// folds per-device series (e.g. the busiest disk) before recording.
+    fn record_node_window(&self, source: &str, window: BackendWindow);
     fn record_node_capacity(&self, node: &str, capacity: NodeCapacity);
     /// The node is gone: its series leave the next snapshot.
     fn forget_node(&self, node: &str);

@@ -8,17 +8,36 @@ use std::time::{Duration, SystemTime};
 use super::window::{DEFAULT_CAP, Ring};
 use super::{ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SourceRecorder};
 use crate::model::{
-    ClusterInfo, NodeCapacity, NodeLoad, ProbeOutcome, ProbeState, Resource, Snapshot,
-    SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
+    BackendStat, BackendWindow, ClusterInfo, NodeCapacity, NodeLoad, ProbeOutcome, ProbeState,
+    Resource, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
 };
 
 #[derive(Debug)]
 struct NodeState {
     source: String,
+    /// Newest time any data of this node stands for.
     latest_at: SystemTime,
+    /// Newest ring sample.
+    sampled_at: Option<SystemTime>,
     latest: BTreeMap<Resource, f64>,
     rings: BTreeMap<Resource, Ring>,
+    /// Backend-aggregated values per window, one per (name, operator), in first-seen order.
+    backend: BTreeMap<Window, Vec<BackendStat>>,
     capacity: Option<NodeCapacity>,
+}
+
+impl NodeState {
+    fn new(source: &str, at: SystemTime) -> Self {
+        NodeState {
+            source: source.to_string(),
+            latest_at: at,
+            sampled_at: None,
+            latest: BTreeMap::new(),
+            rings: BTreeMap::new(),
+            backend: BTreeMap::new(),
+            capacity: None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +97,19 @@ impl Store {
     }
 }
 
+/// Counts and logs a value that never reaches an output.
+fn count_dropped(inner: &mut Inner, source: &str, node: &str, what: &str, value: f64) {
+    let reason = if value.is_finite() {
+        "negative"
+    } else {
+        "non_finite"
+    };
+    let status = inner.sources.entry(source.to_string()).or_default();
+    status.name = source.to_string();
+    *status.dropped.entry(reason.to_string()).or_default() += 1;
+    tracing::warn!(source, node, what, value, reason, "dropped a value");
+}
+
 fn node_load(name: &str, st: &NodeState) -> NodeLoad {
     let windows = Window::ALL
         .iter()
@@ -87,17 +119,18 @@ fn node_load(name: &str, st: &NodeState) -> NodeLoad {
                 .iter()
                 .filter_map(|(&r, ring)| ring.stat(w.duration()).map(|s| (r, s)))
                 .collect();
-            if stats.is_empty() {
-                return None;
-            }
+            let backend = st.backend.get(&w).cloned().unwrap_or_default();
+            let ring_end = st.sampled_at.filter(|_| !stats.is_empty());
+            let end = ring_end
+                .into_iter()
+                .chain(backend.iter().map(|b| b.end))
+                .min()?;
             Some(WindowStats {
                 window: w,
-                start: st
-                    .latest_at
-                    .checked_sub(w.duration())
-                    .unwrap_or(st.latest_at),
-                end: st.latest_at,
+                start: end.checked_sub(w.duration()).unwrap_or(end),
+                end,
                 stats,
+                backend,
             })
         })
         .collect();
@@ -126,17 +159,10 @@ impl NodeRecorder for Store {
         let st = inner
             .nodes
             .entry(sample.node.clone())
-            .or_insert_with(|| NodeState {
-                source: source.to_string(),
-                latest_at: sample.at,
-                latest: BTreeMap::new(),
-                rings: BTreeMap::new(),
-                capacity: None,
-            });
+            .or_insert_with(|| NodeState::new(source, sample.at));
         st.source = source.to_string();
-        if sample.at >= st.latest_at {
-            st.latest_at = sample.at;
-        }
+        st.latest_at = st.latest_at.max(sample.at);
+        st.sampled_at = Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at)));
         for (resource, value) in sample.values {
             if !value.is_finite() || value < 0.0 {
                 dropped.push((resource, value));
@@ -148,26 +174,41 @@ impl NodeRecorder for Store {
                 .or_insert_with(|| Ring::new(horizon, DEFAULT_CAP))
                 .push(t, value);
         }
-        if dropped.is_empty() {
-            return;
-        }
-        let status = inner.sources.entry(source.to_string()).or_default();
-        status.name = source.to_string();
         for (resource, value) in dropped {
-            let reason = if value.is_finite() {
-                "negative"
-            } else {
-                "non_finite"
-            };
-            *status.dropped.entry(reason.to_string()).or_default() += 1;
-            tracing::warn!(
-                source,
-                node = %sample.node,
-                resource = resource.as_str(),
+            count_dropped(&mut inner, source, &sample.node, resource.as_str(), value);
+        }
+    }
+
+    fn record_node_window(&self, source: &str, w: BackendWindow) {
+        let mut inner = self.lock();
+        let mut dropped = Vec::new();
+        let st = inner
+            .nodes
+            .entry(w.node.clone())
+            .or_insert_with(|| NodeState::new(source, w.end));
+        st.source = source.to_string();
+        st.latest_at = st.latest_at.max(w.end);
+        let served = st.backend.entry(w.window).or_default();
+        for value in w.values {
+            if !value.value.is_finite() || value.value < 0.0 {
+                dropped.push((value.name, value.value));
+                continue;
+            }
+            let stat = BackendStat {
                 value,
-                reason,
-                "dropped a usage value"
-            );
+                start: w.start,
+                end: w.end,
+            };
+            let same = |b: &&mut BackendStat| {
+                b.value.name == stat.value.name && b.value.operator == stat.value.operator
+            };
+            match served.iter_mut().find(same) {
+                Some(old) => *old = stat,
+                None => served.push(stat),
+            }
+        }
+        for (name, value) in dropped {
+            count_dropped(&mut inner, source, &w.node, &name, value);
         }
     }
 

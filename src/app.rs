@@ -10,10 +10,20 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::server::{self, AppState, Published};
-use crate::cli::Role;
-use crate::config::Config;
+use tokio::task::JoinHandle;
+
+use crate::api::watcher::WatcherOptions;
+use crate::cli::{MetricsProvider, Role};
+use crate::config::{
+    Config, DEFAULT_HOST_INTERVAL, DEFAULT_METRICS_SERVER_INTERVAL, DEFAULT_REMOTE_INTERVAL,
+};
 use crate::error::{Error, Result};
+use crate::fetch::http::{HttpConfig, Token};
+use crate::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+use crate::fetch::prometheus::{PrometheusConfig, PrometheusFetcher};
+use crate::fetch::signalfx::{SignalFxConfig, SignalFxFetcher};
 use crate::fetch::{self, Schedule, host};
+use crate::kubeclient;
 use crate::model::{ClusterInfo, Snapshot};
 use crate::provider::{Provider, Store};
 use crate::role;
@@ -59,17 +69,29 @@ async fn shutdown_signal() {
 /// Runs until `cancel` fires.
 pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
     let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
-    tracing::info!(role = choice.role.as_str(), reason = %choice.reason, "role chosen");
-    if choice.role != Role::Host {
+    let provider_kind = cfg.usage.provider.unwrap_or(match choice.role {
+        Role::Host => MetricsProvider::Host,
+        Role::Cluster | Role::Node => MetricsProvider::KubernetesMetricsServer,
+    });
+    tracing::info!(
+        role = choice.role.as_str(),
+        reason = %choice.reason,
+        metrics_provider = provider_kind.as_str(),
+        "role chosen"
+    );
+    if choice.role == Role::Node {
         return Err(Error::RoleUnavailable {
-            role: choice.role.as_str().into(),
-            reason: format!(
-                "chosen because {}, but this build has only the host role so far (the Kubernetes sources are being built); run with --role host",
-                choice.reason
-            ),
+            role: "node".into(),
+            reason: "this build does not have the node role yet (its Kubernetes watchers are being built); run with --role host".into(),
         });
     }
-    if !cfg.procfs.is_dir() {
+    let kube_client = match provider_kind {
+        MetricsProvider::KubernetesMetricsServer => {
+            Some(kubeclient::client(choice.kubeconfig.as_deref()).await?)
+        }
+        _ => None,
+    };
+    if provider_kind == MetricsProvider::Host && !cfg.procfs.is_dir() {
         return Err(Error::Config {
             option: "--procfs",
             value: cfg.procfs.display().to_string(),
@@ -98,27 +120,29 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         source,
     })?;
 
-    let host_fetcher = host::HostFetcher::new(host::HostConfig {
-        procfs: cfg.procfs.clone(),
-        node_name: node_name.clone(),
-    });
-    let usage_source = "host";
-    let (tx, rx) = watch::channel(Arc::new(Published::render(
+    let provider: Arc<dyn Provider> = store.clone();
+    let (fetch_task, usage_source) = spawn_usage(
+        &cfg,
+        provider_kind,
+        &node_name,
+        kube_client,
+        provider,
+        cancel.clone(),
+    )?;
+    let watcher_opts = WatcherOptions {
+        legacy_scaling: cfg.usage.watcher_legacy_scaling,
+    };
+    let (tx, rx) = watch::channel(Arc::new(Published::render_with(
         Arc::new(Snapshot::empty(SystemTime::now())),
         usage_source,
+        watcher_opts,
     )));
-
-    let provider: Arc<dyn Provider> = store.clone();
-    let schedule = Schedule {
-        interval: cfg.interval,
-        timeout: cfg.timeout,
-    };
-    let fetch_task = tokio::spawn(fetch::run(host_fetcher, provider, schedule, cancel.clone()));
     let tick_task = tokio::spawn(tick_loop(
         store.clone(),
         tx,
         cfg.tick_interval,
         usage_source,
+        watcher_opts,
         cancel.clone(),
     ));
 
@@ -136,8 +160,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
     tracing::info!(
         addr = %local,
         node = %node_name,
-        procfs = %cfg.procfs.display(),
-        interval = ?cfg.interval,
+        usage_source,
         "listening"
     );
 
@@ -177,6 +200,7 @@ async fn tick_loop(
     tx: watch::Sender<Arc<Published>>,
     interval: Duration,
     usage_source: &'static str,
+    watcher_opts: WatcherOptions,
     cancel: CancellationToken,
 ) {
     let mut ready = false;
@@ -192,7 +216,7 @@ async fn tick_loop(
         }
         let started = Instant::now();
         let snapshot = Arc::new(store.snapshot(SystemTime::now()));
-        let published = Published::render(snapshot, usage_source);
+        let published = Published::render_with(snapshot, usage_source, watcher_opts);
         if published.ready && !ready {
             ready = true;
             tracing::info!(
@@ -203,6 +227,84 @@ async fn tick_loop(
         tx.send_replace(Arc::new(published));
         store.record_tick(started.elapsed());
     }
+}
+
+/// Builds and spawns the usage source; returns its task and source name.
+fn spawn_usage(
+    cfg: &Config,
+    kind: MetricsProvider,
+    node_name: &str,
+    kube_client: Option<kube::Client>,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> Result<(JoinHandle<()>, &'static str)> {
+    let remote = |default_address: &str| -> Result<HttpConfig> {
+        let u = &cfg.usage;
+        let mut h = HttpConfig::new(u.address.clone().unwrap_or_else(|| default_address.into()));
+        h.timeout = cfg.timeout;
+        h.insecure_skip_verify = u.insecure_skip_verify;
+        h.token = u.token.clone();
+        h.ca_file = u.ca_file.clone();
+        if u.openshift_auth {
+            let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
+            h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
+            if kind == MetricsProvider::Prometheus {
+                h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
+            }
+        }
+        Ok(h)
+    };
+    let schedule = |default: Duration| Schedule {
+        interval: cfg.interval.unwrap_or(default),
+        timeout: cfg.timeout,
+    };
+    Ok(match kind {
+        MetricsProvider::Host => {
+            let f = host::HostFetcher::new(host::HostConfig {
+                procfs: cfg.procfs.clone(),
+                node_name: node_name.to_string(),
+            });
+            let s = schedule(DEFAULT_HOST_INTERVAL);
+            (tokio::spawn(fetch::run(f, provider, s, cancel)), "host")
+        }
+        MetricsProvider::Prometheus => {
+            let mut pc = PrometheusConfig::new(remote("http://prometheus-k8s:9090")?);
+            pc.node_label = cfg.usage.prometheus_node_label.clone();
+            pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
+            let f = PrometheusFetcher::new(pc)?;
+            let s = schedule(DEFAULT_REMOTE_INTERVAL);
+            (
+                tokio::spawn(fetch::run(f, provider, s, cancel)),
+                "prometheus",
+            )
+        }
+        MetricsProvider::SignalFx => {
+            let f = SignalFxFetcher::new(SignalFxConfig {
+                http: remote("https://api.signalfx.com")?,
+                host_name_suffix: cfg.usage.signalfx_host_name_suffix.clone(),
+                cluster_name: cfg.usage.signalfx_cluster_name.clone(),
+            })?;
+            let s = schedule(DEFAULT_REMOTE_INTERVAL);
+            (tokio::spawn(fetch::run(f, provider, s, cancel)), "signalfx")
+        }
+        MetricsProvider::KubernetesMetricsServer => {
+            let client = kube_client.ok_or_else(|| Error::Kube {
+                what: "the KubernetesMetricsServer backend".into(),
+                reason: "no Kubernetes client was built".into(),
+            })?;
+            let f = MetricsServerFetcher::new(
+                client,
+                MetricsServerConfig {
+                    use_allocatable: cfg.usage.metrics_server_use_allocatable,
+                },
+            );
+            let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);
+            (
+                tokio::spawn(fetch::run(f, provider, s, cancel)),
+                "metrics_server",
+            )
+        }
+    })
 }
 
 fn local_hostname() -> Result<String> {

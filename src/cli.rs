@@ -28,6 +28,61 @@ impl Role {
     }
 }
 
+/// The usage backend behind `/watcher`, by load-watcher's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsProvider {
+    /// This machine's procfs (the host role's default).
+    Host,
+    /// `metrics.k8s.io` NodeMetrics with Nodes (the cluster role's default, as load-watcher).
+    KubernetesMetricsServer,
+    Prometheus,
+    SignalFx,
+}
+
+impl MetricsProvider {
+    /// load-watcher's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsProvider::Host => "Host",
+            MetricsProvider::KubernetesMetricsServer => "KubernetesMetricsServer",
+            MetricsProvider::Prometheus => "Prometheus",
+            MetricsProvider::SignalFx => "SignalFx",
+        }
+    }
+
+    /// Case-insensitive; also `metrics-server`. Unknown names are errors (load-watcher would
+    /// silently use the metrics server).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "host" => Ok(MetricsProvider::Host),
+            "kubernetesmetricsserver" | "metrics-server" | "metrics_server" | "metricsserver" => {
+                Ok(MetricsProvider::KubernetesMetricsServer)
+            }
+            "prometheus" => Ok(MetricsProvider::Prometheus),
+            "signalfx" => Ok(MetricsProvider::SignalFx),
+            _ => Err(format!(
+                "unknown provider (expected Host, KubernetesMetricsServer, Prometheus or SignalFx; got {s:?})"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MetricsProvider {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        MetricsProvider::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A boolean as environment variables spell it: true/false, 1/0, yes/no, on/off.
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" | "" => Ok(false),
+        _ => Err(format!("expected true or false, got {s:?}")),
+    }
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -65,6 +120,15 @@ pub struct Cli {
     #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// load-watcher's name for --kubeconfig.
+    #[arg(
+        long = "kube-config",
+        env = "KUBE_CONFIG",
+        value_name = "PATH",
+        hide = true
+    )]
+    pub kube_config: Option<PathBuf>,
+
     /// procfs root the host source reads. [default: /proc]
     #[arg(long, env = "KUBE_PROBER_PROCFS", value_name = "DIR")]
     pub procfs: Option<PathBuf>,
@@ -92,4 +156,77 @@ pub struct Cli {
     /// Log format. [default: text]
     #[arg(long, env = "KUBE_PROBER_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+
+    /// Usage backend behind /watcher: Host, KubernetesMetricsServer, Prometheus or SignalFx.
+    /// [default: Host in the host role, KubernetesMetricsServer in the cluster role]
+    #[arg(long, env = "METRICS_PROVIDER_NAME", value_name = "NAME", value_parser = MetricsProvider::parse)]
+    pub metrics_provider: Option<MetricsProvider>,
+
+    /// Backend address. [default: http://prometheus-k8s:9090 for Prometheus, https://api.signalfx.com for SignalFx]
+    #[arg(long, env = "METRICS_PROVIDER_ADDRESS", value_name = "URL")]
+    pub metrics_provider_address: Option<String>,
+
+    /// Backend token: Prometheus bearer token, SignalFx X-SF-Token.
+    #[arg(
+        long,
+        env = "METRICS_PROVIDER_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub metrics_provider_token: Option<String>,
+
+    /// File holding the backend token, re-read on every request (rotated tokens work).
+    #[arg(
+        long,
+        env = "KUBE_PROBER_METRICS_PROVIDER_TOKEN_FILE",
+        value_name = "PATH"
+    )]
+    pub metrics_provider_token_file: Option<PathBuf>,
+
+    /// PEM CA bundle to trust for the backend, besides the system roots.
+    #[arg(
+        long,
+        env = "KUBE_PROBER_METRICS_PROVIDER_CA_FILE",
+        value_name = "PATH"
+    )]
+    pub metrics_provider_ca_file: Option<PathBuf>,
+
+    /// Do not verify the backend's TLS certificate. [default: false]
+    #[arg(long, env = "INSECURE_SKIP_VERIFY", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub insecure_skip_verify: Option<bool>,
+
+    /// OpenShift: trust the service-account CA and, without a token, send the service-account
+    /// token to Prometheus. [default: false]
+    #[arg(long, env = "ENABLE_OPENSHIFT_AUTH", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub enable_openshift_auth: Option<bool>,
+
+    /// KubernetesMetricsServer: percent of allocatable instead of capacity (load-watcher uses
+    /// capacity). [default: false]
+    #[arg(long, env = "KUBE_PROBER_METRICS_SERVER_USE_ALLOCATABLE", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub metrics_server_use_allocatable: Option<bool>,
+
+    /// Prometheus label that names the node; its `:port` is cut. [default: instance]
+    #[arg(long, env = "KUBE_PROBER_PROMETHEUS_NODE_LABEL", value_name = "LABEL")]
+    pub prometheus_node_label: Option<String>,
+
+    /// Resolution of the subqueries used when a recording rule is missing. [default: 1m]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_PROMETHEUS_FALLBACK_RESOLUTION",
+        value_name = "DURATION"
+    )]
+    pub prometheus_fallback_resolution: Option<String>,
+
+    /// SignalFx: only hosts whose name ends with this suffix.
+    #[arg(long, env = "SIGNALFX_HOST_NAME_SUFFIX", value_name = "SUFFIX")]
+    pub signalfx_host_name_suffix: Option<String>,
+
+    /// SignalFx: only hosts of this cluster.
+    #[arg(long, env = "SIGNALFX_CLUSTER_NAME", value_name = "NAME")]
+    pub signalfx_cluster_name: Option<String>,
+
+    /// /watcher: multiply every value by 100 as load-watcher does (bandwidth as bytes/s x 100);
+    /// off: CPU and Memory in percent, other types in their own units. [default: false]
+    #[arg(long, env = "KUBE_PROBER_WATCHER_LEGACY_SCALING", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub watcher_legacy_scaling: Option<bool>,
 }

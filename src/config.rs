@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::cli::{Cli, LogFormat, Role};
+use crate::cli::{Cli, LogFormat, MetricsProvider, Role};
 use crate::error::{Error, Result};
+use crate::fetch::http::Token;
 
 /// The config file: the same keys as the flags, dashes as underscores. Unknown keys are errors.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -26,6 +27,37 @@ pub struct FileConfig {
     pub shutdown_timeout: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub metrics_provider: Option<MetricsProvider>,
+    pub metrics_provider_address: Option<String>,
+    pub metrics_provider_token: Option<String>,
+    pub metrics_provider_token_file: Option<PathBuf>,
+    pub metrics_provider_ca_file: Option<PathBuf>,
+    pub insecure_skip_verify: Option<bool>,
+    pub enable_openshift_auth: Option<bool>,
+    pub metrics_server_use_allocatable: Option<bool>,
+    pub prometheus_node_label: Option<String>,
+    pub prometheus_fallback_resolution: Option<String>,
+    pub signalfx_host_name_suffix: Option<String>,
+    pub signalfx_cluster_name: Option<String>,
+    pub watcher_legacy_scaling: Option<bool>,
+}
+
+/// The usage backend behind `/watcher` and its connection settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageConfig {
+    /// `None`: the role's default (Host for host, KubernetesMetricsServer for cluster).
+    pub provider: Option<MetricsProvider>,
+    pub address: Option<String>,
+    pub token: Option<Token>,
+    pub ca_file: Option<PathBuf>,
+    pub insecure_skip_verify: bool,
+    pub openshift_auth: bool,
+    pub metrics_server_use_allocatable: bool,
+    pub prometheus_node_label: String,
+    pub prometheus_fallback_resolution: Duration,
+    pub signalfx_host_name_suffix: String,
+    pub signalfx_cluster_name: String,
+    pub watcher_legacy_scaling: bool,
 }
 
 impl FileConfig {
@@ -60,16 +92,23 @@ pub struct Config {
     pub cluster_name: String,
     pub kubeconfig: Option<PathBuf>,
     pub procfs: PathBuf,
-    pub interval: Duration,
+    /// `None`: 15 s for the host source, 60 s for remote backends (load-watcher's minute).
+    pub interval: Option<Duration>,
     pub timeout: Duration,
     pub tick_interval: Duration,
     pub shutdown_timeout: Duration,
     pub log_level: String,
     pub log_format: LogFormat,
+    pub usage: UsageConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
-pub const DEFAULT_INTERVAL: &str = "15s";
+/// Default fetch interval of the host source.
+pub const DEFAULT_HOST_INTERVAL: Duration = Duration::from_secs(15);
+/// Default fetch interval of the metrics-server backend (its own resolution).
+pub const DEFAULT_METRICS_SERVER_INTERVAL: Duration = Duration::from_secs(15);
+/// Default fetch interval of Prometheus and SignalFx (load-watcher refreshes every minute).
+pub const DEFAULT_REMOTE_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_TIMEOUT: &str = "10s";
 pub const DEFAULT_TICK_INTERVAL: &str = "10s";
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "10s";
@@ -111,7 +150,8 @@ impl Config {
     }
 
     /// Merges flags (already holding their environment fallbacks) over the file, and validates.
-    pub fn resolve(cli: Cli, file: FileConfig) -> Result<Self> {
+    pub fn resolve(mut cli: Cli, mut file: FileConfig) -> Result<Self> {
+        let usage = Self::resolve_usage(&mut cli, &mut file)?;
         let listen_s = cli
             .listen
             .or(file.listen)
@@ -143,11 +183,11 @@ impl Config {
         }
 
         let secs = Duration::from_secs;
-        let interval_s = cli
-            .interval
-            .or(file.interval)
-            .unwrap_or_else(|| DEFAULT_INTERVAL.into());
-        let interval = duration("--interval", &interval_s, secs(1), secs(3600))?;
+        let interval_s = cli.interval.or(file.interval);
+        let interval = interval_s
+            .as_deref()
+            .map(|s| duration("--interval", s, secs(1), secs(3600)))
+            .transpose()?;
         let timeout_s = cli
             .timeout
             .or(file.timeout)
@@ -158,11 +198,13 @@ impl Config {
             Duration::from_millis(100),
             secs(3600),
         )?;
-        if timeout > interval {
+        if let (Some(i), Some(i_s)) = (interval, &interval_s)
+            && timeout > i
+        {
             return Err(invalid(
                 "--timeout",
                 &timeout_s,
-                format!("must not exceed --interval ({interval_s})"),
+                format!("must not exceed --interval ({i_s})"),
             ));
         }
         let tick_s = cli
@@ -196,7 +238,7 @@ impl Config {
             listen,
             node_name,
             cluster_name,
-            kubeconfig: cli.kubeconfig.or(file.kubeconfig),
+            kubeconfig: cli.kubeconfig.or(file.kubeconfig).or(cli.kube_config),
             procfs: cli
                 .procfs
                 .or(file.procfs)
@@ -207,6 +249,126 @@ impl Config {
             shutdown_timeout,
             log_level,
             log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
+            usage,
+        })
+    }
+
+    fn resolve_usage(cli: &mut Cli, file: &mut FileConfig) -> Result<UsageConfig> {
+        let address = cli
+            .metrics_provider_address
+            .take()
+            .or(file.metrics_provider_address.take());
+        if let Some(a) = &address
+            && !(a.starts_with("http://") || a.starts_with("https://"))
+        {
+            return Err(invalid(
+                "--metrics-provider-address",
+                a,
+                "must be an http:// or https:// URL",
+            ));
+        }
+        let token_value = cli
+            .metrics_provider_token
+            .take()
+            .or(file.metrics_provider_token.take());
+        let token_file = cli
+            .metrics_provider_token_file
+            .take()
+            .or(file.metrics_provider_token_file.take());
+        let token = match (token_value, token_file) {
+            (Some(_), Some(f)) => {
+                return Err(invalid(
+                    "--metrics-provider-token-file",
+                    &f.display().to_string(),
+                    "give a token or a token file, not both",
+                ));
+            }
+            (Some(v), None) if v.trim().is_empty() => None,
+            (Some(v), None) => Some(Token::Value(v.trim().to_string())),
+            (None, Some(f)) if !f.is_file() => {
+                return Err(invalid(
+                    "--metrics-provider-token-file",
+                    &f.display().to_string(),
+                    "no such file",
+                ));
+            }
+            (None, Some(f)) => Some(Token::File(f)),
+            (None, None) => None,
+        };
+        let ca_file = cli
+            .metrics_provider_ca_file
+            .take()
+            .or(file.metrics_provider_ca_file.take());
+        if let Some(f) = &ca_file
+            && !f.is_file()
+        {
+            return Err(invalid(
+                "--metrics-provider-ca-file",
+                &f.display().to_string(),
+                "no such file",
+            ));
+        }
+        let label = cli
+            .prometheus_node_label
+            .take()
+            .or(file.prometheus_node_label.take())
+            .unwrap_or_else(|| "instance".into());
+        let label_ok = label
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !label_ok {
+            return Err(invalid(
+                "--prometheus-node-label",
+                &label,
+                "not a Prometheus label name",
+            ));
+        }
+        let res_s = cli
+            .prometheus_fallback_resolution
+            .take()
+            .or(file.prometheus_fallback_resolution.take())
+            .unwrap_or_else(|| "1m".into());
+        let prometheus_fallback_resolution = duration(
+            "--prometheus-fallback-resolution",
+            &res_s,
+            Duration::from_secs(1),
+            Duration::from_secs(600),
+        )?;
+        Ok(UsageConfig {
+            provider: cli.metrics_provider.or(file.metrics_provider),
+            address,
+            token,
+            ca_file,
+            insecure_skip_verify: cli
+                .insecure_skip_verify
+                .or(file.insecure_skip_verify)
+                .unwrap_or(false),
+            openshift_auth: cli
+                .enable_openshift_auth
+                .or(file.enable_openshift_auth)
+                .unwrap_or(false),
+            metrics_server_use_allocatable: cli
+                .metrics_server_use_allocatable
+                .or(file.metrics_server_use_allocatable)
+                .unwrap_or(false),
+            prometheus_node_label: label,
+            prometheus_fallback_resolution,
+            signalfx_host_name_suffix: cli
+                .signalfx_host_name_suffix
+                .take()
+                .or(file.signalfx_host_name_suffix.take())
+                .unwrap_or_default(),
+            signalfx_cluster_name: cli
+                .signalfx_cluster_name
+                .take()
+                .or(file.signalfx_cluster_name.take())
+                .unwrap_or_default(),
+            watcher_legacy_scaling: cli
+                .watcher_legacy_scaling
+                .or(file.watcher_legacy_scaling)
+                .unwrap_or(false),
         })
     }
 }
@@ -223,7 +385,10 @@ mod tests {
     fn defaults() {
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.listen, "0.0.0.0:2020".parse().unwrap());
-        assert_eq!(c.interval, Duration::from_secs(15));
+        assert_eq!(c.interval, None);
+        assert_eq!(c.usage.provider, None);
+        assert_eq!(c.usage.prometheus_node_label, "instance");
+        assert!(!c.usage.insecure_skip_verify);
         assert_eq!(c.timeout, Duration::from_secs(10));
         assert_eq!(c.tick_interval, Duration::from_secs(10));
         assert_eq!(c.procfs, PathBuf::from("/proc"));
@@ -244,7 +409,7 @@ mod tests {
         };
         let c = Config::resolve(cli, file).unwrap();
         assert_eq!(c.listen, "127.0.0.1:9100".parse().unwrap());
-        assert_eq!(c.interval, Duration::from_secs(30));
+        assert_eq!(c.interval, Some(Duration::from_secs(30)));
         assert_eq!(c.role, Some(Role::Host));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.node_name.as_deref(), Some("from-file"));
@@ -273,7 +438,10 @@ mod tests {
         );
         assert!(e.contains("between"), "{e}");
         let e = err(
-            cli(|c| c.timeout = Some("20s".into())),
+            cli(|c| {
+                c.interval = Some("10s".into());
+                c.timeout = Some("20s".into());
+            }),
             FileConfig::default(),
         );
         assert!(
@@ -291,6 +459,39 @@ mod tests {
             e.contains("--tick-interval") && e.contains("'forever'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn provider_settings() {
+        let file = FileConfig::parse(
+            "metrics_provider: prometheus\nmetrics_provider_address: http://prom:9090\ninsecure_skip_verify: true\n",
+        )
+        .unwrap();
+        let c = Config::resolve(Cli::default(), file).unwrap();
+        assert_eq!(c.usage.provider, Some(MetricsProvider::Prometheus));
+        assert_eq!(c.usage.address.as_deref(), Some("http://prom:9090"));
+        assert!(c.usage.insecure_skip_verify);
+        let e = FileConfig::parse("metrics_provider: datadog\n").unwrap_err();
+        assert!(e.contains("unknown provider"), "{e}");
+        let bad = Cli {
+            metrics_provider_address: Some("prom:9090".into()),
+            ..Cli::default()
+        };
+        let e = err(bad, FileConfig::default());
+        assert!(e.contains("--metrics-provider-address"), "{e}");
+        let both = Cli {
+            metrics_provider_token: Some("t".into()),
+            metrics_provider_token_file: Some("/etc/hostname".into()),
+            ..Cli::default()
+        };
+        assert!(err(both, FileConfig::default()).contains("not both"));
+        let label = Cli {
+            prometheus_node_label: Some("node-name".into()),
+            ..Cli::default()
+        };
+        assert!(err(label, FileConfig::default()).contains("--prometheus-node-label"));
+        assert_eq!(crate::cli::parse_bool("TRUE"), Ok(true));
+        assert!(crate::cli::parse_bool("maybe").is_err());
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub enum Error {
     #[error("{what}: {reason}")]
     Http { what: String, reason: String },
 
+    /// Talking to the Kubernetes API failed (config, client, request).
+    #[error("{what}: {reason}")]
+    Kube { what: String, reason: String },
+
     /// A role that this build cannot run.
     #[error("role '{role}' is not available: {reason}")]
     RoleUnavailable { role: String, reason: String },
@@ -64,6 +68,7 @@ impl Error {
             Error::Procfs(_) => "parse",
             Error::Listen { .. } => "listen",
             Error::Http { .. } => "http",
+            Error::Kube { .. } => "kube",
             Error::RoleUnavailable { .. } => "role",
             Error::Timeout { .. } => "timeout",
         }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod kubeclient;
 pub mod model;
 pub mod provider;
 pub mod role;

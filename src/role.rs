@@ -21,6 +21,8 @@ pub struct Probe<'a> {
     pub home: Option<PathBuf>,
 }
 
+/// Where pods find their service account (token, ca.crt, namespace).
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The service-account token mounted into pods.
 pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 

@@ -16,6 +16,7 @@ fn v(name: &str, kind: MetricType, operator: Operator, value: f64) -> BackendVal
     BackendValue {
         name: name.into(),
         kind,
+        resource: None,
         operator,
         value,
     }

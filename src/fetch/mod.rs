@@ -5,7 +5,11 @@
 //! the last good data stays in the hub with its true timestamps.
 
 pub mod host;
+pub mod http;
+pub mod metrics_server;
 pub mod procfs;
+pub mod prometheus;
+pub mod signalfx;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,13 +18,15 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
-use crate::model::{NodeCapacity, UsageSample};
+use crate::model::{BackendWindow, NodeCapacity, UsageSample};
 use crate::provider::{Provider, RunOutcome};
 
 /// What one fetch produced. `errors` holds the parts that failed; what did work is still kept.
 #[derive(Debug, Default)]
 pub struct Fetched {
     pub samples: Vec<UsageSample>,
+    /// Values the backend aggregated over windows itself.
+    pub windows: Vec<BackendWindow>,
     pub capacities: Vec<(String, NodeCapacity)>,
     pub errors: Vec<Error>,
 }
@@ -59,9 +65,12 @@ pub async fn run_once<F: UsageFetcher>(
         },
     };
     let took = started.elapsed();
-    let had_samples = !fetched.samples.is_empty();
+    let had_samples = !fetched.samples.is_empty() || !fetched.windows.is_empty();
     for sample in fetched.samples {
         provider.node().record_node_usage(name, sample);
+    }
+    for window in fetched.windows {
+        provider.node().record_node_window(name, window);
     }
     for (node, cap) in fetched.capacities {
         provider.node().record_node_capacity(&node, cap);
@@ -69,12 +78,7 @@ pub async fn run_once<F: UsageFetcher>(
     let outcome = match fetched.errors.first() {
         Some(first) => RunOutcome::Failed {
             reason: first.metric_label().to_string(),
-            message: fetched
-                .errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
+            message: summarize(&fetched.errors),
         },
         None if had_samples => RunOutcome::Ok,
         None => RunOutcome::NoData,
@@ -83,6 +87,22 @@ pub async fn run_once<F: UsageFetcher>(
         .source()
         .record_source_run(name, SystemTime::now(), took, outcome.clone());
     outcome
+}
+
+/// The first few errors of a run, then how many more: a backend that is down fails every
+/// query the same way, and one line should still fit a log viewer.
+fn summarize(errors: &[Error]) -> String {
+    const SHOWN: usize = 3;
+    let mut s = errors
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if errors.len() > SHOWN {
+        s.push_str(&format!(" (+{} more)", errors.len() - SHOWN));
+    }
+    s
 }
 
 /// Fetches now and then every `schedule.interval` until `cancel` fires.

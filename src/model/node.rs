@@ -106,6 +106,9 @@ pub struct BackendValue {
     /// The backend's metric name (e.g. `instance:node_cpu:ratio`).
     pub name: String,
     pub kind: MetricType,
+    /// The hub's quantity this is, when it is one (it then shares that quantity's family on
+    /// `/metrics`); `None` for drops, energy and other backend-only series.
+    pub resource: Option<Resource>,
     pub operator: Operator,
     pub value: f64,
 }

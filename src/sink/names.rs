@@ -83,6 +83,11 @@ pub const NODE_DISK_IO_UTILIZATION: Family = gauge(
     "Fraction of time the node's busiest whole disk was doing I/O (0-1): latest, and avg/std over the trailing window.",
     Some("ratio"),
 );
+pub const NODE_BACKEND_VALUE: Family = gauge(
+    "kube_prober_node_backend_value",
+    "Values a usage backend aggregated over a window that have no family of their own (network drops per second, energy), in the backend's own unit; metric is the backend's series name, type its load-watcher type.",
+    None,
+);
 pub const NODE_USAGE_SAMPLES: Family = gauge(
     "kube_prober_node_usage_samples",
     "Number of usage samples in each trailing window, per node and resource.",
@@ -186,6 +191,7 @@ pub const ALL: &[Family] = &[
     NODE_NETWORK_RECEIVE,
     NODE_NETWORK_TRANSMIT,
     NODE_DISK_IO_UTILIZATION,
+    NODE_BACKEND_VALUE,
     NODE_USAGE_SAMPLES,
     NODE_USAGE_TIMESTAMP,
     NODE_CPU_CAPACITY,

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::names::{self, Family, Kind};
-use crate::model::{Resource, Snapshot, unix_seconds};
+use crate::model::{Operator, Resource, Snapshot, unix_seconds};
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +145,13 @@ fn push_value(out: &mut String, v: f64) {
     }
 }
 
+fn operator_label(op: Operator) -> &'static str {
+    match op {
+        Operator::Avg => "avg",
+        Operator::Std => "std",
+    }
+}
+
 /// Every family but the snapshot age, in `names::ALL` order. Made once per tick.
 pub fn render(snap: &Snapshot, format: Format) -> String {
     let mut w = Writer {
@@ -178,29 +185,48 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
                 ));
             }
             for ws in &n.windows {
+                let win = ws.window.as_str();
                 if let Some(s) = ws.stats.get(&resource) {
-                    let win = ws.window.as_str();
-                    rows.push((
-                        vec![
-                            ("node", name.as_str()),
-                            ("window", win),
-                            ("operator", "avg"),
-                        ],
-                        s.avg,
-                    ));
-                    rows.push((
-                        vec![
-                            ("node", name.as_str()),
-                            ("window", win),
-                            ("operator", "std"),
-                        ],
-                        s.std,
-                    ));
+                    for (op, v) in [("avg", s.avg), ("std", s.std)] {
+                        let labels =
+                            vec![("node", name.as_str()), ("window", win), ("operator", op)];
+                        rows.push((labels, v));
+                    }
+                    continue;
+                }
+                // Backend-aggregated, when the hub has no samples of its own for it.
+                for b in ws
+                    .backend
+                    .iter()
+                    .filter(|b| b.value.resource == Some(resource))
+                {
+                    let op = operator_label(b.value.operator);
+                    let labels = vec![("node", name.as_str()), ("window", win), ("operator", op)];
+                    rows.push((labels, b.value.value));
                 }
             }
         }
         w.family(names::node_resource_family(resource), &rows);
     }
+
+    let mut other = Vec::new();
+    for (name, n) in &snap.nodes {
+        for ws in &n.windows {
+            for b in ws.backend.iter().filter(|b| b.value.resource.is_none()) {
+                other.push((
+                    vec![
+                        ("node", name.as_str()),
+                        ("window", ws.window.as_str()),
+                        ("operator", operator_label(b.value.operator)),
+                        ("metric", b.value.name.as_str()),
+                        ("type", b.value.kind.as_wire()),
+                    ],
+                    b.value.value,
+                ));
+            }
+        }
+    }
+    w.family(&names::NODE_BACKEND_VALUE, &other);
 
     let mut samples = Vec::new();
     let mut stamps = Vec::new();

@@ -87,12 +87,21 @@ impl Prober {
     /// Starts the binary with `args` (plus `--listen 127.0.0.1:0 --log-format json`) and waits
     /// for its `listening` log line.
     pub fn start(args: &[&str]) -> Prober {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kube-prober"))
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        Self::start_with_env(args, &[])
+    }
+
+    /// As `start`, with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Prober {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+        cmd.args(["--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(args)
             .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("HOME", "/nonexistent")
+            .env("HOME", "/nonexistent");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,604 @@
+//! The Kubernetes Metrics Server backend: load-watcher's `KubernetesMetricsServer` source.
+//!
+//! Per fetch it LISTs `metrics.k8s.io/v1beta1` NodeMetrics and core/v1 Nodes (concurrently) and
+//! turns each node's usage into ratios of its capacity (load-watcher) or, optionally, of its
+//! allocatable. Each sample carries the time metrics-server says the usage stands for.
+//!
+//! Better than load-watcher: quantities are parsed in full (every SI, binary and exponent form,
+//! fractions), and a node whose denominator is missing, zero or unparsable is reported as an
+//! error instead of becoming an infinite or wrong percentage.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_metrics::v1beta1::NodeMetrics;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::ListParams;
+
+use super::{Fetched, UsageFetcher};
+use crate::error::Error;
+use crate::model::{NodeCapacity, Resource, UsageSample};
+
+/// Settings of the metrics-server backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricsServerConfig {
+    /// Divide usage by the node's allocatable instead of its capacity. Off (the default) is
+    /// load-watcher's behaviour: capacity.
+    pub use_allocatable: bool,
+}
+
+/// Reads node usage from the resource metrics API through the Kubernetes API server.
+pub struct MetricsServerFetcher {
+    client: kube::Client,
+    cfg: MetricsServerConfig,
+}
+
+impl std::fmt::Debug for MetricsServerFetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServerFetcher")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MetricsServerFetcher {
+    pub fn new(client: kube::Client, cfg: MetricsServerConfig) -> Self {
+        MetricsServerFetcher { client, cfg }
+    }
+}
+
+const WHAT_METRICS: &str = "LIST metrics.k8s.io/v1beta1 NodeMetrics";
+const WHAT_NODES: &str = "LIST v1 Nodes";
+
+impl UsageFetcher for MetricsServerFetcher {
+    fn name(&self) -> &'static str {
+        "metrics_server"
+    }
+
+    async fn fetch(&mut self) -> Fetched {
+        let metrics_api: Api<NodeMetrics> = Api::all(self.client.clone());
+        let nodes_api: Api<Node> = Api::all(self.client.clone());
+        // Capacity rarely changes: any resourceVersion (the API server's watch cache) is recent
+        // enough and spares etcd a quorum read on every round. metrics-server has no such cache.
+        let node_params = ListParams::default().match_any();
+        let metrics_params = ListParams::default();
+        let (metrics, nodes) = tokio::join!(
+            metrics_api.list(&metrics_params),
+            nodes_api.list(&node_params)
+        );
+        let now = SystemTime::now();
+        let mut fetched = Fetched::default();
+        let nodes = match nodes {
+            Ok(list) => list.items,
+            Err(e) => {
+                // Without the denominators no usage can be turned into a ratio.
+                fetched.errors.push(list_error(WHAT_NODES, &e));
+                if let Err(e) = metrics {
+                    fetched.errors.push(list_error(WHAT_METRICS, &e));
+                }
+                return fetched;
+            }
+        };
+        let metrics = match metrics {
+            Ok(list) => list.items,
+            Err(e) => {
+                fetched.errors.push(list_error(WHAT_METRICS, &e));
+                Vec::new()
+            }
+        };
+        let (samples, capacities, errors) = samples_from(&metrics, &nodes, &self.cfg, now);
+        fetched.samples = samples;
+        fetched.capacities = capacities;
+        fetched.errors.extend(errors);
+        fetched
+    }
+}
+
+/// A kube error as [`Error::Http`], keeping the API server's `Status` or the error chain.
+fn list_error(what: &str, e: &kube::Error) -> Error {
+    let reason = match e {
+        kube::Error::Api(s) => {
+            let mut r = format!("status {}", s.code);
+            if !s.reason.is_empty() {
+                r.push(' ');
+                r.push_str(&s.reason);
+            }
+            if !s.message.is_empty() {
+                r.push_str(": ");
+                r.push_str(&s.message);
+            }
+            r
+        }
+        other => {
+            let mut r = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !r.contains(&text) {
+                    r.push_str(": ");
+                    r.push_str(&text);
+                }
+                source = s.source();
+            }
+            r
+        }
+    };
+    Error::Http {
+        what: what.to_string(),
+        reason,
+    }
+}
+
+/// The cores and bytes usage is divided by: capacity, or allocatable when configured (which
+/// defaults to capacity, as the API documents, where a node does not report it).
+fn denominators(node: &Node, cfg: &MetricsServerConfig) -> Result<NodeCapacity, String> {
+    let status = node.status.as_ref();
+    let capacity = status.and_then(|s| s.capacity.as_ref());
+    let allocatable = status.and_then(|s| s.allocatable.as_ref());
+    let get = |resource: &str| -> Result<f64, String> {
+        let from_allocatable = if cfg.use_allocatable {
+            allocatable.and_then(|m| m.get(resource))
+        } else {
+            None
+        };
+        let (field, q) = match from_allocatable {
+            Some(q) => ("allocatable", Some(q)),
+            None => ("capacity", capacity.and_then(|m| m.get(resource))),
+        };
+        let q = q.ok_or_else(|| format!("no {resource} {field}"))?;
+        let v = parse_quantity(&q.0).map_err(|e| format!("{resource} {field}: {e}"))?;
+        if v <= 0.0 {
+            return Err(format!("{resource} {field} is {:?}, not above zero", q.0));
+        }
+        Ok(v)
+    };
+    Ok(NodeCapacity {
+        cpu_cores: get("cpu")?,
+        memory_bytes: get("memory")?,
+    })
+}
+
+/// The time the usage stands for; `now` where metrics-server left it unset (the zero time).
+fn sample_time(m: &NodeMetrics, now: SystemTime) -> SystemTime {
+    let ts = m.timestamp.0;
+    let secs = ts.as_second();
+    let nanos = ts.subsec_nanosecond();
+    if secs <= 0 || nanos < 0 {
+        return now;
+    }
+    SystemTime::UNIX_EPOCH
+        .checked_add(Duration::new(secs.unsigned_abs(), nanos.unsigned_abs()))
+        .unwrap_or(now)
+}
+
+/// One node's usage as `(cpu cores, memory bytes)`.
+fn usage(m: &NodeMetrics) -> Result<(f64, f64), String> {
+    let cpu = parse_quantity(&m.usage.cpu.0).map_err(|e| format!("cpu usage: {e}"))?;
+    let memory = parse_quantity(&m.usage.memory.0).map_err(|e| format!("memory usage: {e}"))?;
+    for (resource, v, raw) in [
+        ("cpu", cpu, &m.usage.cpu.0),
+        ("memory", memory, &m.usage.memory.0),
+    ] {
+        if v < 0.0 {
+            return Err(format!("{resource} usage {raw:?} is negative"));
+        }
+    }
+    Ok((cpu, memory))
+}
+
+/// Turns the two LISTs into samples, the denominators used (for every node that has valid
+/// ones) and one error per node with metrics that could not be turned into ratios.
+fn samples_from(
+    node_metrics: &[NodeMetrics],
+    nodes: &[Node],
+    cfg: &MetricsServerConfig,
+    now: SystemTime,
+) -> (Vec<UsageSample>, Vec<(String, NodeCapacity)>, Vec<Error>) {
+    let mut by_name: HashMap<&str, Result<NodeCapacity, String>> =
+        HashMap::with_capacity(nodes.len());
+    let mut capacities = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        let d = denominators(node, cfg);
+        if let Ok(c) = &d {
+            capacities.push((name.to_string(), *c));
+        }
+        by_name.insert(name, d);
+    }
+
+    let mut samples = Vec::with_capacity(node_metrics.len());
+    let mut errors = Vec::new();
+    let mut not_listed: Vec<&str> = Vec::new();
+    for m in node_metrics {
+        let name = m.metadata.name.as_deref().unwrap_or_default();
+        let Some(d) = by_name.get(name) else {
+            not_listed.push(name);
+            continue;
+        };
+        let ratios = d.as_ref().map_err(Clone::clone).and_then(|cap| {
+            let (cpu, memory) = usage(m)?;
+            Ok([
+                (Resource::Cpu, cpu / cap.cpu_cores),
+                (Resource::Memory, memory / cap.memory_bytes),
+            ])
+        });
+        match ratios {
+            Ok(values) => samples.push(UsageSample {
+                node: name.to_string(),
+                at: sample_time(m, now),
+                values: values.to_vec(),
+            }),
+            Err(reason) => {
+                tracing::warn!(node = name, error = %reason, "metrics-server node skipped");
+                errors.push(Error::Http {
+                    what: format!("metrics-server node {name}"),
+                    reason: format!("{reason}; node skipped"),
+                });
+            }
+        }
+    }
+    if !not_listed.is_empty() {
+        tracing::debug!(
+            skipped = not_listed.len(),
+            nodes = ?not_listed,
+            "node metrics for nodes missing from the node list skipped"
+        );
+    }
+    (samples, capacities, errors)
+}
+
+/// Parses a Kubernetes quantity (`487558164n`, `250m`, `2`, `732212Ki`, `16Gi`, `1e3`, `1.5`)
+/// into base units: cores for CPU, bytes for memory.
+///
+/// Accepts an optional sign, a decimal number (`1`, `1.5`, `.5`, `1.`) and one suffix: decimal SI
+/// (`n u m k M G T P E`), binary SI (`Ki Mi Gi Ti Pi Ei`) or a decimal exponent (`e3`, `E-2`).
+/// Decimal forms are parsed as one correctly rounded decimal, so `487558164n` is exactly the
+/// `f64` nearest 0.487558164.
+pub fn parse_quantity(s: &str) -> Result<f64, String> {
+    let bad = |why: &str| format!("invalid quantity {s:?}: {why}");
+    let split = s
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && (c == '+' || c == '-'))))
+        .map_or(s.len(), |(i, _)| i);
+    let (number, suffix) = s.split_at(split);
+    let unsigned = number.strip_prefix(['+', '-']).unwrap_or(number);
+    let digits = unsigned.bytes().filter(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return Err(bad("no digits"));
+    }
+    if digits + 1 < unsigned.len() {
+        return Err(bad("more than one decimal point"));
+    }
+    let binary_power = match suffix {
+        "Ki" => Some(1),
+        "Mi" => Some(2),
+        "Gi" => Some(3),
+        "Ti" => Some(4),
+        "Pi" => Some(5),
+        "Ei" => Some(6),
+        _ => None,
+    };
+    let value = if let Some(p) = binary_power {
+        let mantissa: f64 = number.parse().map_err(|_| bad("not a number"))?;
+        mantissa * 2f64.powi(10 * p)
+    } else {
+        let exp10: i64 = match suffix {
+            "n" => -9,
+            "u" => -6,
+            "m" => -3,
+            "" => 0,
+            "k" => 3,
+            "M" => 6,
+            "G" => 9,
+            "T" => 12,
+            "P" => 15,
+            "E" => 18,
+            other => {
+                let exp = other
+                    .strip_prefix(['e', 'E'])
+                    .filter(|e| {
+                        let d = e.strip_prefix(['+', '-']).unwrap_or(e);
+                        !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+                    })
+                    .ok_or_else(|| bad(&format!("unknown suffix {other:?}")))?;
+                exp.parse().map_err(|_| bad("exponent out of range"))?
+            }
+        };
+        format!("{number}e{exp10}")
+            .parse::<f64>()
+            .map_err(|_| bad("not a number"))?
+    };
+    if !value.is_finite() {
+        return Err(bad("out of range"));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    #[test]
+    fn quantities_in_every_form() {
+        let cases: &[(&str, f64)] = &[
+            ("487558164n", 0.487558164),
+            ("250m", 0.25),
+            ("2", 2.0),
+            ("1500u", 0.0015),
+            ("732212Ki", 732_212.0 * 1024.0),
+            ("16Gi", 16.0 * 1024.0 * 1024.0 * 1024.0),
+            ("1Mi", 1_048_576.0),
+            ("1Ti", 1_099_511_627_776.0),
+            ("1Pi", 1_125_899_906_842_624.0),
+            ("1Ei", 1_152_921_504_606_846_976.0),
+            ("0.5Gi", 536_870_912.0),
+            ("1e3", 1000.0),
+            ("1E3", 1000.0),
+            ("1e-3", 0.001),
+            ("15e+2", 1500.0),
+            ("1.5", 1.5),
+            (".5", 0.5),
+            ("5.", 5.0),
+            ("+2", 2.0),
+            ("-2", -2.0),
+            ("0", 0.0),
+            ("100k", 100_000.0),
+            ("129M", 129e6),
+            ("8G", 8e9),
+            ("2T", 2e12),
+            ("3P", 3e15),
+            ("1E", 1e18),
+            ("0.1", 0.1),
+            ("0004Ki", 4096.0),
+        ];
+        for &(s, want) in cases {
+            assert_eq!(parse_quantity(s), Ok(want), "{s}");
+        }
+    }
+
+    #[test]
+    fn decimal_forms_are_rounded_once() {
+        // Scaling by an inexact power of ten would round twice: 9 * 1e-3 is 0.009000000000000001.
+        assert_ne!(9.0 * 1e-3, 0.009);
+        assert_eq!(parse_quantity("9m"), Ok(0.009));
+        assert_eq!(parse_quantity("15n"), Ok(1.5e-8));
+        assert_eq!(parse_quantity("100000000n"), Ok(0.1));
+        assert_eq!(parse_quantity("100m"), Ok(0.1));
+        assert_eq!(parse_quantity("1e-1"), Ok(0.1));
+    }
+
+    #[test]
+    fn malformed_quantities_are_errors() {
+        for s in [
+            "",
+            "m",
+            "Ki",
+            "abc",
+            "1.2.3",
+            "1x",
+            "1 Ki",
+            " 1",
+            "1 ",
+            "1ki",
+            "1KI",
+            "1e",
+            "1e+",
+            "1e1.5",
+            "1ee3",
+            "--1",
+            "+",
+            "1-",
+            "1Kib",
+            "1mm",
+            "1e99999999999",
+            "1e400",
+            "NaN",
+            "inf",
+            "0x10",
+        ] {
+            let r = parse_quantity(s);
+            assert!(r.is_err(), "{s:?} parsed as {r:?}");
+        }
+        assert!(parse_quantity("1x").unwrap_err().contains("\"1x\""));
+    }
+
+    fn resources(cpu: &str, memory: &str) -> Option<BTreeMap<String, Quantity>> {
+        Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity(cpu.into())),
+            ("memory".to_string(), Quantity(memory.into())),
+            ("pods".to_string(), Quantity("110".into())),
+        ]))
+    }
+
+    fn node(name: &str, capacity: (&str, &str), allocatable: Option<(&str, &str)>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                capacity: resources(capacity.0, capacity.1),
+                allocatable: allocatable.and_then(|(c, m)| resources(c, m)),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    const T: i64 = 1_760_000_000;
+
+    fn metrics(name: &str, cpu: &str, memory: &str, at: i64) -> NodeMetrics {
+        let mut m = NodeMetrics::default();
+        m.metadata.name = Some(name.into());
+        m.timestamp = Time(Timestamp::from_second(at).unwrap());
+        m.window = Duration::from_secs(20);
+        m.usage.cpu = Quantity(cpu.into());
+        m.usage.memory = Quantity(memory.into());
+        m
+    }
+
+    fn at(s: i64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(s as u64)
+    }
+
+    const CAPACITY: MetricsServerConfig = MetricsServerConfig {
+        use_allocatable: false,
+    };
+    const ALLOCATABLE: MetricsServerConfig = MetricsServerConfig {
+        use_allocatable: true,
+    };
+
+    #[test]
+    fn ratios_of_capacity_with_the_metrics_timestamp() {
+        let nodes = [node("a", ("4", "8Gi"), Some(("3500m", "7Gi")))];
+        let m = [metrics("a", "1", "2Gi", T)];
+        let (samples, caps, errors) = samples_from(&m, &nodes, &CAPACITY, at(T + 99));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            samples,
+            vec![UsageSample {
+                node: "a".into(),
+                at: at(T),
+                values: vec![(Resource::Cpu, 0.25), (Resource::Memory, 0.25)],
+            }]
+        );
+        assert_eq!(
+            caps,
+            vec![(
+                "a".to_string(),
+                NodeCapacity {
+                    cpu_cores: 4.0,
+                    memory_bytes: 8.0 * 1024.0 * 1024.0 * 1024.0
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn ratios_of_allocatable_when_asked_falling_back_to_capacity() {
+        let nodes = [
+            node("a", ("4", "8Gi"), Some(("2", "4Gi"))),
+            node("b", ("4", "8Gi"), None),
+        ];
+        let m = [metrics("a", "1", "2Gi", T), metrics("b", "1", "2Gi", T)];
+        let (samples, caps, errors) = samples_from(&m, &nodes, &ALLOCATABLE, at(T));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            samples[0].values,
+            vec![(Resource::Cpu, 0.5), (Resource::Memory, 0.5)]
+        );
+        assert_eq!(caps[0].1.cpu_cores, 2.0);
+        assert_eq!(
+            samples[1].values,
+            vec![(Resource::Cpu, 0.25), (Resource::Memory, 0.25)],
+            "no allocatable reported: capacity, as the API defaults it"
+        );
+    }
+
+    #[test]
+    fn metrics_server_spellings() {
+        let nodes = [node("a", ("2", "4028440Ki"), None)];
+        let m = [metrics("a", "487558164n", "732212Ki", T)];
+        let (samples, _, errors) = samples_from(&m, &nodes, &CAPACITY, at(T));
+        assert!(errors.is_empty());
+        let v = &samples[0].values;
+        assert_eq!(v[0], (Resource::Cpu, 0.487558164 / 2.0));
+        assert_eq!(v[1], (Resource::Memory, 732_212.0 / 4_028_440.0));
+    }
+
+    #[test]
+    fn nodes_missing_from_the_node_list_are_skipped_without_error() {
+        let nodes = [node("a", ("4", "8Gi"), None)];
+        let mut nameless = metrics("x", "1", "1Gi", T);
+        nameless.metadata.name = None;
+        let m = [
+            metrics("gone", "1", "1Gi", T),
+            metrics("a", "2", "4Gi", T),
+            nameless,
+        ];
+        let (samples, _, errors) = samples_from(&m, &nodes, &CAPACITY, at(T));
+        assert!(errors.is_empty());
+        assert_eq!(samples.len(), 1);
+        assert_eq!(samples[0].node, "a");
+    }
+
+    #[test]
+    fn bad_denominators_and_usage_are_errors_and_the_rest_is_kept() {
+        let mut no_status = node("no-status", ("4", "8Gi"), None);
+        no_status.status = None;
+        let nodes = [
+            node("good", ("4", "8Gi"), None),
+            node("zero-cpu", ("0", "8Gi"), None),
+            node("bad-mem", ("4", "8Gb"), None),
+            no_status,
+            node("bad-usage", ("4", "8Gi"), None),
+            node("negative", ("4", "8Gi"), None),
+            node("idle", ("0", "0"), None),
+        ];
+        let m = [
+            metrics("good", "1", "2Gi", T),
+            metrics("zero-cpu", "1", "2Gi", T),
+            metrics("bad-mem", "1", "2Gi", T),
+            metrics("no-status", "1", "2Gi", T),
+            metrics("bad-usage", "1x", "2Gi", T),
+            metrics("negative", "1", "-2Gi", T),
+        ];
+        let (samples, caps, errors) = samples_from(&m, &nodes, &CAPACITY, at(T));
+        assert_eq!(samples.len(), 1);
+        assert_eq!(samples[0].node, "good");
+        let names: Vec<&str> = caps.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["good", "bad-usage", "negative"]);
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 5, "{text:?}");
+        let want = [
+            ("zero-cpu", "cpu capacity is \"0\", not above zero"),
+            ("bad-mem", "memory capacity: invalid quantity \"8Gb\""),
+            ("no-status", "no cpu capacity"),
+            ("bad-usage", "cpu usage: invalid quantity \"1x\""),
+            ("negative", "memory usage \"-2Gi\" is negative"),
+        ];
+        for (e, (node, why)) in text.iter().zip(want) {
+            assert!(
+                e.starts_with(&format!("metrics-server node {node}: ")),
+                "{e}"
+            );
+            assert!(e.contains(why) && e.ends_with("; node skipped"), "{e}");
+        }
+        assert!(errors.iter().all(|e| e.metric_label() == "http"));
+    }
+
+    #[test]
+    fn an_unset_timestamp_means_now() {
+        let nodes = [node("a", ("4", "8Gi"), None)];
+        let mut m = metrics("a", "1", "2Gi", T);
+        m.timestamp = Time(Timestamp::UNIX_EPOCH);
+        let (samples, _, _) = samples_from(&[m], &nodes, &CAPACITY, at(T + 5));
+        assert_eq!(samples[0].at, at(T + 5));
+        let mut m = metrics("a", "1", "2Gi", T);
+        m.timestamp = Time(Timestamp::new(T, 250_000_000).unwrap());
+        let (samples, _, _) = samples_from(&[m], &nodes, &CAPACITY, at(T + 5));
+        assert_eq!(samples[0].at, at(T) + Duration::from_millis(250));
+    }
+
+    #[test]
+    fn api_errors_keep_the_status() {
+        let status =
+            kube::core::Status::failure("metrics unavailable", "ServiceUnavailable").with_code(503);
+        let e = list_error(WHAT_METRICS, &kube::Error::Api(status.boxed()));
+        assert_eq!(e.metric_label(), "http");
+        assert_eq!(
+            e.to_string(),
+            "LIST metrics.k8s.io/v1beta1 NodeMetrics: status 503 ServiceUnavailable: metrics unavailable"
+        );
+    }
+}

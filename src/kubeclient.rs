@@ -1,0 +1,37 @@
+//! Building the Kubernetes client: from a named kubeconfig, or from the pod's service account.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+fn kube_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Kube {
+        what: what.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// A client for `kubeconfig` (its current context), or in-cluster config when `None`.
+///
+/// kube's default retry (429/503/504, up to 15 tries) is turned off: every source has its own
+/// deadline and keeps its last good data, and a failure must show as what it is, not as a
+/// timeout after minutes of silent retries.
+pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            // A kubeconfig we cannot use is the user's to fix: a config error (exit 2).
+            let bad = |e: &dyn std::fmt::Display| Error::Config {
+                option: "--kubeconfig",
+                value: path.display().to_string(),
+                reason: format!("{e} (fix it, or run with --role host)"),
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(&e))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(&e))?
+        }
+        None => kube::Config::incluster().map_err(|e| kube_err("in-cluster config", e))?,
+    };
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| kube_err("building the Kubernetes client", e))
+}

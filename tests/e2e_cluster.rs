@@ -1,0 +1,76 @@
+//! The binary finds a kubeconfig, picks the cluster role and load-watcher's default backend
+//! (KubernetesMetricsServer), and serves /watcher from the stand-in API server.
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+mod support;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use kube_prober::watcher::WatcherMetrics;
+use support::Prober;
+
+fn kubeconfig(dir: &std::path::Path, server: &str) -> String {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: {server}\ncontexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\ncurrent-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+async fn get(url: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeconfig_means_cluster_role_with_metrics_server() {
+    let api = apiserver::start().await;
+    let now = SystemTime::now();
+    api.set_nodes(vec![
+        apiserver::node("node-a", ("4", "8Gi"), ("4", "8Gi")),
+        apiserver::node("node-b", ("8", "16Gi"), ("8", "16Gi")),
+    ]);
+    api.set_node_metrics(vec![
+        apiserver::node_metrics("node-a", "1", "2Gi", now),
+        apiserver::node_metrics("node-b", "6", "4Gi", now),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = kubeconfig(dir.path(), &api.url);
+    let p = Prober::start_with_env(&[], &[("KUBECONFIG", kc.as_str())]);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&p.url("/readyz")).await.0 != 200 {
+        assert!(Instant::now() < deadline, "not ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = get(&p.url("/watcher")).await;
+    assert_eq!(status, 200, "{body}");
+    let w: WatcherMetrics = serde_json::from_str(&body).unwrap();
+    assert_eq!(w.source, "KubernetesMetricsServer");
+    let latest = |node: &str, kind: &str| {
+        w.data.node_metrics_map[node]
+            .metrics
+            .iter()
+            .find(|m| m.kind == kind && m.operator == "Latest")
+            .unwrap()
+            .value
+    };
+    assert_eq!(latest("node-a", "CPU"), 25.0);
+    assert_eq!(latest("node-a", "Memory"), 25.0);
+    assert_eq!(latest("node-b", "CPU"), 75.0);
+    assert_eq!(get(&p.url("/watcher/health")).await.0, 200);
+    let (_, metrics) = get(&p.url("/metrics")).await;
+    assert!(metrics.contains("kube_prober_cluster_info{cluster=\"unknown\",role=\"cluster\"} 1"));
+    assert!(metrics.contains("kube_prober_node_cpu_capacity_cores{node=\"node-b\"} 8"));
+    assert_eq!(p.terminate(), 0);
+}

@@ -1,0 +1,316 @@
+//! The metrics-server backend through a real kube client, over HTTP, against a stand-in API
+//! server, into the hub and out of `/watcher` as Trimaran decodes it.
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+
+use std::time::{Duration, SystemTime};
+
+use apiserver::{ApiServer, Fault, Kind, NODE_METRICS_PATH, NODES_PATH, node, node_metrics};
+use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+use kube_prober::fetch::{UsageFetcher, run_once};
+use kube_prober::model::NodeCapacity;
+use kube_prober::provider::{RunOutcome, Store};
+use kube_prober::watcher::{WatcherMetrics, WatcherOptions, render};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const GI: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Now, to the second (API times have whole seconds).
+fn now_s() -> SystemTime {
+    let s = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(s)
+}
+
+fn secs(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+fn fetcher(api: &ApiServer, use_allocatable: bool) -> MetricsServerFetcher {
+    MetricsServerFetcher::new(api.client(), MetricsServerConfig { use_allocatable })
+}
+
+fn watcher(store: &Store) -> Option<WatcherMetrics> {
+    render(
+        &store.snapshot(SystemTime::now()),
+        WatcherOptions::default(),
+    )
+    .map(|b| serde_json::from_slice(&b.all).unwrap())
+}
+
+/// The value of `kind`/`operator` for `host` on `/watcher`.
+fn value(w: &WatcherMetrics, host: &str, kind: &str, operator: &str) -> Option<f64> {
+    w.data
+        .node_metrics_map
+        .get(host)?
+        .metrics
+        .iter()
+        .find(|m| m.kind == kind && m.operator == operator)
+        .map(|m| m.value)
+}
+
+fn hosts(w: &WatcherMetrics) -> Vec<&str> {
+    w.data.node_metrics_map.keys().map(String::as_str).collect()
+}
+
+fn assert_near(got: Option<f64>, want: f64) {
+    let got = got.expect("value present");
+    assert!((got - want).abs() < 1e-9, "got {got}, want {want}");
+}
+
+fn failed(outcome: RunOutcome) -> (String, String) {
+    match outcome {
+        RunOutcome::Failed { reason, message } => (reason, message),
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn usage_over_capacity_is_served_as_exact_percentages() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    api.set_nodes(vec![
+        node("worker-1", ("4", "8Gi"), ("2", "4Gi")),
+        node("worker-2", ("2", "4028440Ki"), ("1930m", "3926040Ki")),
+    ]);
+    api.set_node_metrics(vec![
+        node_metrics("worker-1", "1", "2Gi", t),
+        node_metrics("worker-2", "487558164n", "732212Ki", t),
+    ]);
+    let store = Store::new();
+    let mut f = fetcher(&api, false);
+    assert_eq!(f.name(), "metrics_server");
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+
+    let w = watcher(&store).expect("/watcher has data");
+    assert_eq!(w.source, "KubernetesMetricsServer");
+    assert_eq!(w.window.duration, "15m");
+    assert_eq!(
+        w.window.end,
+        secs(t),
+        "the data stands for the NodeMetrics timestamp"
+    );
+    assert_eq!(hosts(&w), ["worker-1", "worker-2"]);
+    assert_eq!(value(&w, "worker-1", "CPU", "Latest"), Some(25.0));
+    assert_eq!(value(&w, "worker-1", "Memory", "Latest"), Some(25.0));
+    assert_eq!(value(&w, "worker-1", "CPU", "AVG"), Some(25.0));
+    assert_eq!(value(&w, "worker-1", "CPU", "STD"), Some(0.0));
+    assert_near(
+        value(&w, "worker-2", "CPU", "Latest"),
+        100.0 * 0.487558164 / 2.0,
+    );
+    assert_near(
+        value(&w, "worker-2", "Memory", "Latest"),
+        100.0 * 732_212.0 / 4_028_440.0,
+    );
+
+    let snap = store.snapshot(SystemTime::now());
+    assert_eq!(
+        snap.nodes["worker-1"].capacity,
+        Some(NodeCapacity {
+            cpu_cores: 4.0,
+            memory_bytes: 8.0 * GI
+        })
+    );
+
+    // One LIST of each per round; Nodes from the API server's cache (resourceVersion=0).
+    let reqs = api.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert_eq!(api.hits(NODE_METRICS_PATH), 1);
+    let nodes = reqs.iter().find(|r| r.path == NODES_PATH).unwrap();
+    assert!(
+        nodes
+            .query
+            .as_deref()
+            .unwrap_or_default()
+            .contains("resourceVersion=0"),
+        "{nodes:?}"
+    );
+}
+
+#[tokio::test]
+async fn usage_over_allocatable_when_configured() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    api.set_nodes(vec![node("worker-1", ("4", "8Gi"), ("2", "4Gi"))]);
+    api.set_node_metrics(vec![node_metrics("worker-1", "1", "2Gi", t)]);
+    let store = Store::new();
+    let mut f = fetcher(&api, true);
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    let w = watcher(&store).unwrap();
+    assert_eq!(value(&w, "worker-1", "CPU", "Latest"), Some(50.0));
+    assert_eq!(value(&w, "worker-1", "Memory", "Latest"), Some(50.0));
+    let snap = store.snapshot(SystemTime::now());
+    assert_eq!(
+        snap.nodes["worker-1"].capacity,
+        Some(NodeCapacity {
+            cpu_cores: 2.0,
+            memory_bytes: 4.0 * GI
+        })
+    );
+}
+
+#[tokio::test]
+async fn metrics_of_a_node_not_in_the_node_list_are_skipped() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    api.set_nodes(vec![node("worker-1", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_node_metrics(vec![
+        node_metrics("deleted-node", "3", "6Gi", t),
+        node_metrics("worker-1", "1", "2Gi", t),
+    ]);
+    let store = Store::new();
+    let mut f = fetcher(&api, false);
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    let w = watcher(&store).unwrap();
+    assert_eq!(hosts(&w), ["worker-1"]);
+    let snap = store.snapshot(SystemTime::now());
+    assert!(!snap.nodes.contains_key("deleted-node"));
+}
+
+#[tokio::test]
+async fn metrics_api_unavailable_fails_the_run_and_keeps_the_last_data() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    api.set_nodes(vec![node("worker-1", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_node_metrics(vec![node_metrics("worker-1", "1", "2Gi", t)]);
+    let store = Store::new();
+    let mut f = fetcher(&api, false);
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+
+    api.fail(
+        Kind::NodeMetrics,
+        Fault::unavailable("the server is currently unable to handle the request"),
+    );
+    let (reason, message) = failed(run_once(&mut f, &store, TIMEOUT).await);
+    assert_eq!(reason, "http");
+    assert!(message.contains("metrics.k8s.io"), "{message}");
+    assert!(
+        message.contains("503 ServiceUnavailable: the server is currently unable"),
+        "kube's Status kept: {message}"
+    );
+    let w = watcher(&store).expect("earlier data still served");
+    assert_eq!(value(&w, "worker-1", "CPU", "Latest"), Some(25.0));
+    assert_eq!(w.window.end, secs(t));
+    let status = &store.snapshot(SystemTime::now()).sources["metrics_server"];
+    assert_eq!(status.runs, 2, "{status:?}");
+
+    api.heal(Kind::NodeMetrics);
+    api.set_node_metrics(vec![node_metrics(
+        "worker-1",
+        "2",
+        "2Gi",
+        t + Duration::from_secs(30),
+    )]);
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    let w = watcher(&store).unwrap();
+    assert_eq!(value(&w, "worker-1", "CPU", "Latest"), Some(50.0));
+}
+
+#[tokio::test]
+async fn two_rounds_give_avg_and_std() {
+    let api = apiserver::start().await;
+    let t1 = now_s();
+    let t0 = t1 - Duration::from_secs(60);
+    api.set_nodes(vec![node("worker-1", ("10", "10Gi"), ("10", "10Gi"))]);
+    let store = Store::new();
+    let mut f = fetcher(&api, false);
+
+    api.set_node_metrics(vec![node_metrics("worker-1", "2", "5Gi", t0)]);
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    api.set_node_metrics(vec![node_metrics("worker-1", "8000m", "5Gi", t1)]);
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+
+    let w = watcher(&store).unwrap();
+    assert_eq!(w.window.end, secs(t1));
+    assert_eq!(w.window.start, secs(t1) - 15 * 60);
+    assert_near(value(&w, "worker-1", "CPU", "Latest"), 80.0);
+    assert_near(value(&w, "worker-1", "CPU", "AVG"), 50.0);
+    assert_near(value(&w, "worker-1", "CPU", "STD"), 30.0);
+    assert_near(value(&w, "worker-1", "Memory", "AVG"), 50.0);
+    assert_near(value(&w, "worker-1", "Memory", "STD"), 0.0);
+}
+
+#[tokio::test]
+async fn a_node_with_zero_capacity_is_an_error_and_the_others_are_kept() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    api.set_nodes(vec![
+        node("worker-1", ("4", "8Gi"), ("4", "8Gi")),
+        node("worker-2", ("0", "8Gi"), ("0", "8Gi")),
+    ]);
+    api.set_node_metrics(vec![
+        node_metrics("worker-1", "1", "2Gi", t),
+        node_metrics("worker-2", "1", "2Gi", t),
+    ]);
+    let store = Store::new();
+    let mut f = fetcher(&api, false);
+    let (reason, message) = failed(run_once(&mut f, &store, TIMEOUT).await);
+    assert_eq!(reason, "http");
+    assert!(
+        message.contains("worker-2") && message.contains("cpu capacity is \"0\""),
+        "{message}"
+    );
+    let w = watcher(&store).unwrap();
+    assert_eq!(hosts(&w), ["worker-1"]);
+    assert_eq!(value(&w, "worker-1", "CPU", "Latest"), Some(25.0));
+}
+
+#[tokio::test]
+async fn a_forbidden_node_list_fails_the_run_with_nothing_recorded() {
+    let api = apiserver::start().await;
+    api.set_nodes(vec![node("worker-1", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_node_metrics(vec![node_metrics("worker-1", "1", "2Gi", now_s())]);
+    api.fail(
+        Kind::Nodes,
+        Fault::forbidden(
+            "nodes is forbidden: User \"system:serviceaccount:kube-system:kube-prober\" cannot list resource \"nodes\"",
+        ),
+    );
+    let store = Store::new();
+    let mut f = fetcher(&api, false);
+    let (reason, message) = failed(run_once(&mut f, &store, TIMEOUT).await);
+    assert_eq!(reason, "http");
+    assert!(
+        message.starts_with("LIST v1 Nodes: status 403 Forbidden: nodes is forbidden"),
+        "{message}"
+    );
+    assert!(watcher(&store).is_none());
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_fails_the_run_with_the_cause() {
+    let api = apiserver::start().await;
+    let url = api.url.clone();
+    let client = api.client();
+    drop(api);
+    // Let the aborted server task release its listener.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let store = Store::new();
+    let mut f = MetricsServerFetcher::new(client, MetricsServerConfig::default());
+    let (reason, message) = failed(run_once(&mut f, &store, TIMEOUT).await);
+    assert_eq!(reason, "http", "{message} ({url})");
+    assert!(
+        message.starts_with("LIST v1 Nodes: ") && message.contains("Connection refused"),
+        "the error chain is kept: {message}"
+    );
+}
+
+#[tokio::test]
+async fn kube_default_retry_rides_out_a_brief_503() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    api.set_nodes(vec![node("worker-1", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_node_metrics(vec![node_metrics("worker-1", "1", "2Gi", t)]);
+    api.fail(Kind::NodeMetrics, Fault::unavailable("starting").times(2));
+    let store = Store::new();
+    let mut f = MetricsServerFetcher::new(
+        api.client_with_default_retry(),
+        MetricsServerConfig::default(),
+    );
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    assert_eq!(api.hits(NODE_METRICS_PATH), 3);
+}

@@ -1,0 +1,303 @@
+//! The Prometheus backend: against a real Prometheus scraping a real node_exporter (with and
+//! without load-watcher's recording rules), and against a stand-in for the faults.
+
+#[path = "support/fake_prom.rs"]
+mod fake_prom;
+#[path = "support/prom.rs"]
+mod prom;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fake_prom::{Behaviour, FakePrometheus};
+use kube_prober::api::server::Published;
+use kube_prober::fetch::http::HttpConfig;
+use kube_prober::fetch::prometheus::{PrometheusConfig, PrometheusFetcher};
+use kube_prober::fetch::run_once;
+use kube_prober::provider::{RunOutcome, Store};
+use kube_prober::watcher::{Metric, WatcherMetrics};
+
+fn config(url: &str) -> PrometheusConfig {
+    let mut h = HttpConfig::new(url);
+    h.retries = 0;
+    h.timeout = Duration::from_secs(3);
+    PrometheusConfig::new(h)
+}
+
+async fn round(f: &mut PrometheusFetcher, store: &Store) -> RunOutcome {
+    run_once(f, store, Duration::from_secs(20)).await
+}
+
+fn published(store: &Store) -> Published {
+    Published::render(Arc::new(store.snapshot(SystemTime::now())), "prometheus")
+}
+
+fn decode(p: &Published) -> WatcherMetrics {
+    serde_json::from_slice(&p.watcher.as_ref().expect("/watcher has data").all).unwrap()
+}
+
+fn find<'a>(m: &'a [Metric], name: &str, op: &str) -> Option<&'a Metric> {
+    m.iter().find(|x| x.name == name && x.operator == op)
+}
+
+const CPU: &str = "instance:node_cpu:ratio";
+const MEM: &str = "instance:node_memory_utilisation:ratio";
+
+#[tokio::test]
+async fn every_metric_window_and_operator_is_queried_and_served() {
+    let fake = FakePrometheus::start(Behaviour::Answer(vec![("10.0.0.5:9100".into(), 0.5)])).await;
+    let store = Store::new();
+    let mut f = PrometheusFetcher::new(config(&fake.url)).unwrap();
+    assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 3 * 17 * 2, "3 windows x 17 metrics x AVG/STD");
+    assert!(reqs.iter().all(|(m, _)| m == "POST"));
+    assert!(
+        reqs.iter()
+            .any(|(_, q)| q == "stddev_over_time(instance:node_cpu:ratio[10m])")
+    );
+    let p = published(&store);
+    assert!(p.watcher_healthy);
+    let w = decode(&p);
+    assert_eq!(w.source, "Prometheus");
+    assert_eq!(w.window.duration, "15m");
+    let m = &w.data.node_metrics_map["10.0.0.5"].metrics;
+    assert_eq!(m.len(), 34);
+    assert_eq!(find(m, CPU, "AVG").unwrap().value, 50.0);
+    assert_eq!(find(m, CPU, "AVG").unwrap().rollup, "15m");
+    assert_eq!(
+        find(m, "instance:node_network_receive_bytes:rate:sum", "AVG")
+            .unwrap()
+            .value,
+        0.5,
+        "bytes/s, not x100"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_post_falls_back_to_get_and_stays_there() {
+    let fake = FakePrometheus::start(Behaviour::NoPost(vec![("n1".into(), 0.25)])).await;
+    let store = Store::new();
+    let mut cfg = config(&fake.url);
+    cfg.concurrency = 1;
+    let mut f = PrometheusFetcher::new(cfg).unwrap();
+    assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
+    let reqs = fake.requests();
+    let posts = reqs.iter().filter(|(m, _)| m == "POST").count();
+    assert_eq!(posts, 1, "one refused POST, then GET only");
+    assert_eq!(reqs.len(), 1 + 102);
+    let w = decode(&published(&store));
+    assert_eq!(
+        find(&w.data.node_metrics_map["n1"].metrics, CPU, "AVG")
+            .unwrap()
+            .value,
+        25.0
+    );
+}
+
+#[tokio::test]
+async fn a_failed_query_loses_only_its_own_metric() {
+    let fake = FakePrometheus::start(Behaviour::FailMatching(
+        "memory".into(),
+        vec![("n1".into(), 0.4)],
+    ))
+    .await;
+    let store = Store::new();
+    let mut f = PrometheusFetcher::new(config(&fake.url)).unwrap();
+    let outcome = round(&mut f, &store).await;
+    let RunOutcome::Failed { reason, message } = outcome else {
+        panic!("expected a failed run, got {outcome:?}");
+    };
+    assert_eq!(reason, "http");
+    assert!(
+        message.contains("status 500") && message.contains("injected"),
+        "{message}"
+    );
+    assert!(
+        message.contains("more)"),
+        "many failures are summarised: {message}"
+    );
+    let p = published(&store);
+    assert!(!p.watcher_healthy, "/watcher/health reports the failure");
+    let m = &decode(&p).data.node_metrics_map["n1"].metrics;
+    assert_eq!(find(m, CPU, "AVG").unwrap().value, 40.0);
+    assert!(find(m, MEM, "AVG").is_none());
+    assert_eq!(m.len(), 32);
+}
+
+#[tokio::test]
+async fn bad_answers_keep_the_last_good_data_with_its_time() {
+    let fake = FakePrometheus::start(Behaviour::Answer(vec![("n1".into(), 0.3)])).await;
+    let store = Store::new();
+    let mut cfg = config(&fake.url);
+    cfg.http.max_body_bytes = 64 * 1024;
+    cfg.http.timeout = Duration::from_millis(300);
+    let mut f = PrometheusFetcher::new(cfg).unwrap();
+    assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
+    let first = decode(&published(&store));
+
+    for (b, needle) in [
+        (Behaviour::Malformed, "malformed JSON"),
+        (Behaviour::Huge(200 * 1024), "limit"),
+        (Behaviour::Stall(Duration::from_secs(3)), "timed out"),
+        (Behaviour::Down, "status 503"),
+    ] {
+        fake.set(b.clone());
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        match round(&mut f, &store).await {
+            RunOutcome::Failed { message, .. } => {
+                assert!(message.contains(needle), "{b:?}: {message}")
+            }
+            other => panic!("{b:?}: expected failure, got {other:?}"),
+        }
+        let p = published(&store);
+        assert!(!p.watcher_healthy, "{b:?}");
+        let now = decode(&p);
+        assert_eq!(now.data, first.data, "{b:?}: the old data is still served");
+        assert_eq!(
+            now.window.end, first.window.end,
+            "{b:?}: with its true time"
+        );
+    }
+}
+
+#[tokio::test]
+async fn down_at_start_means_500_then_data_once_it_answers() {
+    let fake = FakePrometheus::start(Behaviour::Down).await;
+    let store = Store::new();
+    let mut f = PrometheusFetcher::new(config(&fake.url)).unwrap();
+    assert!(matches!(
+        round(&mut f, &store).await,
+        RunOutcome::Failed { .. }
+    ));
+    let p = published(&store);
+    assert!(p.watcher.is_none(), "no data yet: /watcher answers 500");
+    assert!(!p.watcher_healthy);
+    fake.set(Behaviour::Answer(vec![("n1".into(), 0.1)]));
+    assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
+    let p = published(&store);
+    assert!(p.watcher_healthy);
+    assert!(decode(&p).data.node_metrics_map.contains_key("n1"));
+}
+
+#[tokio::test]
+async fn non_finite_values_are_dropped_and_counted() {
+    let fake = FakePrometheus::start(Behaviour::Answer(vec![
+        ("n1".into(), f64::NAN),
+        ("n2".into(), 0.2),
+    ]))
+    .await;
+    let store = Store::new();
+    let mut f = PrometheusFetcher::new(config(&fake.url)).unwrap();
+    round(&mut f, &store).await;
+    let snap = store.snapshot(SystemTime::now());
+    assert_eq!(snap.sources["prometheus"].dropped["non_finite"], 102);
+    let p = published(&store);
+    let body = std::str::from_utf8(&p.watcher.as_ref().unwrap().all)
+        .unwrap()
+        .to_string();
+    assert!(!body.contains("NaN"));
+    let w = decode(&p);
+    assert!(
+        !w.data.node_metrics_map.contains_key("n1"),
+        "a node with no valid value is not served"
+    );
+    assert_eq!(w.data.node_metrics_map["n2"].metrics.len(), 34);
+}
+
+/// 1 - MemAvailable/MemTotal from this machine.
+fn meminfo_utilisation() -> f64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    };
+    1.0 - field("MemAvailable") / field("MemTotal")
+}
+
+/// Runs rounds until this host has CPU and Memory AVG (Prometheus needs a few scrapes).
+async fn rounds_until_data(f: &mut PrometheusFetcher, store: &Store, node: &str) -> Vec<Metric> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        round(f, store).await;
+        if let Some(w) = published(store).watcher.as_ref() {
+            let w: WatcherMetrics = serde_json::from_slice(&w.all).unwrap();
+            if let Some(n) = w.data.node_metrics_map.get(node) {
+                if find(&n.metrics, CPU, "AVG").is_some() && find(&n.metrics, MEM, "AVG").is_some()
+                {
+                    return n.metrics.clone();
+                }
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no CPU and Memory for {node} within 60 s"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_prometheus_with_recording_rules_gives_this_hosts_values() {
+    let prom = tokio::task::spawn_blocking(|| prom::RealPrometheus::start(true))
+        .await
+        .unwrap();
+    let node = prom
+        .node_exporter_instance
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let store = Store::new();
+    let mut f = PrometheusFetcher::new(config(&prom.url)).unwrap();
+    let m = rounds_until_data(&mut f, &store, &node).await;
+    let cpu = find(&m, CPU, "AVG").unwrap().value;
+    assert!((0.0..=100.0).contains(&cpu), "cpu {cpu}");
+    let mem = find(&m, MEM, "AVG").unwrap().value;
+    let want = meminfo_utilisation() * 100.0;
+    assert!(
+        (mem - want).abs() < 5.0,
+        "memory {mem} % vs /proc/meminfo {want} %"
+    );
+    assert!(find(&m, "instance:node_network_receive_bytes:rate:sum", "AVG").is_some());
+    assert!(
+        find(&m, "scaph_host_power_microwatts", "AVG").is_none(),
+        "no such series here"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_prometheus_without_rules_falls_back_to_node_exporter_series() {
+    let prom = tokio::task::spawn_blocking(|| prom::RealPrometheus::start(false))
+        .await
+        .unwrap();
+    let node = prom
+        .node_exporter_instance
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let store = Store::new();
+    let mut cfg = config(&prom.url);
+    cfg.fallback_resolution = Duration::from_secs(1);
+    let mut f = PrometheusFetcher::new(cfg).unwrap();
+    let m = rounds_until_data(&mut f, &store, &node).await;
+    let mem = find(&m, MEM, "AVG").unwrap().value;
+    let want = meminfo_utilisation() * 100.0;
+    assert!(
+        (mem - want).abs() < 5.0,
+        "memory {mem} % vs /proc/meminfo {want} %"
+    );
+    let cpu = find(&m, CPU, "STD").unwrap().value;
+    assert!((0.0..=100.0).contains(&cpu));
+    assert!(
+        find(
+            &m,
+            "instance_device:node_disk_io_time_seconds:rate5m",
+            "AVG"
+        )
+        .is_some()
+    );
+}

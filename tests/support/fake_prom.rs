@@ -1,0 +1,156 @@
+//! A stand-in Prometheus HTTP API (`/api/v1/query`) on 127.0.0.1 for fault tests: it answers
+//! like Prometheus does (JSON vectors and error bodies) and can be told to misbehave.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+
+/// How the stand-in answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Behaviour {
+    /// Every query: one series per `(instance, value)`.
+    Answer(Vec<(String, f64)>),
+    /// As `Answer`, but POST gets 405 (some proxies), so the client must use GET.
+    NoPost(Vec<(String, f64)>),
+    /// 500 with a Prometheus error body for queries containing the string; others as `Answer`.
+    FailMatching(String, Vec<(String, f64)>),
+    /// Invalid JSON.
+    Malformed,
+    /// A body of this many bytes.
+    Huge(usize),
+    /// Answer after this long.
+    Stall(Duration),
+    /// 503 for everything.
+    Down,
+}
+
+#[derive(Debug, Default)]
+pub struct Log {
+    pub requests: Vec<(Method, String)>,
+}
+
+#[derive(Clone)]
+struct St {
+    behaviour: Arc<Mutex<Behaviour>>,
+    log: Arc<Mutex<Log>>,
+}
+
+pub struct FakePrometheus {
+    pub url: String,
+    behaviour: Arc<Mutex<Behaviour>>,
+    pub log: Arc<Mutex<Log>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakePrometheus {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakePrometheus {
+    pub async fn start(b: Behaviour) -> FakePrometheus {
+        let behaviour = Arc::new(Mutex::new(b));
+        let log = Arc::new(Mutex::new(Log::default()));
+        let st = St {
+            behaviour: behaviour.clone(),
+            log: log.clone(),
+        };
+        let app = Router::new()
+            .route("/api/v1/query", any(query))
+            .with_state(st);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakePrometheus {
+            url,
+            behaviour,
+            log,
+            task,
+        }
+    }
+
+    pub fn set(&self, b: Behaviour) {
+        *self.behaviour.lock().unwrap() = b;
+    }
+
+    pub fn requests(&self) -> Vec<(Method, String)> {
+        self.log.lock().unwrap().requests.clone()
+    }
+}
+
+fn vector(series: &[(String, f64)]) -> String {
+    let result: Vec<String> = series
+        .iter()
+        .map(|(inst, v)| {
+            format!(r#"{{"metric":{{"instance":"{inst}"}},"value":[1700000000.123,"{v}"]}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+        result.join(",")
+    )
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn query(
+    State(st): State<St>,
+    method: Method,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Response {
+    let params = if method == Method::POST {
+        String::from_utf8_lossy(&body).into_owned()
+    } else {
+        q.unwrap_or_default()
+    };
+    let promql = form_urlencoded::parse(params.as_bytes())
+        .find(|(k, _)| k == "query")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    st.log
+        .lock()
+        .unwrap()
+        .requests
+        .push((method.clone(), promql.clone()));
+    let b = st.behaviour.lock().unwrap().clone();
+    match b {
+        Behaviour::Answer(s) => json(StatusCode::OK, vector(&s)),
+        Behaviour::NoPost(s) => {
+            if method == Method::POST {
+                (StatusCode::METHOD_NOT_ALLOWED, "").into_response()
+            } else {
+                json(StatusCode::OK, vector(&s))
+            }
+        }
+        Behaviour::FailMatching(needle, s) => {
+            if promql.contains(&needle) {
+                json(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    r#"{"status":"error","errorType":"internal","error":"injected"}"#.into(),
+                )
+            } else {
+                json(StatusCode::OK, vector(&s))
+            }
+        }
+        Behaviour::Malformed => json(StatusCode::OK, "{\"status\":\"success\",\"data\":".into()),
+        Behaviour::Huge(n) => json(StatusCode::OK, " ".repeat(n)),
+        Behaviour::Stall(d) => {
+            tokio::time::sleep(d).await;
+            json(StatusCode::OK, vector(&[]))
+        }
+        Behaviour::Down => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+    }
+}

@@ -271,6 +271,9 @@ fn spawn_usage(
             let mut pc = PrometheusConfig::new(remote("http://prometheus-k8s:9090")?);
             pc.node_label = cfg.usage.prometheus_node_label.clone();
             pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
+            if let Some(m) = &cfg.usage.prometheus_metrics {
+                pc.metrics = m.clone();
+            }
             let f = PrometheusFetcher::new(pc)?;
             let s = schedule(DEFAULT_REMOTE_INTERVAL);
             (

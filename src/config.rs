@@ -10,6 +10,8 @@ use serde::Deserialize;
 use crate::cli::{Cli, LogFormat, MetricsProvider, Role};
 use crate::error::{Error, Result};
 use crate::fetch::http::Token;
+use crate::fetch::prometheus::PromMetric;
+use crate::model::{MetricType, Resource};
 
 /// The config file: the same keys as the flags, dashes as underscores. Unknown keys are errors.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -40,6 +42,26 @@ pub struct FileConfig {
     pub signalfx_host_name_suffix: Option<String>,
     pub signalfx_cluster_name: Option<String>,
     pub watcher_legacy_scaling: Option<bool>,
+    /// Config file only: the Prometheus metrics to query instead of load-watcher's 17.
+    pub prometheus_metrics: Option<Vec<PrometheusMetricEntry>>,
+}
+
+/// One entry of `prometheus_metrics` in the config file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusMetricEntry {
+    /// Series (recording rule) name, queried as `avg_over_time(<name>[15m])`.
+    pub name: String,
+    /// load-watcher type: CPU, Memory, Bandwidth, Storage or Energy.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// PromQL to use when the series is absent (evaluated as a subquery).
+    #[serde(default)]
+    pub fallback: Option<String>,
+    /// Which node family it feeds on /metrics: cpu, memory, network_receive,
+    /// network_transmit or disk_io; absent: kube_prober_node_backend_value.
+    #[serde(default)]
+    pub resource: Option<String>,
 }
 
 /// The usage backend behind `/watcher` and its connection settings.
@@ -58,6 +80,8 @@ pub struct UsageConfig {
     pub signalfx_host_name_suffix: String,
     pub signalfx_cluster_name: String,
     pub watcher_legacy_scaling: bool,
+    /// `None`: load-watcher's 17 metrics.
+    pub prometheus_metrics: Option<Vec<PromMetric>>,
 }
 
 impl FileConfig {
@@ -137,6 +161,56 @@ fn duration(option: &'static str, value: &str, min: Duration, max: Duration) -> 
         ));
     }
     Ok(d)
+}
+
+/// Checks and converts one `prometheus_metrics` entry.
+fn prom_metric(e: PrometheusMetricEntry) -> Result<PromMetric> {
+    let kind = match e.kind.to_ascii_lowercase().as_str() {
+        "cpu" => MetricType::Cpu,
+        "memory" => MetricType::Memory,
+        "bandwidth" => MetricType::Bandwidth,
+        "storage" => MetricType::Storage,
+        "energy" => MetricType::Energy,
+        _ => {
+            return Err(invalid(
+                "prometheus_metrics[].type",
+                &e.kind,
+                "expected CPU, Memory, Bandwidth, Storage or Energy",
+            ));
+        }
+    };
+    let name_ok = !e.name.is_empty()
+        && e.name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    if !name_ok {
+        return Err(invalid(
+            "prometheus_metrics[].name",
+            &e.name,
+            "not a Prometheus metric name",
+        ));
+    }
+    let resource = match e.resource.as_deref() {
+        None => None,
+        Some(r) => Some(
+            Resource::ALL
+                .into_iter()
+                .find(|x| x.as_str() == r)
+                .ok_or_else(|| {
+                    invalid(
+                        "prometheus_metrics[].resource",
+                        r,
+                        "expected cpu, memory, network_receive, network_transmit or disk_io",
+                    )
+                })?,
+        ),
+    };
+    Ok(PromMetric {
+        name: e.name,
+        kind,
+        resource,
+        fallback: e.fallback,
+    })
 }
 
 impl Config {
@@ -369,6 +443,11 @@ impl Config {
                 .watcher_legacy_scaling
                 .or(file.watcher_legacy_scaling)
                 .unwrap_or(false),
+            prometheus_metrics: file
+                .prometheus_metrics
+                .take()
+                .map(|entries| entries.into_iter().map(prom_metric).collect())
+                .transpose()?,
         })
     }
 }
@@ -492,6 +571,33 @@ mod tests {
         assert!(err(label, FileConfig::default()).contains("--prometheus-node-label"));
         assert_eq!(crate::cli::parse_bool("TRUE"), Ok(true));
         assert!(crate::cli::parse_bool("maybe").is_err());
+    }
+
+    #[test]
+    fn prometheus_metric_names_are_configurable() {
+        let file = FileConfig::parse(
+            "prometheus_metrics:\n- name: instance:node_cpu_utilisation:rate5m\n  type: CPU\n  resource: cpu\n- name: node_load1\n  type: Unknownish\n",
+        )
+        .unwrap();
+        let e = err(Cli::default(), file);
+        assert!(
+            e.contains("prometheus_metrics[].type") && e.contains("Unknownish"),
+            "{e}"
+        );
+        let file = FileConfig::parse(
+            "prometheus_metrics:\n- name: instance:node_cpu_utilisation:rate5m\n  type: cpu\n  resource: cpu\n",
+        )
+        .unwrap();
+        let m = Config::resolve(Cli::default(), file)
+            .unwrap()
+            .usage
+            .prometheus_metrics
+            .unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!(
+            (m[0].kind, m[0].resource),
+            (MetricType::Cpu, Some(Resource::Cpu))
+        );
     }
 
     #[test]

@@ -165,3 +165,37 @@ fn load_variation_risk_balancing_takes_the_lower_of_cpu_and_memory() {
         70
     );
 }
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+
+/// The metrics-server scenario end to end: the real kube client reads three NodeMetrics
+/// rounds (20 %, 80 %, 50 %) from the stand-in API server; load-watcher would serve only
+/// `Latest 50` (LVRB 75), kube-prober serves AVG 50 and STD 24.49 as well (LVRB 63).
+#[tokio::test]
+async fn metrics_server_rounds_give_lvrb_the_variation() {
+    use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node("n", ("4", "8Gi"), ("4", "8Gi"))]);
+    let store = Store::new();
+    let mut f = MetricsServerFetcher::new(api.client(), MetricsServerConfig::default());
+    for (i, cpu) in ["800m", "3200m", "2"].into_iter().enumerate() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 60 * i as u64);
+        api.set_node_metrics(vec![apiserver::node_metrics("n", cpu, "1Gi", at)]);
+        let outcome = kube_prober::fetch::run_once(&mut f, &store, Duration::from_secs(10)).await;
+        assert_eq!(outcome, kube_prober::provider::RunOutcome::Ok);
+    }
+    let snap = store.snapshot(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 200));
+    let bodies = kube_prober::watcher::render(&snap, Default::default()).unwrap();
+    let w: WatcherMetrics = serde_json::from_slice(&bodies.all).unwrap();
+    assert_eq!(w.source, "KubernetesMetricsServer");
+    let metrics = &w.data.node_metrics_map["n"].metrics;
+    assert_eq!(lvrb_score(metrics, 1.0, 1.0), 63);
+    let latest_only: Vec<Metric> = metrics
+        .iter()
+        .filter(|m| m.operator == "Latest")
+        .cloned()
+        .collect();
+    assert_eq!(lvrb_score(&latest_only, 1.0, 1.0), 75);
+    assert_eq!(tlp_score(Some(metrics), 40.0), 33, "TLP on the 50 % mean");
+}

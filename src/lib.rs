@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod kubeclient;
 pub mod model;
 pub mod provider;
+pub mod quantity;
 pub mod role;
 pub mod sink;
 pub mod telemetry;

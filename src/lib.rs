@@ -18,6 +18,7 @@ pub mod quantity;
 pub mod role;
 pub mod sink;
 pub mod telemetry;
+pub mod watch;
 
 pub use api::watcher;
 pub use error::{Error, Result};

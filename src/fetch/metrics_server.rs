@@ -17,9 +17,9 @@ use kube::Api;
 use kube::api::ListParams;
 
 use super::{Fetched, UsageFetcher};
-use crate::quantity::parse_quantity;
 use crate::error::Error;
 use crate::model::{NodeCapacity, Resource, UsageSample};
+use crate::quantity::parse_quantity;
 
 /// Settings of the metrics-server backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,9 +1,14 @@
 //! Plain data shared by sources, the hub and outputs. No I/O, nothing imported from the rest of the crate.
 
+pub mod cluster;
 pub mod node;
 pub mod probe;
 pub mod snapshot;
 
+pub use cluster::{
+    Addon, AddonExpected, ContainerRestarts, Controller, CpuMem, NodeFacts, Owner, Placement,
+    PodFacts,
+};
 pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
 };

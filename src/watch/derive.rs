@@ -1,0 +1,889 @@
+//! Pure functions from Kubernetes objects to [`crate::model`] facts, and the per-tick counts
+//! gke-prober reports, with its bugs fixed: `schedulable` honours `spec.unschedulable`; every
+//! pod of an addon counts; ReplicaSet owners resolve to their Deployment; DaemonSet expected
+//! counts come from `status.desiredNumberScheduled`; nothing panics on missing fields.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::model::{
+    Addon, AddonExpected, ContainerRestarts, Controller, CpuMem, NodeCapacity, NodeFacts, Owner,
+    Placement, PodFacts,
+};
+use crate::quantity::parse_quantity;
+
+/// A pair of keys naming an addon and its version, looked up in annotations, then labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddonKeys {
+    pub name: String,
+    pub version: String,
+}
+
+/// What derivation looks at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeriveConfig {
+    /// A node younger than this is still warming up (gke-prober: 5 minutes).
+    pub warming: Duration,
+    /// Node labels naming the pool, first match wins.
+    pub pool_labels: Vec<String>,
+    /// Node labels naming the zone, first match wins.
+    pub zone_labels: Vec<String>,
+    /// Addon markers, first match wins.
+    pub addon_keys: Vec<AddonKeys>,
+}
+
+impl Default for DeriveConfig {
+    fn default() -> Self {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect();
+        DeriveConfig {
+            warming: Duration::from_secs(300),
+            pool_labels: s(&[
+                "cloud.google.com/gke-nodepool",
+                "eks.amazonaws.com/nodegroup",
+                "kubernetes.azure.com/agentpool",
+                "agentpool",
+            ]),
+            zone_labels: s(&[
+                "topology.kubernetes.io/zone",
+                "failure-domain.beta.kubernetes.io/zone",
+            ]),
+            addon_keys: vec![AddonKeys {
+                name: "components.gke.io/component-name".into(),
+                version: "components.gke.io/component-version".into(),
+            }],
+        }
+    }
+}
+
+/// Label value for anything we could not find.
+pub const UNKNOWN: &str = "unknown";
+
+fn first_label(meta: &ObjectMeta, keys: &[String]) -> String {
+    let labels = meta.labels.as_ref();
+    keys.iter()
+        .find_map(|k| labels.and_then(|l| l.get(k)).filter(|v| !v.is_empty()))
+        .cloned()
+        .unwrap_or_else(|| UNKNOWN.to_string())
+}
+
+/// Pool and zone of a node from its labels.
+pub fn placement(meta: &ObjectMeta, cfg: &DeriveConfig) -> Placement {
+    Placement {
+        pool: first_label(meta, &cfg.pool_labels),
+        zone: first_label(meta, &cfg.zone_labels),
+    }
+}
+
+fn cpu_mem(map: Option<&BTreeMap<String, Quantity>>) -> Result<Option<CpuMem>, String> {
+    let Some(map) = map else { return Ok(None) };
+    let get = |k: &str| -> Result<f64, String> {
+        map.get(k)
+            .map(|q| parse_quantity(&q.0).map_err(|e| format!("{k}: {e}")))
+            .transpose()
+            .map(|v| v.unwrap_or(0.0))
+    };
+    Ok(Some(CpuMem {
+        cpu_cores: get("cpu")?,
+        memory_bytes: get("memory")?,
+    }))
+}
+
+fn capacity(c: Option<CpuMem>) -> Option<NodeCapacity> {
+    c.map(|c| NodeCapacity {
+        cpu_cores: c.cpu_cores,
+        memory_bytes: c.memory_bytes,
+    })
+}
+
+/// Facts of a node; `Err` only for an object with no name or unparsable quantities.
+pub fn node_facts(node: &Node, now: SystemTime, cfg: &DeriveConfig) -> Result<NodeFacts, String> {
+    let name = node
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or("node without a name")?;
+    let status = node.status.as_ref();
+    let mut conditions: BTreeMap<String, String> = BTreeMap::new();
+    for c in status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        conditions.insert(c.type_.clone(), c.status.clone());
+    }
+    let ready = conditions.get("Ready").is_some_and(|s| s == "True");
+    let spec = node.spec.as_ref();
+    let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    let tainted = spec.and_then(|s| s.taints.as_ref()).is_some_and(|t| {
+        t.iter()
+            .any(|t| t.key == "node.kubernetes.io/unschedulable")
+    });
+    let created = node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| SystemTime::from(t.0));
+    let done_warming =
+        created.is_some_and(|c| now.duration_since(c).unwrap_or_default() >= cfg.warming);
+    let cap = cpu_mem(status.and_then(|s| s.capacity.as_ref()))
+        .map_err(|e| format!("node {name} capacity {e}"))?;
+    let alloc = cpu_mem(status.and_then(|s| s.allocatable.as_ref()))
+        .map_err(|e| format!("node {name} allocatable {e}"))?;
+    Ok(NodeFacts {
+        placement: placement(&node.metadata, cfg),
+        name,
+        conditions: conditions.into_iter().collect(),
+        ready,
+        schedulable: !cordoned && !tainted,
+        done_warming,
+        created,
+        capacity: capacity(cap),
+        allocatable: capacity(alloc),
+    })
+}
+
+/// The addon a set of annotations and labels marks, if any. The version defaults to `unknown`
+/// (label-based markers such as `app.kubernetes.io/version` are often missing).
+pub fn addon_marker(metas: &[Option<&ObjectMeta>], cfg: &DeriveConfig) -> Option<(String, String)> {
+    for keys in &cfg.addon_keys {
+        for meta in metas.iter().flatten() {
+            for map in [meta.annotations.as_ref(), meta.labels.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                if let Some(name) = map.get(&keys.name).filter(|n| !n.is_empty()) {
+                    let version = map
+                        .get(&keys.version)
+                        .filter(|v| !v.is_empty())
+                        .cloned()
+                        .unwrap_or_else(|| UNKNOWN.to_string());
+                    return Some((name.clone(), version));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The addon a DaemonSet runs and how many pods it wants (`status.desiredNumberScheduled`).
+pub fn daemonset_expected(ds: &DaemonSet, cfg: &DeriveConfig) -> Option<AddonExpected> {
+    let template = ds.spec.template.metadata.as_ref();
+    let (name, version) = addon_marker(&[template, Some(&ds.metadata)], cfg)?;
+    Some(AddonExpected {
+        addon: Addon {
+            name,
+            version,
+            controller: Controller::DaemonSet,
+        },
+        namespace: ds.metadata.namespace.clone().unwrap_or_default(),
+        workload: ds.metadata.name.clone().unwrap_or_default(),
+        expected: ds
+            .status
+            .as_ref()
+            .map(|s| u32::try_from(s.desired_number_scheduled).unwrap_or(0))
+            .unwrap_or(0),
+    })
+}
+
+/// The addon a Deployment runs and how many pods it wants (`spec.replicas`, 1 when unset).
+pub fn deployment_expected(d: &Deployment, cfg: &DeriveConfig) -> Option<AddonExpected> {
+    let template = d.spec.template.metadata.as_ref();
+    let (name, version) = addon_marker(&[template, Some(&d.metadata)], cfg)?;
+    Some(AddonExpected {
+        addon: Addon {
+            name,
+            version,
+            controller: Controller::Deployment,
+        },
+        namespace: d.metadata.namespace.clone().unwrap_or_default(),
+        workload: d.metadata.name.clone().unwrap_or_default(),
+        expected: d.spec.replicas.map_or(1, |r| u32::try_from(r).unwrap_or(0)),
+    })
+}
+
+/// The pod's controlling owner, with a ReplicaSet resolved to its Deployment through the
+/// `pod-template-hash` label (a Deployment's ReplicaSet is named `<deployment>-<hash>`).
+pub fn owner(pod: &Pod) -> Option<Owner> {
+    let refs = pod.metadata.owner_references.as_ref()?;
+    let r = refs
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .or_else(|| refs.first())?;
+    if r.kind == "ReplicaSet" {
+        let hash = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("pod-template-hash"));
+        if let Some(deployment) = hash.and_then(|h| r.name.strip_suffix(&format!("-{h}"))) {
+            return Some(Owner {
+                kind: "Deployment".into(),
+                name: deployment.to_string(),
+            });
+        }
+    }
+    Some(Owner {
+        kind: r.kind.clone(),
+        name: r.name.clone(),
+    })
+}
+
+fn requirements(r: Option<&ResourceRequirements>) -> Result<(CpuMem, CpuMem), String> {
+    let req = cpu_mem(r.and_then(|r| r.requests.as_ref()))?.unwrap_or_default();
+    let lim = cpu_mem(r.and_then(|r| r.limits.as_ref()))?.unwrap_or_default();
+    Ok((req, lim))
+}
+
+/// Facts of a pod; `Err` for a nameless pod or an unparsable quantity (counted, never guessed).
+pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
+    let name = pod.metadata.name.clone().ok_or("pod without a name")?;
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let (mut requests, mut limits) = (CpuMem::default(), CpuMem::default());
+    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+        let (r, l) = requirements(c.resources.as_ref())
+            .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        requests.add(r);
+        limits.add(l);
+    }
+    for c in spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let (r, l) = requirements(c.resources.as_ref())
+            .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        requests = requests.max(r);
+        limits = limits.max(l);
+    }
+    if let Some(o) = cpu_mem(spec.and_then(|s| s.overhead.as_ref()))
+        .map_err(|e| format!("pod {namespace}/{name} overhead {e}"))?
+    {
+        requests.add(o);
+        limits.add(o);
+    }
+    let owner = owner(pod);
+    let addon = owner.as_ref().and_then(|o| {
+        let controller = match o.kind.as_str() {
+            "DaemonSet" => Controller::DaemonSet,
+            "Deployment" => Controller::Deployment,
+            _ => return None,
+        };
+        let (name, version) = addon_marker(&[Some(&pod.metadata)], cfg)?;
+        Some(Addon {
+            name,
+            version,
+            controller,
+        })
+    });
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let containers = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|cs| {
+            let term = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+            ContainerRestarts {
+                name: cs.name.clone(),
+                restarts: u32::try_from(cs.restart_count).unwrap_or(0),
+                last_reason: term.and_then(|t| t.reason.clone()),
+                last_exit_code: term.map(|t| t.exit_code),
+            }
+        })
+        .collect();
+    Ok(PodFacts {
+        node: spec
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty()),
+        phase: status
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Unknown".into()),
+        namespace,
+        name,
+        ready,
+        owner,
+        addon,
+        requests,
+        limits,
+        containers,
+    })
+}
+
+/// Nodes per (placement, condition type, status).
+pub fn node_condition_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, String, String), u32> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        for (t, s) in &n.conditions {
+            *out.entry((n.placement.clone(), t.clone(), s.clone()))
+                .or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The availability flags of a node: ready, schedulable, done_warming, available.
+pub type Availability = (bool, bool, bool, bool);
+
+/// Nodes per (placement, availability).
+pub fn node_availability_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, Availability), u32> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let a = (n.ready, n.schedulable, n.done_warming, n.available());
+        *out.entry((n.placement.clone(), a)).or_default() += 1;
+    }
+    out
+}
+
+/// Requests and limits of the pods that hold resources on each node (not Succeeded/Failed).
+pub fn node_pod_sums<'a>(
+    pods: impl IntoIterator<Item = &'a PodFacts>,
+) -> BTreeMap<String, (CpuMem, CpuMem, u32)> {
+    let mut out: BTreeMap<String, (CpuMem, CpuMem, u32)> = BTreeMap::new();
+    for p in pods {
+        if p.phase == "Succeeded" || p.phase == "Failed" {
+            continue;
+        }
+        let Some(node) = &p.node else { continue };
+        let e = out.entry(node.clone()).or_default();
+        e.0.add(p.requests);
+        e.1.add(p.limits);
+        e.2 += 1;
+    }
+    out
+}
+
+/// One addon on one node: every pod of it counts (gke-prober looked at the first only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddonOnNode {
+    pub addon: Addon,
+    pub pods: u32,
+    /// Pods whose Ready condition is True.
+    pub ready: u32,
+}
+
+impl AddonOnNode {
+    /// Every pod of the addon on the node is ready.
+    pub fn available(&self) -> bool {
+        self.pods > 0 && self.ready == self.pods
+    }
+}
+
+/// The addons on one node, from the pods on it.
+pub fn addons_on_node<'a>(pods: impl IntoIterator<Item = &'a PodFacts>) -> Vec<AddonOnNode> {
+    let mut by: BTreeMap<Addon, (u32, u32)> = BTreeMap::new();
+    for p in pods {
+        if let Some(a) = &p.addon {
+            let e = by.entry(a.clone()).or_default();
+            e.0 += 1;
+            e.1 += u32::from(p.ready);
+        }
+    }
+    by.into_iter()
+        .map(|(addon, (pods, ready))| AddonOnNode { addon, pods, ready })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{DaemonSetSpec, DaemonSetStatus, DeploymentSpec};
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateTerminated, ContainerStatus, NodeCondition,
+        NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, PodTemplateSpec, Taint,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    fn map(kv: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+        Some(
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn q(kv: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+        Some(
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        )
+    }
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(s)
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)], conds: &[(&str, &str)], age: u64) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: map(labels),
+                creation_timestamp: Some(Time(
+                    k8s_openapi::jiff::Timestamp::from_second((NOW - age) as i64).unwrap(),
+                )),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec::default()),
+            status: Some(NodeStatus {
+                conditions: Some(
+                    conds
+                        .iter()
+                        .map(|(t, s)| NodeCondition {
+                            type_: t.to_string(),
+                            status: s.to_string(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                capacity: q(&[("cpu", "4"), ("memory", "16Gi"), ("pods", "110")]),
+                allocatable: q(&[("cpu", "3920m"), ("memory", "14Gi")]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn node_table() {
+        let cfg = DeriveConfig::default();
+        let gke = [
+            ("cloud.google.com/gke-nodepool", "pool-1"),
+            ("topology.kubernetes.io/zone", "us-c1-a"),
+        ];
+        struct Case {
+            what: &'static str,
+            node: Node,
+            want: (bool, bool, bool, bool),
+            placement: (&'static str, &'static str),
+        }
+        let mut cordoned = node("n", &gke, &[("Ready", "True")], 3600);
+        cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
+        let mut tainted = node("n", &gke, &[("Ready", "True")], 3600);
+        tainted.spec.as_mut().unwrap().taints = Some(vec![Taint {
+            key: "node.kubernetes.io/unschedulable".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        let cases = vec![
+            Case {
+                what: "healthy GKE node",
+                node: node(
+                    "n",
+                    &gke,
+                    &[("Ready", "True"), ("MemoryPressure", "False")],
+                    3600,
+                ),
+                want: (true, true, true, true),
+                placement: ("pool-1", "us-c1-a"),
+            },
+            Case {
+                what: "not ready",
+                node: node("n", &gke, &[("Ready", "False")], 3600),
+                want: (false, true, true, false),
+                placement: ("pool-1", "us-c1-a"),
+            },
+            Case {
+                what: "ready Unknown",
+                node: node("n", &gke, &[("Ready", "Unknown")], 3600),
+                want: (false, true, true, false),
+                placement: ("pool-1", "us-c1-a"),
+            },
+            Case {
+                what: "no conditions",
+                node: node("n", &[], &[], 3600),
+                want: (false, true, true, false),
+                placement: ("unknown", "unknown"),
+            },
+            Case {
+                what: "warming",
+                node: node("n", &gke, &[("Ready", "True")], 60),
+                want: (true, true, false, false),
+                placement: ("pool-1", "us-c1-a"),
+            },
+            Case {
+                what: "spec.unschedulable (gke-prober missed it)",
+                node: cordoned,
+                want: (true, false, true, false),
+                placement: ("pool-1", "us-c1-a"),
+            },
+            Case {
+                what: "unschedulable taint",
+                node: tainted,
+                want: (true, false, true, false),
+                placement: ("pool-1", "us-c1-a"),
+            },
+            Case {
+                what: "EKS labels",
+                node: node(
+                    "n",
+                    &[
+                        ("eks.amazonaws.com/nodegroup", "ng-1"),
+                        ("failure-domain.beta.kubernetes.io/zone", "eu-west-1b"),
+                    ],
+                    &[("Ready", "True")],
+                    3600,
+                ),
+                want: (true, true, true, true),
+                placement: ("ng-1", "eu-west-1b"),
+            },
+            Case {
+                what: "AKS labels",
+                node: node(
+                    "n",
+                    &[
+                        ("kubernetes.azure.com/agentpool", "nodepool1"),
+                        ("topology.kubernetes.io/zone", "westeurope-1"),
+                    ],
+                    &[("Ready", "True")],
+                    3600,
+                ),
+                want: (true, true, true, true),
+                placement: ("nodepool1", "westeurope-1"),
+            },
+        ];
+        for c in cases {
+            let f = node_facts(&c.node, at(NOW), &cfg).unwrap();
+            assert_eq!(
+                (f.ready, f.schedulable, f.done_warming, f.available()),
+                c.want,
+                "{}",
+                c.what
+            );
+            assert_eq!(
+                (f.placement.pool.as_str(), f.placement.zone.as_str()),
+                c.placement,
+                "{}",
+                c.what
+            );
+        }
+        let f = node_facts(&node("n", &gke, &[("Ready", "True")], 3600), at(NOW), &cfg).unwrap();
+        assert_eq!(
+            f.capacity.unwrap().memory_bytes,
+            16.0 * 1024.0 * 1024.0 * 1024.0
+        );
+        assert_eq!(f.allocatable.unwrap().cpu_cores, 3.92);
+        assert!(
+            node_facts(&Node::default(), at(NOW), &cfg).is_err(),
+            "nameless node is an error, not a panic"
+        );
+    }
+
+    fn owner_ref(kind: &str, name: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        }
+    }
+
+    fn pod(
+        name: &str,
+        node: &str,
+        owner: Option<OwnerReference>,
+        ann: &[(&str, &str)],
+        labels: &[(&str, &str)],
+        ready: bool,
+    ) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("kube-system".into()),
+                annotations: map(ann),
+                labels: map(labels),
+                owner_references: owner.map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![
+                    Container {
+                        name: "a".into(),
+                        resources: Some(ResourceRequirements {
+                            requests: q(&[("cpu", "100m"), ("memory", "128Mi")]),
+                            limits: q(&[("cpu", "500m"), ("memory", "256Mi")]),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "b".into(),
+                        resources: Some(ResourceRequirements {
+                            requests: q(&[("cpu", "50m")]),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ],
+                init_containers: Some(vec![Container {
+                    name: "init".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: q(&[("cpu", "1"), ("memory", "64Mi")]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "a".into(),
+                    restart_count: 3,
+                    last_state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            reason: Some("OOMKilled".into()),
+                            exit_code: 137,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    const GKE_ADDON: [(&str, &str); 2] = [
+        ("components.gke.io/component-name", "fluentbit"),
+        ("components.gke.io/component-version", "1.8.12"),
+    ];
+
+    #[test]
+    fn pod_table() {
+        let cfg = DeriveConfig::default();
+        let p = pod(
+            "fluentbit-x",
+            "n1",
+            Some(owner_ref("DaemonSet", "fluentbit")),
+            &GKE_ADDON,
+            &[],
+            true,
+        );
+        let f = pod_facts(&p, &cfg).unwrap();
+        assert_eq!(f.addon.as_ref().unwrap().name, "fluentbit");
+        assert_eq!(f.addon.as_ref().unwrap().controller, Controller::DaemonSet);
+        assert_eq!(f.node.as_deref(), Some("n1"));
+        // requests: max(100m + 50m, init 1) = 1 core; memory max(128Mi, 64Mi).
+        assert_eq!(f.requests.cpu_cores, 1.0);
+        assert_eq!(f.requests.memory_bytes, 128.0 * 1024.0 * 1024.0);
+        assert_eq!(f.limits.cpu_cores, 0.5);
+        assert_eq!(
+            f.containers,
+            vec![ContainerRestarts {
+                name: "a".into(),
+                restarts: 3,
+                last_reason: Some("OOMKilled".into()),
+                last_exit_code: Some(137)
+            }]
+        );
+
+        // A ReplicaSet owner resolves to its Deployment through pod-template-hash.
+        let p = pod(
+            "kube-dns-5f7d-abcde",
+            "n1",
+            Some(owner_ref("ReplicaSet", "kube-dns-5f7d")),
+            &[("components.gke.io/component-name", "kubedns")],
+            &[("pod-template-hash", "5f7d")],
+            false,
+        );
+        let f = pod_facts(&p, &cfg).unwrap();
+        assert_eq!(
+            f.owner,
+            Some(Owner {
+                kind: "Deployment".into(),
+                name: "kube-dns".into()
+            })
+        );
+        let a = f.addon.unwrap();
+        assert_eq!(
+            (a.name.as_str(), a.version.as_str(), a.controller),
+            ("kubedns", "unknown", Controller::Deployment)
+        );
+
+        // A ReplicaSet without the hash label stays a ReplicaSet; no addon for it.
+        let p = pod(
+            "x",
+            "n1",
+            Some(owner_ref("ReplicaSet", "rs-1")),
+            &GKE_ADDON,
+            &[],
+            true,
+        );
+        let f = pod_facts(&p, &cfg).unwrap();
+        assert_eq!(f.owner.unwrap().kind, "ReplicaSet");
+        assert!(f.addon.is_none());
+
+        // No owner, no controller flag: no panic; no addon.
+        let mut o = owner_ref("DaemonSet", "d");
+        o.controller = None;
+        let f = pod_facts(&pod("y", "n1", Some(o), &GKE_ADDON, &[], true), &cfg).unwrap();
+        assert_eq!(
+            f.owner.unwrap().kind,
+            "DaemonSet",
+            "falls back to the first owner"
+        );
+        assert!(
+            pod_facts(&pod("z", "n1", None, &GKE_ADDON, &[], true), &cfg)
+                .unwrap()
+                .addon
+                .is_none()
+        );
+
+        // Configurable label keys.
+        let mut cfg2 = DeriveConfig::default();
+        cfg2.addon_keys.push(AddonKeys {
+            name: "app.kubernetes.io/name".into(),
+            version: "app.kubernetes.io/version".into(),
+        });
+        let p = pod(
+            "c",
+            "n1",
+            Some(owner_ref("DaemonSet", "cilium")),
+            &[],
+            &[
+                ("app.kubernetes.io/name", "cilium"),
+                ("app.kubernetes.io/version", "1.15"),
+            ],
+            true,
+        );
+        let a = pod_facts(&p, &cfg2).unwrap().addon.unwrap();
+        assert_eq!((a.name.as_str(), a.version.as_str()), ("cilium", "1.15"));
+        assert!(pod_facts(&p, &cfg).unwrap().addon.is_none());
+
+        // A bad quantity is an error, never a silent zero.
+        let mut bad = pod("b", "n1", None, &[], &[], true);
+        bad.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests = q(&[("cpu", "lots")]);
+        assert!(pod_facts(&bad, &cfg).unwrap_err().contains("cpu"));
+    }
+
+    #[test]
+    fn every_pod_of_an_addon_on_a_node_counts() {
+        let cfg = DeriveConfig::default();
+        let pods: Vec<PodFacts> = [true, false, true]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                pod_facts(
+                    &pod(
+                        &format!("p{i}"),
+                        "n1",
+                        Some(owner_ref("DaemonSet", "fb")),
+                        &GKE_ADDON,
+                        &[],
+                        *r,
+                    ),
+                    &cfg,
+                )
+                .unwrap()
+            })
+            .collect();
+        let a = addons_on_node(&pods);
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].pods, a[0].ready, a[0].available()), (3, 2, false));
+        let sums = node_pod_sums(&pods);
+        assert_eq!(sums["n1"].2, 3);
+        assert_eq!(sums["n1"].0.cpu_cores, 3.0);
+    }
+
+    #[test]
+    fn workloads_expected_from_their_own_fields() {
+        let cfg = DeriveConfig::default();
+        let template = PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                annotations: map(&GKE_ADDON),
+                ..Default::default()
+            }),
+            spec: None,
+        };
+        let ds = DaemonSet {
+            metadata: ObjectMeta {
+                name: Some("fluentbit".into()),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            spec: DaemonSetSpec {
+                template: template.clone(),
+                ..Default::default()
+            },
+            status: Some(DaemonSetStatus {
+                desired_number_scheduled: 7,
+                ..Default::default()
+            }),
+        };
+        let e = daemonset_expected(&ds, &cfg).unwrap();
+        assert_eq!(
+            (e.expected, e.addon.controller, e.workload.as_str()),
+            (7, Controller::DaemonSet, "fluentbit")
+        );
+        let mut d = Deployment {
+            metadata: ObjectMeta {
+                name: Some("metrics-server".into()),
+                ..Default::default()
+            },
+            spec: DeploymentSpec {
+                template,
+                replicas: Some(2),
+                ..Default::default()
+            },
+            status: None,
+        };
+        assert_eq!(deployment_expected(&d, &cfg).unwrap().expected, 2);
+        d.spec.replicas = None;
+        assert_eq!(
+            deployment_expected(&d, &cfg).unwrap().expected,
+            1,
+            "replicas defaults to 1"
+        );
+        let plain = DaemonSet::default();
+        assert!(daemonset_expected(&plain, &cfg).is_none());
+    }
+
+    #[test]
+    fn counts_group_identical_label_sets() {
+        let cfg = DeriveConfig::default();
+        let gke = [
+            ("cloud.google.com/gke-nodepool", "p"),
+            ("topology.kubernetes.io/zone", "z"),
+        ];
+        let nodes: Vec<NodeFacts> = [("Ready", "True"), ("Ready", "True"), ("Ready", "False")]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                node_facts(&node(&format!("n{i}"), &gke, &[*c], 3600), at(NOW), &cfg).unwrap()
+            })
+            .collect();
+        let cond = node_condition_counts(&nodes);
+        let pl = Placement {
+            pool: "p".into(),
+            zone: "z".into(),
+        };
+        assert_eq!(cond[&(pl.clone(), "Ready".into(), "True".into())], 2);
+        assert_eq!(cond[&(pl.clone(), "Ready".into(), "False".into())], 1);
+        let av = node_availability_counts(&nodes);
+        assert_eq!(av[&(pl.clone(), (true, true, true, true))], 2);
+        assert_eq!(av[&(pl, (false, true, true, false))], 1);
+    }
+}

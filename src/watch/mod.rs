@@ -1,0 +1,4 @@
+//! Kubernetes sources: pure derivation of facts from API objects (`derive`); the reflectors
+//! that feed it come next.
+
+pub mod derive;

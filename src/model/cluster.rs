@@ -1,5 +1,6 @@
 //! What the Kubernetes watchers derive from objects: plain facts, no API types.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use super::node::NodeCapacity;
@@ -125,4 +126,79 @@ pub struct PodFacts {
     pub requests: CpuMem,
     pub limits: CpuMem,
     pub containers: Vec<ContainerRestarts>,
+}
+
+/// One addon on one node: every pod of it counts (gke-prober looked at the first only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddonOnNode {
+    pub addon: Addon,
+    pub pods: u32,
+    /// Pods whose Ready condition is True.
+    pub ready: u32,
+}
+
+impl AddonOnNode {
+    /// Every pod of the addon on the node is ready.
+    pub fn available(&self) -> bool {
+        self.pods > 0 && self.ready == self.pods
+    }
+}
+
+/// What the pods on one node hold.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct NodePods {
+    pub requests: CpuMem,
+    pub limits: CpuMem,
+    /// Pods that hold resources (not Succeeded or Failed).
+    pub pods: u32,
+}
+
+/// Restart counters of one pod's containers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRestarts {
+    pub namespace: String,
+    pub pod: String,
+    pub node: Option<String>,
+    pub addon: Option<Addon>,
+    pub containers: Vec<ContainerRestarts>,
+}
+
+/// The cluster as the Kubernetes watchers see it at one tick.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterState {
+    pub nodes: Vec<NodeFacts>,
+    pub expected: Vec<AddonExpected>,
+    /// By node name.
+    pub node_pods: std::collections::BTreeMap<String, NodePods>,
+    /// By node name.
+    pub addons: std::collections::BTreeMap<String, Vec<AddonOnNode>>,
+    /// Addon pods only: every pod's containers would be 300,000 series at the largest scale.
+    pub restarts: Vec<PodRestarts>,
+    /// Objects that could not be used, by reason (e.g. `bad_quantity`); each is logged.
+    pub skipped: std::collections::BTreeMap<String, u64>,
+}
+
+/// Nodes per (placement, condition type, status).
+pub fn node_condition_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, String, String), u32> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        for (t, s) in &n.conditions {
+            *out.entry((n.placement.clone(), t.clone(), s.clone()))
+                .or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The availability flags of a node: ready, schedulable, done_warming, available.
+pub type Availability = (bool, bool, bool, bool);
+
+/// Nodes per (placement, availability).
+pub fn node_availability_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, Availability), u32> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let a = (n.ready, n.schedulable, n.done_warming, n.available());
+        *out.entry((n.placement.clone(), a)).or_default() += 1;
+    }
+    out
 }

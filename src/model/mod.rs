@@ -6,8 +6,8 @@ pub mod probe;
 pub mod snapshot;
 
 pub use cluster::{
-    Addon, AddonExpected, ContainerRestarts, Controller, CpuMem, NodeFacts, Owner, Placement,
-    PodFacts,
+    Addon, AddonExpected, AddonOnNode, ClusterState, ContainerRestarts, Controller, CpuMem,
+    NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,

@@ -131,6 +131,8 @@ pub struct Snapshot {
     /// True once every registered source has finished at least one run.
     pub sources_synced: bool,
     pub cluster: ClusterInfo,
+    /// What the Kubernetes watchers derived (cluster and node roles); shared, not copied.
+    pub cluster_state: Option<std::sync::Arc<super::cluster::ClusterState>>,
     pub nodes: BTreeMap<String, NodeLoad>,
     pub sources: BTreeMap<String, SourceStatus>,
     pub probes: Vec<ProbeState>,
@@ -145,6 +147,7 @@ impl Snapshot {
             last_tick_duration: Duration::ZERO,
             sources_synced: false,
             cluster: ClusterInfo::default(),
+            cluster_state: None,
             nodes: BTreeMap::new(),
             sources: BTreeMap::new(),
             probes: Vec::new(),

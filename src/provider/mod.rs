@@ -7,13 +7,18 @@ pub mod window;
 
 use std::time::{Duration, SystemTime};
 
-use crate::model::{BackendWindow, ClusterInfo, NodeCapacity, ProbeOutcome, UsageSample};
+use crate::model::{
+    BackendWindow, ClusterInfo, ClusterState, NodeCapacity, ProbeOutcome, UsageSample,
+};
 
 pub use store::Store;
 
 /// Cluster-wide facts: identity and role (workloads and node objects come with the watchers).
 pub trait ClusterRecorder: Send + Sync {
     fn record_cluster_info(&self, info: ClusterInfo);
+    /// The whole picture the Kubernetes watchers derived; replaces the previous one, so series
+    /// of deleted nodes, pods and workloads leave the next snapshot.
+    fn record_cluster_state(&self, state: ClusterState);
 }
 
 /// Per-node load and capacity.

@@ -2,14 +2,14 @@
 //! turned into an immutable [`Snapshot`] on every tick.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::window::{DEFAULT_CAP, Ring};
 use super::{ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SourceRecorder};
 use crate::model::{
-    BackendStat, BackendWindow, ClusterInfo, NodeCapacity, NodeLoad, ProbeOutcome, ProbeState,
-    Resource, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
+    BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, ProbeOutcome,
+    ProbeState, Resource, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
 };
 
 #[derive(Debug)]
@@ -43,6 +43,7 @@ impl NodeState {
 #[derive(Debug, Default)]
 struct Inner {
     cluster: ClusterInfo,
+    cluster_state: Option<Arc<ClusterState>>,
     nodes: HashMap<String, NodeState>,
     sources: BTreeMap<String, SourceStatus>,
     probes: BTreeMap<(String, String), ProbeState>,
@@ -90,6 +91,7 @@ impl Store {
             last_tick_duration: inner.last_tick_duration,
             sources_synced,
             cluster: inner.cluster.clone(),
+            cluster_state: inner.cluster_state.clone(),
             nodes,
             sources: inner.sources.clone(),
             probes: inner.probes.values().cloned().collect(),
@@ -147,6 +149,10 @@ fn node_load(name: &str, st: &NodeState) -> NodeLoad {
 impl ClusterRecorder for Store {
     fn record_cluster_info(&self, info: ClusterInfo) {
         self.lock().cluster = info;
+    }
+
+    fn record_cluster_state(&self, state: ClusterState) {
+        self.lock().cluster_state = Some(Arc::new(state));
     }
 }
 

@@ -109,6 +109,102 @@ pub const NODE_MEMORY_CAPACITY: Family = gauge(
     Some("bytes"),
 );
 
+pub const CLUSTER_NODES: Family = gauge(
+    "kube_prober_cluster_nodes",
+    "Nodes per pool, zone and availability flags (ready, schedulable, done_warming, available = all three); gke-prober's cluster/node_available.",
+    None,
+);
+pub const CLUSTER_NODE_CONDITIONS: Family = gauge(
+    "kube_prober_cluster_node_conditions",
+    "Nodes per pool, zone, condition type and status; gke-prober's cluster/node_condition.",
+    None,
+);
+pub const NODE_CONDITION: Family = gauge(
+    "kube_prober_node_condition",
+    "1 per node and condition type, with the condition's status as a label; gke-prober's node/condition.",
+    None,
+);
+pub const NODE_AVAILABLE: Family = gauge(
+    "kube_prober_node_available",
+    "1 if the node is ready, schedulable (no spec.unschedulable, no unschedulable taint) and done warming, else 0; the three flags are labels.",
+    None,
+);
+pub const NODE_ADDONS_AVAILABLE: Family = gauge(
+    "kube_prober_node_addons_available",
+    "1 if the node is available and every addon pod on it is ready, else 0; gke-prober's addon/control_plane_available.",
+    None,
+);
+pub const ADDON_EXPECTED_PODS: Family = gauge(
+    "kube_prober_addon_expected_pods",
+    "Pods an addon's controller wants: DaemonSet status.desiredNumberScheduled, Deployment spec.replicas; gke-prober's cluster/addons_expected.",
+    None,
+);
+pub const ADDON_PODS: Family = gauge(
+    "kube_prober_addon_pods",
+    "Pods of an addon on a node (every pod counts); gke-prober's addon/available.",
+    None,
+);
+pub const ADDON_READY_PODS: Family = gauge(
+    "kube_prober_addon_ready_pods",
+    "Pods of an addon on a node whose Ready condition is True.",
+    None,
+);
+pub const ADDON_AVAILABLE: Family = gauge(
+    "kube_prober_addon_available",
+    "1 if every pod of the addon on the node is ready, else 0.",
+    None,
+);
+pub const NODE_POD_REQUESTS_CPU: Family = gauge(
+    "kube_prober_node_pod_requests_cpu_cores",
+    "CPU requested by the pods holding resources on the node (max of containers' sum and the largest init container, plus overhead).",
+    Some("cores"),
+);
+pub const NODE_POD_REQUESTS_MEMORY: Family = gauge(
+    "kube_prober_node_pod_requests_memory_bytes",
+    "Memory requested by the pods holding resources on the node.",
+    Some("bytes"),
+);
+pub const NODE_POD_LIMITS_CPU: Family = gauge(
+    "kube_prober_node_pod_limits_cpu_cores",
+    "CPU limits of the pods holding resources on the node.",
+    Some("cores"),
+);
+pub const NODE_POD_LIMITS_MEMORY: Family = gauge(
+    "kube_prober_node_pod_limits_memory_bytes",
+    "Memory limits of the pods holding resources on the node.",
+    Some("bytes"),
+);
+pub const NODE_PODS: Family = gauge(
+    "kube_prober_node_pods",
+    "Pods holding resources on the node (not Succeeded or Failed).",
+    None,
+);
+pub const NODE_ALLOCATABLE_CPU: Family = gauge(
+    "kube_prober_node_allocatable_cpu_cores",
+    "CPU cores the node offers to pods (status.allocatable).",
+    Some("cores"),
+);
+pub const NODE_ALLOCATABLE_MEMORY: Family = gauge(
+    "kube_prober_node_allocatable_memory_bytes",
+    "Memory the node offers to pods (status.allocatable).",
+    Some("bytes"),
+);
+pub const CONTAINER_RESTARTS: Family = counter(
+    "kube_prober_container_restarts",
+    "Restarts of each container of addon pods (the kubelet's restartCount); gke-prober's addon/restart.",
+    None,
+);
+pub const CONTAINER_LAST_TERMINATION: Family = gauge(
+    "kube_prober_container_last_termination",
+    "1 per container of addon pods that has ended before, with the reason and exit code of its last termination.",
+    None,
+);
+pub const CLUSTER_SKIPPED_OBJECTS: Family = gauge(
+    "kube_prober_cluster_skipped_objects",
+    "Kubernetes objects left out of the cluster metrics at the last tick because they could not be used, by reason (each is logged).",
+    None,
+);
+
 pub const PROBE_SUCCESS: Family = gauge(
     "kube_prober_probe_success",
     "1 if the newest run of the probe against the target succeeded, else 0.",
@@ -196,6 +292,25 @@ pub const ALL: &[Family] = &[
     NODE_USAGE_TIMESTAMP,
     NODE_CPU_CAPACITY,
     NODE_MEMORY_CAPACITY,
+    NODE_ALLOCATABLE_CPU,
+    NODE_ALLOCATABLE_MEMORY,
+    CLUSTER_NODES,
+    CLUSTER_NODE_CONDITIONS,
+    NODE_CONDITION,
+    NODE_AVAILABLE,
+    NODE_ADDONS_AVAILABLE,
+    ADDON_EXPECTED_PODS,
+    ADDON_PODS,
+    ADDON_READY_PODS,
+    ADDON_AVAILABLE,
+    NODE_POD_REQUESTS_CPU,
+    NODE_POD_REQUESTS_MEMORY,
+    NODE_POD_LIMITS_CPU,
+    NODE_POD_LIMITS_MEMORY,
+    NODE_PODS,
+    CONTAINER_RESTARTS,
+    CONTAINER_LAST_TERMINATION,
+    CLUSTER_SKIPPED_OBJECTS,
     PROBE_SUCCESS,
     PROBE_DURATION,
     PROBE_RUNS,
@@ -210,6 +325,122 @@ pub const ALL: &[Family] = &[
     TICKS,
     TICK_DURATION,
     SNAPSHOT_AGE,
+];
+
+/// One gke-prober metric and where its data is here: the Cloud Monitoring output writes
+/// `<prefix>/<suffix>` with gke-prober's label keys, so its dashboards keep working.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GkeProberMetric {
+    /// gke-prober's metric type suffix.
+    pub suffix: &'static str,
+    /// Our family.
+    pub family: &'static str,
+    /// (gke-prober label key, our label), in gke-prober's order.
+    pub labels: &'static [(&'static str, &'static str)],
+    /// GCM metric kind: `GAUGE` or `CUMULATIVE`.
+    pub kind: &'static str,
+}
+
+/// gke-prober's names and label keys (including its `scheduleable` spelling on
+/// node/available), mapped to ours.
+pub const GKE_PROBER: &[GkeProberMetric] = &[
+    GkeProberMetric {
+        suffix: "cluster/node_condition",
+        family: "kube_prober_cluster_node_conditions",
+        labels: &[
+            ("nodepool", "pool"),
+            ("zone", "zone"),
+            ("type", "condition"),
+            ("status", "status"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "cluster/node_available",
+        family: "kube_prober_cluster_nodes",
+        labels: &[
+            ("nodepool", "pool"),
+            ("zone", "zone"),
+            ("ready", "ready"),
+            ("schedulable", "schedulable"),
+            ("done_warming", "done_warming"),
+            ("available", "available"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "cluster/addons_expected",
+        family: "kube_prober_addon_expected_pods",
+        labels: &[
+            ("addon", "addon"),
+            ("version", "version"),
+            ("controller", "controller"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "cluster/probe/addons_condition",
+        family: "kube_prober_probe_success",
+        labels: &[
+            ("name", "probe"),
+            ("condition", "success"),
+            ("reason", "reason"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "node/condition",
+        family: "kube_prober_node_condition",
+        labels: &[
+            ("nodepool", "pool"),
+            ("zone", "zone"),
+            ("type", "condition"),
+            ("status", "status"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "node/available",
+        family: "kube_prober_node_available",
+        labels: &[
+            ("nodepool", "pool"),
+            ("zone", "zone"),
+            ("available", "available"),
+            ("ready", "ready"),
+            ("scheduleable", "schedulable"),
+            ("done_warming", "done_warming"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "addon/available",
+        family: "kube_prober_addon_pods",
+        labels: &[
+            ("nodepool", "pool"),
+            ("zone", "zone"),
+            ("addon", "addon"),
+            ("version", "version"),
+            ("controller", "controller"),
+            ("available", "available"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "addon/control_plane_available",
+        family: "kube_prober_node_addons_available",
+        labels: &[
+            ("nodepool", "pool"),
+            ("zone", "zone"),
+            ("available", "available"),
+        ],
+        kind: "GAUGE",
+    },
+    GkeProberMetric {
+        suffix: "addon/restart",
+        family: "kube_prober_container_restarts",
+        labels: &[("container_name", "container"), ("addon", "addon")],
+        kind: "CUMULATIVE",
+    },
 ];
 
 /// The family that carries a node resource.
@@ -227,6 +458,20 @@ pub fn node_resource_family(r: crate::model::Resource) -> &'static Family {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_gke_prober_metric_maps_to_one_of_ours() {
+        for g in GKE_PROBER {
+            assert!(
+                ALL.iter().any(|f| f.name == g.family),
+                "{} -> {}",
+                g.suffix,
+                g.family
+            );
+            assert!(matches!(g.kind, "GAUGE" | "CUMULATIVE"));
+        }
+        assert_eq!(GKE_PROBER.len(), 9);
+    }
 
     #[test]
     fn names_follow_prometheus_conventions() {

@@ -14,7 +14,9 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::names::{self, Family, Kind};
-use crate::model::{Operator, Resource, Snapshot, unix_seconds};
+use crate::model::{
+    AddonOnNode, ClusterState, NodePods, Operator, Resource, Snapshot, unix_seconds,
+};
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +147,216 @@ fn push_value(out: &mut String, v: f64) {
     }
 }
 
+fn flag(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+fn one_if(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+/// The Kubernetes-derived families (cluster and node roles).
+fn render_cluster(w: &mut Writer, cs: &ClusterState) {
+    let (mut alloc_cpu, mut alloc_mem, mut cond, mut avail) = (vec![], vec![], vec![], vec![]);
+    for n in &cs.nodes {
+        let node = n.name.as_str();
+        if let Some(a) = n.allocatable {
+            alloc_cpu.push((vec![("node", node)], a.cpu_cores));
+            alloc_mem.push((vec![("node", node)], a.memory_bytes));
+        }
+        for (t, st) in &n.conditions {
+            let labels = vec![
+                ("node", node),
+                ("pool", n.placement.pool.as_str()),
+                ("zone", n.placement.zone.as_str()),
+                ("condition", t.as_str()),
+                ("status", st.as_str()),
+            ];
+            cond.push((labels, 1.0));
+        }
+        let labels = vec![
+            ("node", node),
+            ("pool", n.placement.pool.as_str()),
+            ("zone", n.placement.zone.as_str()),
+            ("ready", flag(n.ready)),
+            ("schedulable", flag(n.schedulable)),
+            ("done_warming", flag(n.done_warming)),
+        ];
+        avail.push((labels, one_if(n.available())));
+    }
+    w.family(&names::NODE_ALLOCATABLE_CPU, &alloc_cpu);
+    w.family(&names::NODE_ALLOCATABLE_MEMORY, &alloc_mem);
+
+    let counts = crate::model::cluster::node_availability_counts(&cs.nodes);
+    let rows: Vec<_> = counts
+        .iter()
+        .map(|((pl, (r, s, d, a)), n)| {
+            let labels = vec![
+                ("pool", pl.pool.as_str()),
+                ("zone", pl.zone.as_str()),
+                ("ready", flag(*r)),
+                ("schedulable", flag(*s)),
+                ("done_warming", flag(*d)),
+                ("available", flag(*a)),
+            ];
+            (labels, f64::from(*n))
+        })
+        .collect();
+    w.family(&names::CLUSTER_NODES, &rows);
+    let counts = crate::model::cluster::node_condition_counts(&cs.nodes);
+    let rows: Vec<_> = counts
+        .iter()
+        .map(|((pl, t, st), n)| {
+            let labels = vec![
+                ("pool", pl.pool.as_str()),
+                ("zone", pl.zone.as_str()),
+                ("condition", t.as_str()),
+                ("status", st.as_str()),
+            ];
+            (labels, f64::from(*n))
+        })
+        .collect();
+    w.family(&names::CLUSTER_NODE_CONDITIONS, &rows);
+    w.family(&names::NODE_CONDITION, &cond);
+    w.family(&names::NODE_AVAILABLE, &avail);
+
+    let mut ctl_avail = vec![];
+    for n in &cs.nodes {
+        let addons_ok = cs
+            .addons
+            .get(&n.name)
+            .is_none_or(|a| a.iter().all(|x| x.available()));
+        let labels = vec![
+            ("node", n.name.as_str()),
+            ("pool", n.placement.pool.as_str()),
+            ("zone", n.placement.zone.as_str()),
+        ];
+        ctl_avail.push((labels, one_if(n.available() && addons_ok)));
+    }
+    w.family(&names::NODE_ADDONS_AVAILABLE, &ctl_avail);
+
+    let expected: Vec<_> = cs
+        .expected
+        .iter()
+        .map(|e| {
+            let labels = vec![
+                ("namespace", e.namespace.as_str()),
+                ("workload", e.workload.as_str()),
+                ("addon", e.addon.name.as_str()),
+                ("version", e.addon.version.as_str()),
+                ("controller", e.addon.controller.as_str()),
+            ];
+            (labels, f64::from(e.expected))
+        })
+        .collect();
+    w.family(&names::ADDON_EXPECTED_PODS, &expected);
+    let addon_rows = |f: fn(&AddonOnNode) -> f64| {
+        cs.addons
+            .iter()
+            .flat_map(|(node, list)| {
+                list.iter().map(move |a| {
+                    let labels = vec![
+                        ("node", node.as_str()),
+                        ("addon", a.addon.name.as_str()),
+                        ("version", a.addon.version.as_str()),
+                        ("controller", a.addon.controller.as_str()),
+                    ];
+                    (labels, f(a))
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    w.family(&names::ADDON_PODS, &addon_rows(|a| f64::from(a.pods)));
+    w.family(
+        &names::ADDON_READY_PODS,
+        &addon_rows(|a| f64::from(a.ready)),
+    );
+    w.family(
+        &names::ADDON_AVAILABLE,
+        &addon_rows(|a| one_if(a.available())),
+    );
+
+    let pods_rows = |f: fn(&NodePods) -> f64| {
+        cs.node_pods
+            .iter()
+            .map(|(node, p)| (vec![("node", node.as_str())], f(p)))
+            .collect::<Vec<_>>()
+    };
+    w.family(
+        &names::NODE_POD_REQUESTS_CPU,
+        &pods_rows(|p| p.requests.cpu_cores),
+    );
+    w.family(
+        &names::NODE_POD_REQUESTS_MEMORY,
+        &pods_rows(|p| p.requests.memory_bytes),
+    );
+    w.family(
+        &names::NODE_POD_LIMITS_CPU,
+        &pods_rows(|p| p.limits.cpu_cores),
+    );
+    w.family(
+        &names::NODE_POD_LIMITS_MEMORY,
+        &pods_rows(|p| p.limits.memory_bytes),
+    );
+    w.family(&names::NODE_PODS, &pods_rows(|p| f64::from(p.pods)));
+
+    let mut restarts = vec![];
+    let mut last = vec![];
+    let exit_codes: Vec<Vec<String>> = cs
+        .restarts
+        .iter()
+        .map(|p| {
+            p.containers
+                .iter()
+                .map(|c| c.last_exit_code.map(|e| e.to_string()).unwrap_or_default())
+                .collect()
+        })
+        .collect();
+    for (p, codes) in cs.restarts.iter().zip(&exit_codes) {
+        let addon = p
+            .addon
+            .as_ref()
+            .map(|a| a.name.as_str())
+            .unwrap_or_default();
+        let node = p.node.as_deref().unwrap_or_default();
+        for (c, code) in p.containers.iter().zip(codes) {
+            let labels = vec![
+                ("namespace", p.namespace.as_str()),
+                ("pod", p.pod.as_str()),
+                ("container", c.name.as_str()),
+                ("node", node),
+                ("addon", addon),
+            ];
+            restarts.push((labels, f64::from(c.restarts)));
+            if c.last_reason.is_some() || c.last_exit_code.is_some() {
+                let labels = vec![
+                    ("namespace", p.namespace.as_str()),
+                    ("pod", p.pod.as_str()),
+                    ("container", c.name.as_str()),
+                    ("reason", c.last_reason.as_deref().unwrap_or("unknown")),
+                    (
+                        "exit_code",
+                        if code.is_empty() {
+                            "unknown"
+                        } else {
+                            code.as_str()
+                        },
+                    ),
+                ];
+                last.push((labels, 1.0));
+            }
+        }
+    }
+    w.family(&names::CONTAINER_RESTARTS, &restarts);
+    w.family(&names::CONTAINER_LAST_TERMINATION, &last);
+    let skipped: Vec<_> = cs
+        .skipped
+        .iter()
+        .map(|(r, n)| (vec![("reason", r.as_str())], *n as f64))
+        .collect();
+    w.family(&names::CLUSTER_SKIPPED_OBJECTS, &skipped);
+}
+
 fn operator_label(op: Operator) -> &'static str {
     match op {
         Operator::Avg => "avg",
@@ -256,8 +468,24 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
     }
     w.family(&names::NODE_USAGE_SAMPLES, &samples);
     w.family(&names::NODE_USAGE_TIMESTAMP, &stamps);
+    // Capacity the usage source did not give, from the Node objects.
+    if let Some(cs) = &snap.cluster_state {
+        let has_usage_capacity =
+            |name: &str| snap.nodes.get(name).is_some_and(|l| l.capacity.is_some());
+        for n in cs.nodes.iter().filter(|n| !has_usage_capacity(&n.name)) {
+            if let Some(c) = n.capacity {
+                cpu_cap.push((vec![("node", n.name.as_str())], c.cpu_cores));
+                mem_cap.push((vec![("node", n.name.as_str())], c.memory_bytes));
+            }
+        }
+        cpu_cap.sort_by(|a, b| a.0.cmp(&b.0));
+        mem_cap.sort_by(|a, b| a.0.cmp(&b.0));
+    }
     w.family(&names::NODE_CPU_CAPACITY, &cpu_cap);
     w.family(&names::NODE_MEMORY_CAPACITY, &mem_cap);
+    if let Some(cs) = &snap.cluster_state {
+        render_cluster(&mut w, cs);
+    }
 
     let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
         snap.probes

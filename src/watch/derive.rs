@@ -11,9 +11,10 @@ use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+pub use crate::model::cluster::{Availability, node_availability_counts, node_condition_counts};
 use crate::model::{
-    Addon, AddonExpected, ContainerRestarts, Controller, CpuMem, NodeCapacity, NodeFacts, Owner,
-    Placement, PodFacts,
+    Addon, AddonExpected, AddonOnNode, ClusterState, ContainerRestarts, Controller, CpuMem,
+    NodeCapacity, NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 use crate::quantity::parse_quantity;
 
@@ -318,63 +319,85 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     })
 }
 
-/// Nodes per (placement, condition type, status).
-pub fn node_condition_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, String, String), u32> {
-    let mut out = BTreeMap::new();
-    for n in nodes {
-        for (t, s) in &n.conditions {
-            *out.entry((n.placement.clone(), t.clone(), s.clone()))
-                .or_default() += 1;
-        }
-    }
-    out
-}
-
-/// The availability flags of a node: ready, schedulable, done_warming, available.
-pub type Availability = (bool, bool, bool, bool);
-
-/// Nodes per (placement, availability).
-pub fn node_availability_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, Availability), u32> {
-    let mut out = BTreeMap::new();
-    for n in nodes {
-        let a = (n.ready, n.schedulable, n.done_warming, n.available());
-        *out.entry((n.placement.clone(), a)).or_default() += 1;
-    }
-    out
-}
-
 /// Requests and limits of the pods that hold resources on each node (not Succeeded/Failed).
 pub fn node_pod_sums<'a>(
     pods: impl IntoIterator<Item = &'a PodFacts>,
-) -> BTreeMap<String, (CpuMem, CpuMem, u32)> {
-    let mut out: BTreeMap<String, (CpuMem, CpuMem, u32)> = BTreeMap::new();
+) -> BTreeMap<String, NodePods> {
+    let mut out: BTreeMap<String, NodePods> = BTreeMap::new();
     for p in pods {
         if p.phase == "Succeeded" || p.phase == "Failed" {
             continue;
         }
         let Some(node) = &p.node else { continue };
         let e = out.entry(node.clone()).or_default();
-        e.0.add(p.requests);
-        e.1.add(p.limits);
-        e.2 += 1;
+        e.requests.add(p.requests);
+        e.limits.add(p.limits);
+        e.pods += 1;
     }
     out
 }
 
-/// One addon on one node: every pod of it counts (gke-prober looked at the first only).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AddonOnNode {
-    pub addon: Addon,
-    pub pods: u32,
-    /// Pods whose Ready condition is True.
-    pub ready: u32,
-}
-
-impl AddonOnNode {
-    /// Every pod of the addon on the node is ready.
-    pub fn available(&self) -> bool {
-        self.pods > 0 && self.ready == self.pods
+/// Everything the cluster metrics need, from the watchers' objects. Objects that cannot be
+/// used are skipped, logged and counted by reason; they never become a made-up number.
+pub fn cluster_state<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    pods: impl IntoIterator<Item = &'a Pod>,
+    daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
+    deployments: impl IntoIterator<Item = &'a Deployment>,
+    now: SystemTime,
+    cfg: &DeriveConfig,
+) -> ClusterState {
+    let mut st = ClusterState::default();
+    let skip = |st: &mut ClusterState, reason: &str, why: String| {
+        tracing::warn!(reason, error = %why, "object skipped");
+        *st.skipped.entry(reason.to_string()).or_default() += 1;
+    };
+    for n in nodes {
+        match node_facts(n, now, cfg) {
+            Ok(f) => st.nodes.push(f),
+            Err(e) => skip(&mut st, "bad_node", e),
+        }
     }
+    let mut facts = Vec::new();
+    for p in pods {
+        match pod_facts(p, cfg) {
+            Ok(f) => facts.push(f),
+            Err(e) => skip(&mut st, "bad_pod", e),
+        }
+    }
+    st.expected.extend(
+        daemonsets
+            .into_iter()
+            .filter_map(|d| daemonset_expected(d, cfg)),
+    );
+    st.expected.extend(
+        deployments
+            .into_iter()
+            .filter_map(|d| deployment_expected(d, cfg)),
+    );
+    st.node_pods = node_pod_sums(&facts);
+    let mut by_node: BTreeMap<String, Vec<&PodFacts>> = BTreeMap::new();
+    for f in &facts {
+        if let (Some(node), Some(_)) = (&f.node, &f.addon) {
+            by_node.entry(node.clone()).or_default().push(f);
+        }
+    }
+    st.addons = by_node
+        .into_iter()
+        .map(|(node, pods)| (node, addons_on_node(pods)))
+        .collect();
+    st.restarts = facts
+        .into_iter()
+        .filter(|f| f.addon.is_some())
+        .map(|f| PodRestarts {
+            namespace: f.namespace,
+            pod: f.name,
+            node: f.node,
+            addon: f.addon,
+            containers: f.containers,
+        })
+        .collect();
+    st
 }
 
 /// The addons on one node, from the pods on it.
@@ -804,8 +827,8 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!((a[0].pods, a[0].ready, a[0].available()), (3, 2, false));
         let sums = node_pod_sums(&pods);
-        assert_eq!(sums["n1"].2, 3);
-        assert_eq!(sums["n1"].0.cpu_cores, 3.0);
+        assert_eq!(sums["n1"].pods, 3);
+        assert_eq!(sums["n1"].requests.cpu_cores, 3.0);
     }
 
     #[test]
@@ -859,6 +882,52 @@ mod tests {
         );
         let plain = DaemonSet::default();
         assert!(daemonset_expected(&plain, &cfg).is_none());
+    }
+
+    #[test]
+    fn cluster_state_from_objects() {
+        let cfg = DeriveConfig::default();
+        let gke = [
+            ("cloud.google.com/gke-nodepool", "p"),
+            ("topology.kubernetes.io/zone", "z"),
+        ];
+        let nodes = vec![
+            node("n1", &gke, &[("Ready", "True")], 3600),
+            Node::default(),
+        ];
+        let mut bad = pod("bad", "n1", None, &[], &[], true);
+        bad.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests = q(&[("memory", "??")]);
+        let pods = vec![
+            pod(
+                "fb-1",
+                "n1",
+                Some(owner_ref("DaemonSet", "fb")),
+                &GKE_ADDON,
+                &[],
+                true,
+            ),
+            pod(
+                "app-1",
+                "n1",
+                Some(owner_ref("ReplicaSet", "app-7c9")),
+                &[],
+                &[("pod-template-hash", "7c9")],
+                true,
+            ),
+            bad,
+        ];
+        let st = cluster_state(&nodes, &pods, &[], &[], at(NOW), &cfg);
+        assert_eq!(st.nodes.len(), 1);
+        assert_eq!(st.skipped["bad_node"], 1);
+        assert_eq!(st.skipped["bad_pod"], 1);
+        assert_eq!(st.node_pods["n1"].pods, 2);
+        assert_eq!(st.addons["n1"].len(), 1);
+        assert_eq!(st.restarts.len(), 1, "only addon pods carry restart series");
+        assert_eq!(st.restarts[0].containers[0].restarts, 3);
     }
 
     #[test]

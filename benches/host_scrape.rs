@@ -18,6 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{first_line, machine_info};
+
 const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
 const WARMUP: usize = 20;
 const KUBE_PROBER_ARGS: [&str; 12] = [
@@ -111,60 +114,6 @@ fn env_usize(name: &str, default: usize) -> usize {
             .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
         Err(_) => default,
     }
-}
-
-fn first_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .ok()
-        .map(|o| {
-            // node_exporter prints its version on stderr in some releases, stdout in others.
-            let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
-            s.push_str(&String::from_utf8_lossy(&o.stderr));
-            s.lines().next().unwrap_or("").trim().to_string()
-        })
-        .unwrap_or_else(|| "unknown".to_string())
-}
-
-fn machine_info() -> Vec<(&'static str, String)> {
-    let nproc = Command::new("nproc")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "unknown".into())
-        });
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map(|kib| format!("{:.1} GiB", kib as f64 / 1024.0 / 1024.0))
-        .unwrap_or_else(|| "unknown".into());
-    vec![
-        ("nproc", nproc),
-        ("kernel", kernel),
-        ("CPU", cpu),
-        ("memory", mem),
-    ]
 }
 
 fn start_kube_prober() -> (Guard, String) {
@@ -350,6 +299,12 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` does not: then do nothing.
     if !std::env::args().any(|a| a == "--bench") {
@@ -367,6 +322,7 @@ fn main() {
     assert!(scrapes > 0, "SCRAPES must be at least 1");
     let idle_secs = env_usize("IDLE_SECS", 60);
     let tck = clk_tck();
+    let load_start = loadavg();
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -416,6 +372,7 @@ fn main() {
         (kp_res, ne_res, idle)
     });
 
+    let load_end = loadavg();
     let ne_version = first_line(NODE_EXPORTER, &["--version"]);
     drop(kp);
     drop(ne);
@@ -448,7 +405,7 @@ fn main() {
     println!();
     for r in [&kp_res, &ne_res] {
         println!(
-            "- {}: {} CPU ticks over the loop ({:.1} s wall; resolution {:.3} ms/scrape)",
+            "- {}: {} CPU ticks over the loop ({:.2} s wall; resolution {:.3} ms/scrape)",
             r.name,
             r.cpu_ticks,
             r.wall.as_secs_f64(),
@@ -484,6 +441,7 @@ fn main() {
         println!("- {k}: {v}");
     }
     println!("- CLK_TCK: {tck}");
+    println!("- load average (1/5/15 min) at start: {load_start}; at end: {load_end}");
     println!("- node_exporter: {ne_version}");
     println!();
     println!("Command:\n");

@@ -23,10 +23,18 @@ use crate::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
 use crate::fetch::prometheus::{PrometheusConfig, PrometheusFetcher};
 use crate::fetch::signalfx::{SignalFxConfig, SignalFxFetcher};
 use crate::fetch::{self, Schedule, host};
+use crate::identity::{self, Identity, IdentityConfig};
 use crate::kubeclient;
+use crate::probe::dns::DnsProbe;
+use crate::probe::http::HttpProbe;
+use crate::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
+use crate::probe::{self, Probe};
+
 use crate::model::{ClusterInfo, Snapshot};
 use crate::provider::{Provider, Store};
 use crate::role;
+use crate::watch::cluster::{Scope, WatchConfig};
+use crate::watch::derive::DeriveConfig;
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
 pub async fn run(cfg: Config) -> Result<()> {
@@ -71,7 +79,8 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
     let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
     let provider_kind = cfg.usage.provider.unwrap_or(match choice.role {
         Role::Host => MetricsProvider::Host,
-        Role::Cluster | Role::Node => MetricsProvider::KubernetesMetricsServer,
+        Role::Cluster => MetricsProvider::KubernetesMetricsServer,
+        Role::Node => MetricsProvider::Host,
     });
     tracing::info!(
         role = choice.role.as_str(),
@@ -79,17 +88,12 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         metrics_provider = provider_kind.as_str(),
         "role chosen"
     );
-    if choice.role == Role::Node {
-        return Err(Error::RoleUnavailable {
-            role: "node".into(),
-            reason: "this build does not have the node role yet (its Kubernetes watchers are being built); run with --role host".into(),
-        });
-    }
-    let kube_client = match provider_kind {
-        MetricsProvider::KubernetesMetricsServer => {
-            Some(kubeclient::client(choice.kubeconfig.as_deref()).await?)
-        }
-        _ => None,
+    let needs_kube =
+        choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
+    let kube_client = if needs_kube {
+        Some(kubeclient::client(choice.kubeconfig.as_deref()).await?)
+    } else {
+        None
     };
     if provider_kind == MetricsProvider::Host && !cfg.procfs.is_dir() {
         return Err(Error::Config {
@@ -98,15 +102,26 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
             reason: "not a directory".into(),
         });
     }
-    let node_name = match &cfg.node_name {
-        Some(n) => n.clone(),
-        None => local_hostname()?,
+    let identity = match choice.role {
+        Role::Host => Identity::default(),
+        _ => identity::detect(&IdentityConfig::from_env()).await,
     };
+    let node_name = match (&cfg.node_name, &identity.node_name) {
+        (Some(n), _) | (None, Some(n)) => n.clone(),
+        (None, None) => local_hostname()?,
+    };
+    let cluster_name = cfg
+        .cluster_name
+        .clone()
+        .or_else(|| identity.cluster_name.clone())
+        .unwrap_or_else(|| "unknown".into());
 
     let store = Arc::new(Store::new());
     store.cluster().record_cluster_info(ClusterInfo {
-        cluster_name: cfg.cluster_name.clone(),
+        cluster_name,
         role: choice.role.as_str().into(),
+        project: identity.project.clone().unwrap_or_default(),
+        location: identity.location.clone().unwrap_or_default(),
     });
 
     let listener = TcpListener::bind(cfg.listen)
@@ -121,6 +136,36 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
     })?;
 
     let provider: Arc<dyn Provider> = store.clone();
+    let mut watch_tasks = Vec::new();
+    if let (Some(client), true) = (&kube_client, choice.role != Role::Host) {
+        let scope = match choice.role {
+            Role::Node => Scope::Node {
+                name: node_name.clone(),
+            },
+            _ => Scope::Cluster {
+                namespaces: cfg.workload_namespaces.clone(),
+            },
+        };
+        let wc = WatchConfig {
+            scope,
+            derive: DeriveConfig {
+                addon_keys: cfg.addon_keys.clone(),
+                ..DeriveConfig::default()
+            },
+            interval: cfg.tick_interval,
+        };
+        let (_stores, tasks) =
+            crate::watch::cluster::spawn(client.clone(), wc, provider.clone(), cancel.clone());
+        watch_tasks = tasks;
+    }
+    watch_tasks.extend(spawn_probes(
+        &cfg,
+        choice.role,
+        identity.on_gce,
+        kube_client.as_ref(),
+        provider.clone(),
+        &cancel,
+    )?);
     let (fetch_task, usage_source) = spawn_usage(
         &cfg,
         provider_kind,
@@ -170,6 +215,9 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
     };
     cancel.cancel();
     let _ = fetch_task.await;
+    for t in watch_tasks {
+        let _ = t.await;
+    }
     let _ = tick_task.await;
     let server_result = match server_result {
         Some(r) => Some(r),
@@ -227,6 +275,120 @@ async fn tick_loop(
         tx.send_replace(Arc::new(published));
         store.record_tick(started.elapsed());
     }
+}
+
+/// Starts one probe if its schedule is configured (not disabled).
+fn spawn_probe<P: Probe>(
+    cfg: &Config,
+    probe: P,
+    provider: &Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Option<JoinHandle<()>> {
+    let (interval, timeout) = *cfg.probes.schedules.get(probe.name())?;
+    tracing::info!(
+        probe = probe.name(),
+        target = probe.target(),
+        ?interval,
+        "probe enabled"
+    );
+    Some(tokio::spawn(probe::run(
+        probe,
+        probe::Schedule { interval, timeout },
+        provider.clone(),
+        cancel.clone(),
+    )))
+}
+
+/// The probes of a role: cluster (metrics-server, cluster DNS, API server), node (kubelet,
+/// addon endpoints), and connectivity (URLs, DNS names) in every role.
+fn spawn_probes(
+    cfg: &Config,
+    role: Role,
+    on_gce: bool,
+    client: Option<&kube::Client>,
+    provider: Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Result<Vec<JoinHandle<()>>> {
+    let p = &cfg.probes;
+    let mut tasks = Vec::new();
+    let http = |name: &str, url: &str, timeout_of: &str| {
+        let timeout = p
+            .schedules
+            .get(timeout_of)
+            .map_or(Duration::from_secs(5), |s| s.1);
+        HttpProbe::new(name, url, timeout).map_err(|reason| Error::Config {
+            option: "probe URL",
+            value: url.to_string(),
+            reason,
+        })
+    };
+    let mut dns_names = p.dns_names.clone().unwrap_or_else(|| match role {
+        Role::Cluster => vec!["kubernetes.default.svc.cluster.local".into()],
+        _ => Vec::new(),
+    });
+    if let (Role::Cluster, Some(client)) = (role, client) {
+        tasks.extend(spawn_probe(
+            cfg,
+            MetricsServerProbe::new(client.clone()),
+            &provider,
+            cancel,
+        ));
+        tasks.extend(spawn_probe(
+            cfg,
+            ApiServerReadyProbe::new(client.clone()),
+            &provider,
+            cancel,
+        ));
+        if !dns_names.is_empty() {
+            let first = dns_names.remove(0);
+            tasks.extend(spawn_probe(
+                cfg,
+                DnsProbe::new("cluster_dns", &first),
+                &provider,
+                cancel,
+            ));
+        }
+    }
+    if role == Role::Node {
+        let kubelet =
+            http("kubelet_healthz", &p.kubelet_healthz_url, "kubelet_healthz")?.body_contains("ok");
+        tasks.extend(spawn_probe(cfg, kubelet, &provider, cancel));
+        let node_ip = std::env::var("NODE_IP").unwrap_or_else(|_| "127.0.0.1".into());
+        if on_gce {
+            let host = IdentityConfig::from_env().metadata_host;
+            let url =
+                format!("http://{host}/computeMetadata/v1/instance/service-accounts/default/email");
+            let probe =
+                http("gce_metadata", &url, "gce_metadata")?.header("Metadata-Flavor", "Google");
+            tasks.extend(spawn_probe(cfg, probe, &provider, cancel));
+        }
+        for (_addon, url) in &p.addon_endpoints {
+            let url = url.replace("$NODE_IP", &node_ip);
+            tasks.extend(spawn_probe(
+                cfg,
+                http("addon_http", &url, "addon_http")?,
+                &provider,
+                cancel,
+            ));
+        }
+    }
+    for url in &p.urls {
+        tasks.extend(spawn_probe(
+            cfg,
+            http("http_get", url, "http_get")?,
+            &provider,
+            cancel,
+        ));
+    }
+    for name in &dns_names {
+        tasks.extend(spawn_probe(
+            cfg,
+            DnsProbe::new("dns_lookup", name),
+            &provider,
+            cancel,
+        ));
+    }
+    Ok(tasks)
 }
 
 /// Builds and spawns the usage source; returns its task and source name.

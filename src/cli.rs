@@ -200,6 +200,53 @@ pub struct Cli {
     #[arg(long, env = "ENABLE_OPENSHIFT_AUTH", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub enable_openshift_auth: Option<bool>,
 
+    /// Namespaces whose DaemonSets and Deployments are watched for addons (comma-separated).
+    /// [default: kube-system]
+    #[arg(long, env = "KUBE_PROBER_WORKLOAD_NAMESPACES", value_name = "NS,...")]
+    pub workload_namespaces: Option<String>,
+
+    /// More addon markers besides GKE's components.gke.io/component-name/-version, as
+    /// NAME_KEY=VERSION_KEY pairs, comma-separated (annotations, then labels), e.g.
+    /// app.kubernetes.io/name=app.kubernetes.io/version.
+    #[arg(
+        long,
+        env = "KUBE_PROBER_ADDON_KEYS",
+        value_name = "NAME_KEY=VERSION_KEY,..."
+    )]
+    pub addon_keys: Option<String>,
+
+    /// Probes to turn off, comma-separated: metrics_server, cluster_dns, apiserver_readyz,
+    /// kubelet_healthz, addon_http, gce_metadata, http_get, dns_lookup.
+    #[arg(long, env = "KUBE_PROBER_DISABLE_PROBES", value_name = "NAME,...")]
+    pub disable_probes: Option<String>,
+
+    /// How often each probe runs (per probe: `probes:` in the config file). [default: 30s]
+    #[arg(long, env = "KUBE_PROBER_PROBE_INTERVAL", value_name = "DURATION")]
+    pub probe_interval: Option<String>,
+
+    /// Deadline of one probe run. [default: 5s]
+    #[arg(long, env = "KUBE_PROBER_PROBE_TIMEOUT", value_name = "DURATION")]
+    pub probe_timeout: Option<String>,
+
+    /// URLs to GET as connectivity probes (`http_get`), comma-separated.
+    #[arg(long, env = "KUBE_PROBER_PROBE_URLS", value_name = "URL,...")]
+    pub probe_urls: Option<String>,
+
+    /// Names to resolve as DNS probes, comma-separated. In the cluster role the first is the
+    /// `cluster_dns` probe. [default: kubernetes.default.svc.cluster.local in the cluster role]
+    #[arg(long, env = "KUBE_PROBER_PROBE_DNS_NAMES", value_name = "NAME,...")]
+    pub probe_dns_names: Option<String>,
+
+    /// Node role: the kubelet's health endpoint (it listens on 127.0.0.1 by default, so the
+    /// DaemonSet needs hostNetwork, or point this at the node IP). [default: http://127.0.0.1:10248/healthz]
+    #[arg(long, env = "KUBE_PROBER_KUBELET_HEALTHZ_URL", value_name = "URL")]
+    pub kubelet_healthz_url: Option<String>,
+
+    /// Node role: addon HTTP endpoints as NAME=URL pairs, comma-separated; `$NODE_IP` is
+    /// replaced by the NODE_IP environment variable. [default: fluentbit=http://$NODE_IP:2020/api/v1/uptime]
+    #[arg(long, env = "KUBE_PROBER_ADDON_ENDPOINTS", value_name = "NAME=URL,...")]
+    pub addon_endpoints: Option<String>,
+
     /// KubernetesMetricsServer: percent of allocatable instead of capacity (load-watcher uses
     /// capacity). [default: false]
     #[arg(long, env = "KUBE_PROBER_METRICS_SERVER_USE_ALLOCATABLE", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]

@@ -1,6 +1,7 @@
 //! The resolved configuration: flags over environment over the YAML file over defaults, every
 //! value checked at start. A bad value is an [`Error::Config`] naming the option and the value.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fetch::http::Token;
 use crate::fetch::prometheus::PromMetric;
 use crate::model::{MetricType, Resource};
+use crate::watch::derive::{AddonKeys, DeriveConfig};
 
 /// The config file: the same keys as the flags, dashes as underscores. Unknown keys are errors.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -37,6 +39,17 @@ pub struct FileConfig {
     pub insecure_skip_verify: Option<bool>,
     pub enable_openshift_auth: Option<bool>,
     pub metrics_server_use_allocatable: Option<bool>,
+    pub workload_namespaces: Option<String>,
+    pub addon_keys: Option<String>,
+    pub disable_probes: Option<String>,
+    pub probe_interval: Option<String>,
+    pub probe_timeout: Option<String>,
+    pub probe_urls: Option<String>,
+    pub probe_dns_names: Option<String>,
+    pub kubelet_healthz_url: Option<String>,
+    pub addon_endpoints: Option<String>,
+    /// Config file only: per-probe settings by probe name.
+    pub probes: Option<BTreeMap<String, ProbeFileSettings>>,
     pub prometheus_node_label: Option<String>,
     pub prometheus_fallback_resolution: Option<String>,
     pub signalfx_host_name_suffix: Option<String>,
@@ -44,6 +57,46 @@ pub struct FileConfig {
     pub watcher_legacy_scaling: Option<bool>,
     /// Config file only: the Prometheus metrics to query instead of load-watcher's 17.
     pub prometheus_metrics: Option<Vec<PrometheusMetricEntry>>,
+}
+
+/// One entry of `probes` in the config file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeFileSettings {
+    pub enabled: Option<bool>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+}
+
+/// Every probe name, for validation.
+pub const PROBE_NAMES: [&str; 8] = [
+    "metrics_server",
+    "cluster_dns",
+    "apiserver_readyz",
+    "kubelet_healthz",
+    "addon_http",
+    "gce_metadata",
+    "http_get",
+    "dns_lookup",
+];
+
+/// When each probe runs, and what the configurable ones check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbesConfig {
+    /// Probe name -> (interval, timeout); a disabled probe is absent.
+    pub schedules: BTreeMap<String, (Duration, Duration)>,
+    pub urls: Vec<String>,
+    /// `None`: the role's default.
+    pub dns_names: Option<Vec<String>>,
+    pub kubelet_healthz_url: String,
+    pub addon_endpoints: Vec<(String, String)>,
+}
+
+fn csv(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
 }
 
 /// One entry of `prometheus_metrics` in the config file.
@@ -113,7 +166,8 @@ pub struct Config {
     pub role: Option<Role>,
     pub listen: SocketAddr,
     pub node_name: Option<String>,
-    pub cluster_name: String,
+    /// `None`: from the GCE metadata server, else `unknown`.
+    pub cluster_name: Option<String>,
     pub kubeconfig: Option<PathBuf>,
     pub procfs: PathBuf,
     /// `None`: 15 s for the host source, 60 s for remote backends (load-watcher's minute).
@@ -124,6 +178,11 @@ pub struct Config {
     pub log_level: String,
     pub log_format: LogFormat,
     pub usage: UsageConfig,
+    /// Namespaces whose DaemonSets and Deployments are addon candidates.
+    pub workload_namespaces: Vec<String>,
+    /// Addon markers, GKE's first.
+    pub addon_keys: Vec<AddonKeys>,
+    pub probes: ProbesConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -226,6 +285,44 @@ impl Config {
     /// Merges flags (already holding their environment fallbacks) over the file, and validates.
     pub fn resolve(mut cli: Cli, mut file: FileConfig) -> Result<Self> {
         let usage = Self::resolve_usage(&mut cli, &mut file)?;
+        let probes = Self::resolve_probes(&mut cli, &mut file)?;
+        let ns_s = cli
+            .workload_namespaces
+            .take()
+            .or(file.workload_namespaces.take())
+            .unwrap_or_else(|| "kube-system".into());
+        let workload_namespaces: Vec<String> = ns_s
+            .split(',')
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let dns_label = |n: &String| {
+            n.len() <= 63
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        if workload_namespaces.is_empty() || !workload_namespaces.iter().all(dns_label) {
+            return Err(invalid(
+                "--workload-namespaces",
+                &ns_s,
+                "expected comma-separated namespace names",
+            ));
+        }
+        let mut addon_keys = DeriveConfig::default().addon_keys;
+        if let Some(k) = cli.addon_keys.take().or(file.addon_keys.take()) {
+            for pair in k.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let (name, version) = pair
+                    .split_once('=')
+                    .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                    .ok_or_else(|| {
+                        invalid("--addon-keys", &k, "expected NAME_KEY=VERSION_KEY pairs")
+                    })?;
+                addon_keys.push(AddonKeys {
+                    name: name.trim().into(),
+                    version: version.trim().into(),
+                });
+            }
+        }
         let listen_s = cli
             .listen
             .or(file.listen)
@@ -244,16 +341,11 @@ impl Config {
         {
             return Err(invalid("--node-name", n, "must be 1 to 253 characters"));
         }
-        let cluster_name = cli
-            .cluster_name
-            .or(file.cluster_name)
-            .unwrap_or_else(|| "unknown".into());
-        if cluster_name.trim().is_empty() {
-            return Err(invalid(
-                "--cluster-name",
-                &cluster_name,
-                "must not be empty",
-            ));
+        let cluster_name = cli.cluster_name.or(file.cluster_name);
+        if let Some(c) = &cluster_name
+            && c.trim().is_empty()
+        {
+            return Err(invalid("--cluster-name", c, "must not be empty"));
         }
 
         let secs = Duration::from_secs;
@@ -324,6 +416,125 @@ impl Config {
             log_level,
             log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
             usage,
+            workload_namespaces,
+            addon_keys,
+            probes,
+        })
+    }
+
+    fn resolve_probes(cli: &mut Cli, file: &mut FileConfig) -> Result<ProbesConfig> {
+        let secs = Duration::from_secs;
+        let interval_s = cli
+            .probe_interval
+            .take()
+            .or(file.probe_interval.take())
+            .unwrap_or_else(|| "30s".into());
+        let interval = duration("--probe-interval", &interval_s, secs(1), secs(3600))?;
+        let timeout_s = cli
+            .probe_timeout
+            .take()
+            .or(file.probe_timeout.take())
+            .unwrap_or_else(|| "5s".into());
+        let timeout = duration(
+            "--probe-timeout",
+            &timeout_s,
+            Duration::from_millis(10),
+            secs(600),
+        )?;
+        let disabled_s = cli
+            .disable_probes
+            .take()
+            .or(file.disable_probes.take())
+            .unwrap_or_default();
+        let disabled = csv(&disabled_s);
+        for d in &disabled {
+            if !PROBE_NAMES.contains(&d.as_str()) {
+                return Err(invalid(
+                    "--disable-probes",
+                    d,
+                    format!("unknown probe (known: {})", PROBE_NAMES.join(", ")),
+                ));
+            }
+        }
+        let per = file.probes.take().unwrap_or_default();
+        let mut schedules = BTreeMap::new();
+        for name in PROBE_NAMES {
+            let s = per.get(name).cloned().unwrap_or_default();
+            if disabled.iter().any(|d| d == name) || s.enabled == Some(false) {
+                continue;
+            }
+            let i = s
+                .interval
+                .as_deref()
+                .map(|v| duration("probes[].interval", v, secs(1), secs(3600)))
+                .transpose()?
+                .unwrap_or(interval);
+            let t = s
+                .timeout
+                .as_deref()
+                .map(|v| duration("probes[].timeout", v, Duration::from_millis(10), secs(600)))
+                .transpose()?
+                .unwrap_or(timeout);
+            schedules.insert(name.to_string(), (i, t));
+        }
+        if let Some(unknown) = per.keys().find(|k| !PROBE_NAMES.contains(&k.as_str())) {
+            return Err(invalid(
+                "probes",
+                unknown,
+                format!("unknown probe (known: {})", PROBE_NAMES.join(", ")),
+            ));
+        }
+        let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+        let urls = csv(&cli
+            .probe_urls
+            .take()
+            .or(file.probe_urls.take())
+            .unwrap_or_default());
+        if let Some(bad) = urls.iter().find(|u| !url_ok(u)) {
+            return Err(invalid(
+                "--probe-urls",
+                bad,
+                "must be an http:// or https:// URL",
+            ));
+        }
+        let dns_names = cli
+            .probe_dns_names
+            .take()
+            .or(file.probe_dns_names.take())
+            .map(|s| csv(&s));
+        let kubelet_healthz_url = cli
+            .kubelet_healthz_url
+            .take()
+            .or(file.kubelet_healthz_url.take())
+            .unwrap_or_else(|| "http://127.0.0.1:10248/healthz".into());
+        if !url_ok(&kubelet_healthz_url) {
+            return Err(invalid(
+                "--kubelet-healthz-url",
+                &kubelet_healthz_url,
+                "must be an http:// or https:// URL",
+            ));
+        }
+        let ep_s = cli
+            .addon_endpoints
+            .take()
+            .or(file.addon_endpoints.take())
+            .unwrap_or_else(|| "fluentbit=http://$NODE_IP:2020/api/v1/uptime".into());
+        let mut addon_endpoints = Vec::new();
+        for pair in csv(&ep_s) {
+            let (name, url) = pair
+                .split_once('=')
+                .filter(|(n, u)| !n.is_empty() && url_ok(u))
+                .ok_or_else(|| {
+                    invalid("--addon-endpoints", &pair, "expected NAME=http(s)://URL")
+                })?;
+            addon_endpoints.push((name.to_string(), url.to_string()));
+        }
+        Ok(ProbesConfig {
+            schedules,
+            urls,
+            dns_names,
+            kubelet_healthz_url,
+            addon_endpoints,
         })
     }
 
@@ -471,7 +682,7 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_secs(10));
         assert_eq!(c.tick_interval, Duration::from_secs(10));
         assert_eq!(c.procfs, PathBuf::from("/proc"));
-        assert_eq!(c.cluster_name, "unknown");
+        assert_eq!(c.cluster_name, None);
         assert_eq!(c.role, None);
         assert_eq!(c.log_format, LogFormat::Text);
     }
@@ -598,6 +809,44 @@ mod tests {
             (m[0].kind, m[0].resource),
             (MetricType::Cpu, Some(Resource::Cpu))
         );
+    }
+
+    #[test]
+    fn probe_settings() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.probes.schedules.len(), 8);
+        assert_eq!(
+            c.probes.schedules["kubelet_healthz"],
+            (Duration::from_secs(30), Duration::from_secs(5))
+        );
+        assert_eq!(c.probes.addon_endpoints[0].0, "fluentbit");
+        let file = FileConfig::parse(
+            "probes:\n  cluster_dns: {interval: 10s, timeout: 1s}\n  gce_metadata: {enabled: false}\n",
+        )
+        .unwrap();
+        let cli = Cli {
+            disable_probes: Some("http_get".into()),
+            ..Cli::default()
+        };
+        let c = Config::resolve(cli, file).unwrap();
+        assert_eq!(
+            c.probes.schedules["cluster_dns"],
+            (Duration::from_secs(10), Duration::from_secs(1))
+        );
+        assert!(!c.probes.schedules.contains_key("gce_metadata"));
+        assert!(!c.probes.schedules.contains_key("http_get"));
+        let bad = Cli {
+            disable_probes: Some("ping".into()),
+            ..Cli::default()
+        };
+        assert!(err(bad, FileConfig::default()).contains("--disable-probes"));
+        let bad = Cli {
+            addon_endpoints: Some("fluentbit".into()),
+            ..Cli::default()
+        };
+        assert!(err(bad, FileConfig::default()).contains("--addon-endpoints"));
+        let file = FileConfig::parse("probes:\n  pingu: {enabled: true}\n").unwrap();
+        assert!(err(Cli::default(), file).contains("pingu"));
     }
 
     #[test]

@@ -249,6 +249,7 @@ fn small_cluster_golden_metrics() {
     store.cluster().record_cluster_info(ClusterInfo {
         cluster_name: "test".into(),
         role: "cluster".into(),
+        ..Default::default()
     });
     store.cluster().record_cluster_state(state);
     let snap = store.snapshot(now);

@@ -70,7 +70,48 @@ async fn kubeconfig_means_cluster_role_with_metrics_server() {
     assert_eq!(latest("node-b", "CPU"), 75.0);
     assert_eq!(get(&p.url("/watcher/health")).await.0, 200);
     let (_, metrics) = get(&p.url("/metrics")).await;
-    assert!(metrics.contains("kube_prober_cluster_info{cluster=\"unknown\",role=\"cluster\"} 1"));
+    assert!(metrics.contains("kube_prober_cluster_info{cluster=\"unknown\",role=\"cluster\",project=\"\",location=\"\"} 1"));
     assert!(metrics.contains("kube_prober_node_cpu_capacity_cores{node=\"node-b\"} 8"));
+    assert_eq!(p.terminate(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_role_watches_its_node_and_reads_procfs() {
+    let api = apiserver::start().await;
+    api.set_nodes(vec![
+        apiserver::node("worker-7", ("4", "8Gi"), ("4", "8Gi")),
+        apiserver::node("worker-8", ("4", "8Gi"), ("4", "8Gi")),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = kubeconfig(dir.path(), &api.url);
+    let p = Prober::start_with_env(
+        &["--role", "node", "--tick-interval", "1s"],
+        &[("KUBECONFIG", kc.as_str()), ("NODE_NAME", "worker-7")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&p.url("/readyz")).await.0 != 200 {
+        assert!(Instant::now() < deadline, "not ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, body) = get(&p.url("/watcher")).await;
+    let w: WatcherMetrics = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        w.source, "Host",
+        "the node role reads this machine's procfs"
+    );
+    assert!(w.data.node_metrics_map.contains_key("worker-7"));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, metrics) = get(&p.url("/metrics")).await;
+        if metrics.contains("kube_prober_node_allocatable_cpu_cores{node=\"worker-7\"} 4") {
+            assert!(!metrics.contains("node=\"worker-8\""), "only its own node");
+            assert!(
+                metrics.contains("kube_prober_cluster_info{cluster=\"unknown\",role=\"node\",project=\"\",location=\"\"} 1")
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no node metrics: {metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(p.terminate(), 0);
 }

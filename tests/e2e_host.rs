@@ -62,7 +62,7 @@ fn host_role_end_to_end() {
         "kube_prober_node_cpu_utilization_ratio{node=\"e2e-node\",window=\"instant\",operator=\"latest\"}",
         "kube_prober_node_memory_utilization_ratio{node=\"e2e-node\",window=\"15m\",operator=\"avg\"}",
         "kube_prober_source_up{source=\"host\"} 1",
-        "kube_prober_cluster_info{cluster=\"unknown\",role=\"host\"} 1",
+        "kube_prober_cluster_info{cluster=\"unknown\",role=\"host\",project=\"\",location=\"\"} 1",
     ] {
         assert!(body.contains(needle), "/metrics lacks {needle}:\n{body}");
     }

@@ -29,6 +29,7 @@ pub fn fixed_snapshot() -> Snapshot {
     store.cluster().record_cluster_info(ClusterInfo {
         cluster_name: "test".into(),
         role: "host".into(),
+        ..Default::default()
     });
     store.source().register_source("host");
     for i in 0..20u64 {

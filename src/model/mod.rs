@@ -12,7 +12,7 @@ pub use cluster::{
 pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
 };
-pub use probe::ProbeOutcome;
+pub use probe::{PROBE_BUCKETS, ProbeOutcome};
 pub use snapshot::{
     BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,
     WindowStats, unix_seconds,

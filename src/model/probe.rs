@@ -13,3 +13,8 @@ pub struct ProbeOutcome {
     /// `None` on success, else a short reason such as `timeout`, `refused`, `status_503`.
     pub failure: Option<String>,
 }
+
+/// Upper bounds (seconds) of the probe duration histogram buckets; `+Inf` is implied.
+pub const PROBE_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];

@@ -110,7 +110,12 @@ pub struct ProbeState {
     pub duration: Duration,
     pub failure: Option<String>,
     pub runs: u64,
-    pub failures: u64,
+    /// Failed runs by reason.
+    pub failures: BTreeMap<String, u64>,
+    /// Cumulative counts per bound of [`super::probe::PROBE_BUCKETS`].
+    pub buckets: Vec<u64>,
+    /// Sum of all durations, seconds.
+    pub duration_sum: f64,
 }
 
 /// Who and where we are.
@@ -118,6 +123,10 @@ pub struct ProbeState {
 pub struct ClusterInfo {
     pub cluster_name: String,
     pub role: String,
+    /// GCE project, or empty.
+    pub project: String,
+    /// Cluster region or zone, or empty.
+    pub location: String,
 }
 
 /// The immutable state at one tick.

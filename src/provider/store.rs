@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::window::{DEFAULT_CAP, Ring};
 use super::{ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SourceRecorder};
+use crate::model::PROBE_BUCKETS;
 use crate::model::{
     BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, ProbeOutcome,
     ProbeState, Resource, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
@@ -233,7 +234,6 @@ impl ProbeRecorder for Store {
     fn record_probe_outcome(&self, o: ProbeOutcome) {
         let mut inner = self.lock();
         let key = (o.probe.clone(), o.target.clone());
-        let failed = o.failure.is_some();
         let st = inner.probes.entry(key).or_insert_with(|| ProbeState {
             probe: o.probe.clone(),
             target: o.target.clone(),
@@ -241,13 +241,22 @@ impl ProbeRecorder for Store {
             duration: o.duration,
             failure: None,
             runs: 0,
-            failures: 0,
+            failures: BTreeMap::new(),
+            buckets: vec![0; PROBE_BUCKETS.len()],
+            duration_sum: 0.0,
         });
+        let secs = o.duration.as_secs_f64();
+        for (count, bound) in st.buckets.iter_mut().zip(PROBE_BUCKETS) {
+            *count += u64::from(secs <= bound);
+        }
+        st.duration_sum += secs;
         st.at = o.at;
         st.duration = o.duration;
+        if let Some(reason) = &o.failure {
+            *st.failures.entry(reason.clone()).or_default() += 1;
+        }
         st.failure = o.failure;
         st.runs += 1;
-        st.failures += u64::from(failed);
     }
 }
 
@@ -432,7 +441,12 @@ mod tests {
         let snap = s.snapshot(at(6));
         assert_eq!(snap.probes.len(), 1);
         let p = &snap.probes[0];
-        assert_eq!((p.runs, p.failures), (2, 1));
+        assert_eq!(p.runs, 2);
+        assert_eq!(p.failures["timeout"], 1);
+        // 3 ms: above the 1 and 2.5 ms bounds, inside every other.
+        assert_eq!(p.buckets[..3], [0, 0, 2]);
+        assert_eq!(*p.buckets.last().unwrap(), 2);
+        assert!((p.duration_sum - 0.006).abs() < 1e-12);
         assert_eq!(p.failure.as_deref(), Some("timeout"));
     }
 }

@@ -7,6 +7,8 @@ pub enum Kind {
     Gauge,
     /// Samples carry the `_total` suffix; `name` here has none.
     Counter,
+    /// Samples `_bucket{le}`, `_sum`, `_count`.
+    Histogram,
 }
 
 /// One metric family.
@@ -24,7 +26,7 @@ impl Family {
     pub fn sample_name(&self) -> String {
         match self.kind {
             Kind::Counter => format!("{}_total", self.name),
-            Kind::Gauge => self.name.to_string(),
+            Kind::Gauge | Kind::Histogram => self.name.to_string(),
         }
     }
 }
@@ -54,7 +56,7 @@ pub const BUILD_INFO: Family = gauge(
 );
 pub const CLUSTER_INFO: Family = gauge(
     "kube_prober_cluster_info",
-    "Always 1; labels give the cluster name and the role this instance runs.",
+    "Always 1; labels give the cluster name, the role this instance runs, and on GCE the project and location.",
     None,
 );
 
@@ -210,11 +212,12 @@ pub const PROBE_SUCCESS: Family = gauge(
     "1 if the newest run of the probe against the target succeeded, else 0.",
     None,
 );
-pub const PROBE_DURATION: Family = gauge(
-    "kube_prober_probe_duration_seconds",
-    "How long the newest run of the probe took.",
-    Some("seconds"),
-);
+pub const PROBE_DURATION: Family = Family {
+    name: "kube_prober_probe_duration_seconds",
+    help: "How long probe runs took, failed ones included.",
+    kind: Kind::Histogram,
+    unit: Some("seconds"),
+};
 pub const PROBE_RUNS: Family = counter(
     "kube_prober_probe_runs",
     "Probe runs, by probe and target.",
@@ -222,7 +225,7 @@ pub const PROBE_RUNS: Family = counter(
 );
 pub const PROBE_FAILURES: Family = counter(
     "kube_prober_probe_failures",
-    "Failed probe runs, by probe and target.",
+    "Failed probe runs, by probe, target and reason (timeout, refused, dns, status_<code>, bad_body, no_items, error).",
     None,
 );
 

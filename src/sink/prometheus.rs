@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use super::names::{self, Family, Kind};
 use crate::model::{
-    AddonOnNode, ClusterState, NodePods, Operator, Resource, Snapshot, unix_seconds,
+    AddonOnNode, ClusterState, NodePods, Operator, PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
 };
 
 /// An exposition format.
@@ -67,47 +67,94 @@ struct Writer {
 }
 
 impl Writer {
-    fn family<'a>(&mut self, family: &Family, rows: &[(Labels<'a>, f64)]) {
-        if rows.is_empty() {
-            return;
-        }
+    /// `# HELP`, `# TYPE` and (OpenMetrics) `# UNIT` of a family.
+    fn header(&mut self, family: &Family) {
         let sample = family.sample_name();
-        let (meta_name, type_name) = match (self.format, family.kind) {
-            (Format::OpenMetrics, _) => (family.name, family.name),
-            (Format::Text, _) => (sample.as_str(), sample.as_str()),
+        let meta_name = match self.format {
+            Format::OpenMetrics => family.name,
+            Format::Text => sample.as_str(),
         };
         let kind = match family.kind {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
         };
         let _ = writeln!(
             self.out,
             "# HELP {meta_name} {}",
             escape_help(family.help, self.format)
         );
-        let _ = writeln!(self.out, "# TYPE {type_name} {kind}");
+        let _ = writeln!(self.out, "# TYPE {meta_name} {kind}");
         if let (Format::OpenMetrics, Some(unit)) = (self.format, family.unit) {
             let _ = writeln!(self.out, "# UNIT {} {unit}", family.name);
         }
-        for (labels, value) in rows {
-            self.out.push_str(&sample);
-            if !labels.is_empty() {
-                self.out.push('{');
-                for (i, (k, v)) in labels.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(',');
-                    }
-                    self.out.push_str(k);
-                    self.out.push_str("=\"");
-                    escape_label_value(&mut self.out, v);
-                    self.out.push('"');
-                }
-                self.out.push('}');
-            }
-            self.out.push(' ');
-            push_value(&mut self.out, *value);
-            self.out.push('\n');
+    }
+
+    /// A gauge or counter family; nothing at all when it has no rows.
+    fn family(&mut self, family: &Family, rows: &[(Labels<'_>, f64)]) {
+        if rows.is_empty() {
+            return;
         }
+        self.header(family);
+        let sample = family.sample_name();
+        for (labels, value) in rows {
+            self.sample(&sample, labels, *value);
+        }
+    }
+
+    /// A histogram family: per row the cumulative bucket counts for `bounds`, the sum and the
+    /// count (which is also the `+Inf` bucket).
+    fn histogram(
+        &mut self,
+        family: &Family,
+        bounds: &[f64],
+        rows: &[(Labels<'_>, &[u64], f64, u64)],
+    ) {
+        if rows.is_empty() {
+            return;
+        }
+        self.header(family);
+        let (bucket, sum, count) = (
+            format!("{}_bucket", family.name),
+            format!("{}_sum", family.name),
+            format!("{}_count", family.name),
+        );
+        let mut le = String::new();
+        for (labels, buckets, total, n) in rows {
+            for (i, bound) in bounds.iter().map(Some).chain([None]).enumerate() {
+                le.clear();
+                match bound {
+                    Some(b) => push_value(&mut le, *b),
+                    None => le.push_str("+Inf"),
+                }
+                let v = bound.map_or(*n, |_| buckets.get(i).copied().unwrap_or(0));
+                let mut l = labels.clone();
+                l.push(("le", le.as_str()));
+                self.sample(&bucket, &l, v as f64);
+            }
+            self.sample(&sum, labels, *total);
+            self.sample(&count, labels, *n as f64);
+        }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.out.push_str(k);
+                self.out.push_str("=\"");
+                escape_label_value(&mut self.out, v);
+                self.out.push('"');
+            }
+            self.out.push('}');
+        }
+        self.out.push(' ');
+        push_value(&mut self.out, value);
+        self.out.push('\n');
     }
 }
 
@@ -378,6 +425,8 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
             vec![
                 ("cluster", snap.cluster.cluster_name.as_str()),
                 ("role", snap.cluster.role.as_str()),
+                ("project", snap.cluster.project.as_str()),
+                ("location", snap.cluster.location.as_str()),
             ],
             1.0,
         )],
@@ -502,12 +551,31 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
         &names::PROBE_SUCCESS,
         &probe_rows(|p| if p.failure.is_none() { 1.0 } else { 0.0 }),
     );
-    w.family(
-        &names::PROBE_DURATION,
-        &probe_rows(|p| p.duration.as_secs_f64()),
-    );
+    let hist: Vec<_> = snap
+        .probes
+        .iter()
+        .map(|p| {
+            let labels = vec![("probe", p.probe.as_str()), ("target", p.target.as_str())];
+            (labels, p.buckets.as_slice(), p.duration_sum, p.runs)
+        })
+        .collect();
+    w.histogram(&names::PROBE_DURATION, &PROBE_BUCKETS, &hist);
     w.family(&names::PROBE_RUNS, &probe_rows(|p| p.runs as f64));
-    w.family(&names::PROBE_FAILURES, &probe_rows(|p| p.failures as f64));
+    let failures: Vec<_> = snap
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.failures.iter().map(|(reason, n)| {
+                let labels = vec![
+                    ("probe", p.probe.as_str()),
+                    ("target", p.target.as_str()),
+                    ("reason", reason.as_str()),
+                ];
+                (labels, *n as f64)
+            })
+        })
+        .collect();
+    w.family(&names::PROBE_FAILURES, &failures);
 
     let per_source = |f: fn(&crate::model::SourceStatus) -> Option<f64>| {
         snap.sources

@@ -1,4 +1,5 @@
 //! Kubernetes sources: pure derivation of facts from API objects (`derive`); the reflectors
 //! that feed it come next.
 
+pub mod cluster;
 pub mod derive;

@@ -1,0 +1,466 @@
+//! The reflectors: Nodes, Pods, DaemonSets and Deployments (cluster role), or this node and the
+//! pods on it (node role), trimmed with `.modify()` to what `derive` reads, and the loop that
+//! turns their stores into a [`crate::model::ClusterState`] for the hub.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::derive::{DeriveConfig, cluster_state};
+use crate::model::ClusterState;
+use crate::provider::{Provider, RunOutcome};
+
+/// Which objects to watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scope {
+    /// All nodes and pods; DaemonSets and Deployments in these namespaces.
+    Cluster { namespaces: Vec<String> },
+    /// One node (`metadata.name`) and the pods on it (`spec.nodeName`).
+    Node { name: String },
+}
+
+/// Settings of the Kubernetes sources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchConfig {
+    pub scope: Scope,
+    pub derive: DeriveConfig,
+    /// How often the cluster state is derived from the stores.
+    pub interval: Duration,
+}
+
+/// The reflector stores.
+#[derive(Clone)]
+pub struct Stores {
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub daemonsets: Vec<Store<DaemonSet>>,
+    pub deployments: Vec<Store<Deployment>>,
+}
+
+impl Stores {
+    /// Derives the cluster state from what the stores hold now.
+    pub fn derive(&self, now: SystemTime, cfg: &DeriveConfig) -> ClusterState {
+        let nodes = self.nodes.state();
+        let pods = self.pods.state();
+        let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
+        let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
+        cluster_state(
+            nodes.iter().map(AsRef::as_ref),
+            pods.iter().map(AsRef::as_ref),
+            ds.iter().map(AsRef::as_ref),
+            deps.iter().map(AsRef::as_ref),
+            now,
+            cfg,
+        )
+    }
+
+    async fn wait_until_ready(&self) -> bool {
+        let all = async {
+            self.nodes.wait_until_ready().await.is_ok()
+                && self.pods.wait_until_ready().await.is_ok()
+                && futures_util::future::join_all(
+                    self.daemonsets.iter().map(|s| s.wait_until_ready()),
+                )
+                .await
+                .iter()
+                .all(Result::is_ok)
+                && futures_util::future::join_all(
+                    self.deployments.iter().map(|s| s.wait_until_ready()),
+                )
+                .await
+                .iter()
+                .all(Result::is_ok)
+        };
+        all.await
+    }
+}
+
+fn keep_keys(map: &mut Option<std::collections::BTreeMap<String, String>>, keep: &[String]) {
+    if let Some(m) = map {
+        m.retain(|k, _| keep.iter().any(|x| x == k));
+        if m.is_empty() {
+            *map = None;
+        }
+    }
+}
+
+fn addon_key_names(cfg: &DeriveConfig) -> Vec<String> {
+    cfg.addon_keys
+        .iter()
+        .flat_map(|k| [k.name.clone(), k.version.clone()])
+        .collect()
+}
+
+fn trim_meta(meta: &mut ObjectMeta, keep_annotations: &[String], keep_labels: Option<&[String]>) {
+    meta.managed_fields = None;
+    keep_keys(&mut meta.annotations, keep_annotations);
+    if let Some(keep) = keep_labels {
+        keep_keys(&mut meta.labels, keep);
+    }
+}
+
+/// What `derive::node_facts` reads: name, labels, creation time, unschedulable and taints,
+/// condition types and statuses, capacity, allocatable, addresses.
+pub fn trim_node(n: &mut Node) {
+    trim_meta(&mut n.metadata, &[], None);
+    if let Some(s) = n.spec.as_mut() {
+        s.config_source = None;
+        s.pod_cidrs = None;
+        s.pod_cidr = None;
+        s.provider_id = None;
+    }
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+        s.node_info = None;
+        s.daemon_endpoints = None;
+        s.config = None;
+        s.features = None;
+        s.runtime_handlers = None;
+        for c in s.conditions.iter_mut().flatten() {
+            c.message = None;
+            c.last_heartbeat_time = None;
+        }
+    }
+}
+
+/// What `derive::pod_facts` reads: names, owner, addon markers, node, container resources,
+/// phase, Ready, restart counts and last termination.
+pub fn trim_pod(p: &mut Pod, keys: &[String]) {
+    let mut labels = keys.to_vec();
+    labels.push("pod-template-hash".into());
+    trim_meta(&mut p.metadata, keys, Some(&labels));
+    let slim = |c: &Container| Container {
+        name: c.name.clone(),
+        resources: c.resources.clone(),
+        ..Container::default()
+    };
+    if let Some(spec) = p.spec.take() {
+        p.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            containers: spec.containers.iter().map(slim).collect(),
+            init_containers: spec.init_containers.map(|cs| cs.iter().map(slim).collect()),
+            overhead: spec.overhead,
+            ..PodSpec::default()
+        });
+    }
+    if let Some(status) = p.status.take() {
+        p.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status.conditions.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.type_ == "Ready")
+                    .map(|mut c| {
+                        c.message = None;
+                        c
+                    })
+                    .collect()
+            }),
+            container_statuses: status.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        restart_count: c.restart_count,
+                        last_state: c.last_state.map(|s| ContainerState {
+                            terminated: s.terminated.map(|mut t| {
+                                t.message = None;
+                                t
+                            }),
+                            ..ContainerState::default()
+                        }),
+                        ready: c.ready,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+    }
+}
+
+/// DaemonSets: name, addon markers on the object and its pod template, desired count.
+pub fn trim_daemonset(d: &mut DaemonSet, keys: &[String]) {
+    trim_meta(&mut d.metadata, keys, Some(keys));
+    let mut tmeta = d.spec.template.metadata.take();
+    if let Some(m) = tmeta.as_mut() {
+        trim_meta(m, keys, Some(keys));
+    }
+    d.spec = DaemonSetSpec::default();
+    d.spec.template.metadata = tmeta;
+}
+
+/// Deployments: name, addon markers, replicas.
+pub fn trim_deployment(d: &mut Deployment, keys: &[String]) {
+    trim_meta(&mut d.metadata, keys, Some(keys));
+    let mut tmeta = d.spec.template.metadata.take();
+    if let Some(m) = tmeta.as_mut() {
+        trim_meta(m, keys, Some(keys));
+    }
+    let replicas = d.spec.replicas;
+    d.spec = DeploymentSpec::default();
+    d.spec.replicas = replicas;
+    d.spec.template.metadata = tmeta;
+    d.status = None;
+}
+
+/// Starts one reflector; each completed (re)list counts as a run of `source`, each watch error
+/// as a failed run (the watcher backs off and retries by itself).
+fn reflect<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    source: &'static str,
+    trim: impl FnMut(&mut K) + Send + 'static,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    provider.source().register_source(source);
+    let stream = watcher::watcher(api, wc)
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut listing = Instant::now();
+        loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => break,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                None => break,
+                Some(Ok(Event::Init)) => listing = Instant::now(),
+                Some(Ok(Event::InitDone)) => {
+                    let took = listing.elapsed();
+                    tracing::debug!(source, ?took, "listed");
+                    provider.source().record_source_run(
+                        source,
+                        SystemTime::now(),
+                        took,
+                        RunOutcome::Ok,
+                    );
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::warn!(source, error = %e, "watch failed; retrying with backoff");
+                    provider.source().record_source_run(
+                        source,
+                        SystemTime::now(),
+                        Duration::ZERO,
+                        RunOutcome::Failed {
+                            reason: "kube".into(),
+                            message: e.to_string(),
+                        },
+                    );
+                }
+            }
+        }
+    });
+    (reader, task)
+}
+
+/// Starts the reflectors and the derive loop; returns the stores and the tasks.
+pub fn spawn(
+    client: kube::Client,
+    cfg: WatchConfig,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
+    let mut tasks = Vec::new();
+    let (node_wc, pod_wc, pods_api) = match &cfg.scope {
+        Scope::Cluster { .. } => (
+            watcher::Config::default(),
+            watcher::Config::default(),
+            Api::<Pod>::all(client.clone()),
+        ),
+        Scope::Node { name } => (
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+            watcher::Config::default().fields(&format!("spec.nodeName={name}")),
+            Api::<Pod>::all(client.clone()),
+        ),
+    };
+    let (nodes, t) = reflect(
+        Api::<Node>::all(client.clone()),
+        node_wc,
+        "watch_nodes",
+        trim_node,
+        provider.clone(),
+        cancel.clone(),
+    );
+    tasks.push(t);
+    let (pods, t) = reflect(
+        pods_api,
+        pod_wc,
+        "watch_pods",
+        {
+            let keys = keys.clone();
+            move |p: &mut Pod| trim_pod(p, &keys)
+        },
+        provider.clone(),
+        cancel.clone(),
+    );
+    tasks.push(t);
+    let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
+    if let Scope::Cluster { namespaces } = &cfg.scope {
+        for ns in namespaces {
+            let (s, t) = reflect(
+                Api::<DaemonSet>::namespaced(client.clone(), ns),
+                watcher::Config::default(),
+                "watch_daemonsets",
+                {
+                    let keys = keys.clone();
+                    move |d: &mut DaemonSet| trim_daemonset(d, &keys)
+                },
+                provider.clone(),
+                cancel.clone(),
+            );
+            daemonsets.push(s);
+            tasks.push(t);
+            let (s, t) = reflect(
+                Api::<Deployment>::namespaced(client.clone(), ns),
+                watcher::Config::default(),
+                "watch_deployments",
+                {
+                    let keys = keys.clone();
+                    move |d: &mut Deployment| trim_deployment(d, &keys)
+                },
+                provider.clone(),
+                cancel.clone(),
+            );
+            deployments.push(s);
+            tasks.push(t);
+        }
+    }
+    let stores = Stores {
+        nodes,
+        pods,
+        daemonsets,
+        deployments,
+    };
+    let loop_stores = stores.clone();
+    tasks.push(tokio::spawn(async move {
+        let ready = tokio::select! {
+            _ = cancel.cancelled() => false,
+            r = loop_stores.wait_until_ready() => r,
+        };
+        if !ready {
+            return;
+        }
+        tracing::info!(
+            nodes = loop_stores.nodes.len(),
+            pods = loop_stores.pods.len(),
+            "Kubernetes caches synced"
+        );
+        loop {
+            let started = Instant::now();
+            let state = loop_stores.derive(SystemTime::now(), &cfg.derive);
+            tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
+            provider.cluster().record_cluster_state(state);
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(cfg.interval) => {}
+            }
+        }
+    }));
+    (stores, tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVar, NodeStatus, Volume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    #[test]
+    fn trimming_keeps_what_derive_reads_and_drops_the_rest() {
+        let keys = addon_key_names(&DeriveConfig::default());
+        let mut p = Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                annotations: Some(
+                    [
+                        ("components.gke.io/component-name", "fb"),
+                        ("kubectl.kubernetes.io/last-applied-configuration", "{...}"),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ),
+                labels: Some(
+                    [("pod-template-hash", "abc"), ("app", "x")]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    env: Some(vec![EnvVar::default(); 10]),
+                    ..Default::default()
+                }],
+                volumes: Some(vec![Volume::default(); 5]),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let before = pod_facts_of(&p);
+        trim_pod(&mut p, &keys);
+        assert!(p.metadata.managed_fields.is_none());
+        let ann = p.metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann.len(), 1);
+        assert_eq!(
+            p.metadata.labels.as_ref().unwrap().len(),
+            1,
+            "only pod-template-hash"
+        );
+        let spec = p.spec.as_ref().unwrap();
+        assert!(spec.volumes.is_none() && spec.containers[0].env.is_none());
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(pod_facts_of(&p), before, "derivation sees the same facts");
+
+        let mut n = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(NodeStatus {
+                images: Some(vec![Default::default(); 50]),
+                ..Default::default()
+            }),
+        };
+        trim_node(&mut n);
+        assert!(n.status.as_ref().unwrap().images.is_none());
+        assert!(n.metadata.managed_fields.is_none());
+    }
+
+    fn pod_facts_of(p: &Pod) -> crate::model::PodFacts {
+        super::super::derive::pod_facts(p, &DeriveConfig::default()).unwrap()
+    }
+}

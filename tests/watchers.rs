@@ -1,0 +1,271 @@
+//! kube-runtime's real watchers and reflectors against the stand-in API server over HTTP:
+//! initial list, changes, a restart-count increase, a dropped watch, a 410 relist, and the
+//! node role's field selectors, all through to the cluster state in the hub.
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerStatus, Node, NodeCondition, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
+    PodTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube_prober::model::ClusterState;
+use kube_prober::provider::Store;
+use kube_prober::watch::cluster::{Scope, WatchConfig, spawn};
+use kube_prober::watch::derive::DeriveConfig;
+use tokio_util::sync::CancellationToken;
+
+fn map(kv: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    Some(
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+fn node(name: &str, ready: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: map(&[("cloud.google.com/gke-nodepool", "p1")]),
+            creation_timestamp: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_600_000_000).unwrap(),
+            )),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn addon_pod(name: &str, node: &str, restarts: i32) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("kube-system".into()),
+            annotations: map(&[
+                ("components.gke.io/component-name", "fluentbit"),
+                ("components.gke.io/component-version", "2.1"),
+            ]),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "DaemonSet".into(),
+                name: "fluentbit".into(),
+                uid: "u1".into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "fluentbit".into(),
+                restart_count: restarts,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn daemonset(desired: i32) -> DaemonSet {
+    DaemonSet {
+        metadata: ObjectMeta {
+            name: Some("fluentbit".into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        spec: DaemonSetSpec {
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    annotations: map(&[
+                        ("components.gke.io/component-name", "fluentbit"),
+                        ("components.gke.io/component-version", "2.1"),
+                    ]),
+                    ..Default::default()
+                }),
+                spec: None,
+            },
+            ..Default::default()
+        },
+        status: Some(DaemonSetStatus {
+            desired_number_scheduled: desired,
+            ..Default::default()
+        }),
+    }
+}
+
+/// Polls the hub until `ok` holds for the cluster state (bounded).
+async fn until(store: &Store, what: &str, ok: impl Fn(&ClusterState) -> bool) -> Arc<ClusterState> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(cs) = store.snapshot(SystemTime::now()).cluster_state
+            && ok(&cs)
+        {
+            return cs;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn restarts_of(cs: &ClusterState, pod: &str) -> Option<u32> {
+    cs.restarts
+        .iter()
+        .find(|p| p.pod == pod)
+        .map(|p| p.containers[0].restarts)
+}
+
+fn config(scope: Scope) -> WatchConfig {
+    WatchConfig {
+        scope,
+        derive: DeriveConfig::default(),
+        interval: Duration::from_millis(100),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scope_follows_every_change() {
+    let api = apiserver::start().await;
+    for n in ["n1", "n2", "n3"] {
+        api.upsert(&node(n, "True"));
+    }
+    api.upsert(&addon_pod("fb-1", "n1", 0));
+    api.upsert(&addon_pod("fb-2", "n2", 0));
+    api.upsert(&daemonset(3));
+
+    let store = Arc::new(Store::new());
+    let cancel = CancellationToken::new();
+    let (_stores, tasks) = spawn(
+        api.client(),
+        config(Scope::Cluster {
+            namespaces: vec!["kube-system".into()],
+        }),
+        store.clone(),
+        cancel.clone(),
+    );
+
+    // Initial list; readiness waits for every watcher.
+    let cs = until(&store, "initial list", |cs| {
+        cs.nodes.len() == 3 && cs.restarts.len() == 2
+    })
+    .await;
+    assert_eq!(cs.expected[0].expected, 3);
+    let snap = store.snapshot(SystemTime::now());
+    assert!(
+        snap.sources_synced,
+        "every watcher listed: {:?}",
+        snap.sources.keys().collect::<Vec<_>>()
+    );
+    for s in [
+        "watch_nodes",
+        "watch_pods",
+        "watch_daemonsets",
+        "watch_deployments",
+    ] {
+        assert!(snap.sources[s].up, "{s}");
+    }
+
+    // Modify, add, delete.
+    api.upsert(&addon_pod("fb-1", "n1", 2));
+    api.upsert(&node("n2", "False"));
+    api.delete::<Node>("", "n3");
+    let cs = until(&store, "changes", |cs| {
+        restarts_of(cs, "fb-1") == Some(2)
+            && cs.nodes.len() == 2
+            && cs.nodes.iter().any(|n| n.name == "n2" && !n.ready)
+    })
+    .await;
+    assert!(cs.nodes.iter().all(|n| n.name != "n3"));
+
+    // A dropped watch resumes from its resourceVersion: no duplicates, nothing missing.
+    api.drop_watches();
+    api.upsert(&addon_pod("fb-3", "n1", 0));
+    api.upsert(&addon_pod("fb-1", "n1", 3));
+    let cs = until(&store, "resume after a dropped watch", |cs| {
+        cs.restarts.len() == 3 && restarts_of(cs, "fb-1") == Some(3)
+    })
+    .await;
+    let mut names: Vec<_> = cs.restarts.iter().map(|p| p.pod.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["fb-1", "fb-2", "fb-3"]);
+
+    // History gone (410 Gone): the watcher relists and ends equal to the server.
+    api.compact();
+    api.drop_watches();
+    api.delete::<Pod>("kube-system", "fb-2");
+    api.upsert(&node("n4", "True"));
+    let cs = until(&store, "relist after 410", |cs| {
+        cs.restarts.len() == 2 && cs.nodes.len() == 3
+    })
+    .await;
+    let mut nodes: Vec<_> = cs.nodes.iter().map(|n| n.name.clone()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n4"]);
+    let pod_runs = store.snapshot(SystemTime::now()).sources["watch_pods"].runs;
+    assert!(pod_runs >= 2, "the relist counted as a run: {pod_runs}");
+
+    cancel.cancel();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_scope_sees_only_its_node_and_pods() {
+    let api = apiserver::start().await;
+    api.upsert(&node("me", "True"));
+    api.upsert(&node("other", "True"));
+    api.upsert(&addon_pod("mine", "me", 1));
+    api.upsert(&addon_pod("theirs", "other", 5));
+    let store = Arc::new(Store::new());
+    let cancel = CancellationToken::new();
+    let (_stores, _tasks) = spawn(
+        api.client(),
+        config(Scope::Node { name: "me".into() }),
+        store.clone(),
+        cancel.clone(),
+    );
+    let cs = until(&store, "node scope", |cs| {
+        cs.nodes.len() == 1 && cs.restarts.len() == 1
+    })
+    .await;
+    assert_eq!(cs.nodes[0].name, "me");
+    assert_eq!(cs.restarts[0].pod, "mine");
+    assert!(cs.expected.is_empty(), "the node role watches no workloads");
+    let requests = api.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| format!("{r:?}").contains("spec.nodeName%3Dme")
+                || format!("{r:?}").contains("spec.nodeName=me")),
+        "field selector sent: {requests:?}"
+    );
+    cancel.cancel();
+}

@@ -137,6 +137,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
 
     let provider: Arc<dyn Provider> = store.clone();
     let mut watch_tasks = Vec::new();
+    let mut node_stores = None;
     if let (Some(client), true) = (&kube_client, choice.role != Role::Host) {
         let scope = match choice.role {
             Role::Node => Scope::Node {
@@ -154,9 +155,10 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
             },
             interval: cfg.tick_interval,
         };
-        let (_stores, tasks) =
+        let (stores, tasks) =
             crate::watch::cluster::spawn(client.clone(), wc, provider.clone(), cancel.clone());
         watch_tasks = tasks;
+        node_stores = Some(stores);
     }
     watch_tasks.extend(spawn_probes(
         &cfg,
@@ -171,6 +173,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         provider_kind,
         &node_name,
         kube_client,
+        node_stores,
         provider,
         cancel.clone(),
     )?;
@@ -397,6 +400,7 @@ fn spawn_usage(
     kind: MetricsProvider,
     node_name: &str,
     kube_client: Option<kube::Client>,
+    node_stores: Option<crate::watch::cluster::Stores>,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> Result<(JoinHandle<()>, &'static str)> {
@@ -436,7 +440,10 @@ fn spawn_usage(
             if let Some(m) = &cfg.usage.prometheus_metrics {
                 pc.metrics = m.clone();
             }
-            let f = PrometheusFetcher::new(pc)?;
+            let mut f = PrometheusFetcher::new(pc)?;
+            if let Some(stores) = node_stores {
+                f = f.with_node_addresses(Arc::new(move || stores.node_addresses()));
+            }
             let s = schedule(DEFAULT_REMOTE_INTERVAL);
             (
                 tokio::spawn(fetch::run(f, provider, s, cancel)),

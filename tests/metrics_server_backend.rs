@@ -116,7 +116,7 @@ async fn usage_over_capacity_is_served_as_exact_percentages() {
         })
     );
 
-    // One LIST of each per round; Nodes from the API server's cache (resourceVersion=0).
+    // One LIST page of each per round (pages of at most 500 items bound every response).
     let reqs = api.requests();
     assert_eq!(reqs.len(), 2, "{reqs:?}");
     assert_eq!(api.hits(NODE_METRICS_PATH), 1);
@@ -126,7 +126,7 @@ async fn usage_over_capacity_is_served_as_exact_percentages() {
             .query
             .as_deref()
             .unwrap_or_default()
-            .contains("resourceVersion=0"),
+            .contains("limit=500"),
         "{nodes:?}"
     );
 }
@@ -313,4 +313,37 @@ async fn kube_default_retry_rides_out_a_brief_503() {
     );
     assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
     assert_eq!(api.hits(NODE_METRICS_PATH), 3);
+}
+
+#[tokio::test]
+async fn large_lists_come_in_pages_and_a_brief_fault_is_retried() {
+    let api = apiserver::start().await;
+    let now = std::time::SystemTime::now();
+    let names: Vec<String> = (0..1100).map(|i| format!("node-{i:04}")).collect();
+    api.set_nodes(
+        names
+            .iter()
+            .map(|n| apiserver::node(n, ("4", "8Gi"), ("4", "8Gi")))
+            .collect(),
+    );
+    api.set_node_metrics(
+        names
+            .iter()
+            .map(|n| apiserver::node_metrics(n, "1", "2Gi", now))
+            .collect(),
+    );
+    api.fail(
+        apiserver::Kind::of::<k8s_metrics::v1beta1::NodeMetrics>(),
+        apiserver::Fault::unavailable("blip").times(1),
+    );
+    let store = Store::new();
+    let mut f = MetricsServerFetcher::new(api.client(), MetricsServerConfig::default());
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    assert_eq!(store.snapshot(now).nodes.len(), 1100);
+    assert_eq!(api.hits(NODES_PATH), 3, "1,100 nodes in pages of 500");
+    assert_eq!(
+        api.hits(NODE_METRICS_PATH),
+        4,
+        "one failed page retried, then 3 pages"
+    );
 }

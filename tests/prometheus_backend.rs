@@ -301,3 +301,27 @@ async fn real_prometheus_without_rules_falls_back_to_node_exporter_series() {
         .is_some()
     );
 }
+
+#[tokio::test]
+async fn instance_addresses_map_to_node_names() {
+    let fake = FakePrometheus::start(Behaviour::Answer(vec![
+        ("10.0.0.5:9100".into(), 0.5),
+        ("10.0.0.99:9100".into(), 0.1),
+    ]))
+    .await;
+    let store = Store::new();
+    let addresses =
+        std::collections::HashMap::from([("10.0.0.5".to_string(), "worker-5".to_string())]);
+    let mut f = PrometheusFetcher::new(config(&fake.url))
+        .unwrap()
+        .with_node_addresses(Arc::new(move || addresses.clone()));
+    assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
+    let w = decode(&published(&store));
+    let mut keys: Vec<_> = w.data.node_metrics_map.keys().cloned().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["10.0.0.99", "worker-5"],
+        "unknown addresses stay as they are"
+    );
+}

@@ -60,18 +60,11 @@ impl UsageFetcher for MetricsServerFetcher {
     async fn fetch(&mut self) -> Fetched {
         let metrics_api: Api<NodeMetrics> = Api::all(self.client.clone());
         let nodes_api: Api<Node> = Api::all(self.client.clone());
-        // Capacity rarely changes: any resourceVersion (the API server's watch cache) is recent
-        // enough and spares etcd a quorum read on every round. metrics-server has no such cache.
-        let node_params = ListParams::default().match_any();
-        let metrics_params = ListParams::default();
-        let (metrics, nodes) = tokio::join!(
-            metrics_api.list(&metrics_params),
-            nodes_api.list(&node_params)
-        );
+        let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
         let now = SystemTime::now();
         let mut fetched = Fetched::default();
         let nodes = match nodes {
-            Ok(list) => list.items,
+            Ok(items) => items,
             Err(e) => {
                 // Without the denominators no usage can be turned into a ratio.
                 fetched.errors.push(list_error(WHAT_NODES, &e));
@@ -82,7 +75,7 @@ impl UsageFetcher for MetricsServerFetcher {
             }
         };
         let metrics = match metrics {
-            Ok(list) => list.items,
+            Ok(items) => items,
             Err(e) => {
                 fetched.errors.push(list_error(WHAT_METRICS, &e));
                 Vec::new()
@@ -93,6 +86,51 @@ impl UsageFetcher for MetricsServerFetcher {
         fetched.capacities = capacities;
         fetched.errors.extend(errors);
         fetched
+    }
+}
+
+/// Items per LIST page: bounds the size of every response (a 5,000-node list at once is tens
+/// of megabytes).
+const PAGE: u32 = 500;
+/// Retries of a failed page (429, 5xx, transport), from [`BACKOFF`], doubling.
+const RETRIES: u32 = 2;
+const BACKOFF: Duration = Duration::from_millis(200);
+
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Every object, page by page, each page retried with backoff when the failure is transient.
+async fn list_all<K>(api: &Api<K>) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut items = Vec::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let mut pause = BACKOFF;
+        let mut tries = 0;
+        let page = loop {
+            match api.list(&params).await {
+                Ok(page) => break page,
+                Err(e) if tries < RETRIES && transient(&e) => {
+                    tries += 1;
+                    tracing::debug!(error = %e, tries, "LIST page failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(items),
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 //! metric falls back to an expression over node_exporter's raw series, evaluated as a subquery;
 //! the `instance` label (configurable) is mapped to a node name by cutting its port.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -159,11 +160,16 @@ enum Mode {
 /// Rounds between retries of a missing rule.
 const REPROBE_EVERY: u32 = 10;
 
+/// Gives, once per round, a map from node addresses (InternalIP, hostname) to node names, so
+/// `instance` values that are addresses become the node names Trimaran looks up.
+pub type NodeAddresses = Arc<dyn Fn() -> HashMap<String, String> + Send + Sync>;
+
 pub struct PrometheusFetcher {
     cfg: PrometheusConfig,
     http: HttpBackend,
     modes: Vec<Mode>,
     use_get: AtomicBool,
+    addresses: Option<NodeAddresses>,
 }
 
 /// One query of a round.
@@ -286,7 +292,14 @@ impl PrometheusFetcher {
             http,
             modes,
             use_get: AtomicBool::new(false),
+            addresses: None,
         })
+    }
+
+    /// Maps `instance` values that are node addresses to node names (cluster role).
+    pub fn with_node_addresses(mut self, addresses: NodeAddresses) -> Self {
+        self.addresses = Some(addresses);
+        self
     }
 
     fn promql(&self, q: &Query) -> String {
@@ -455,12 +468,14 @@ impl UsageFetcher for PrometheusFetcher {
         // Fold: one value per node, window, metric and operator (the largest when a rule has
         // several series per node, e.g. one per disk: the busiest device).
         let mut fetched = Fetched::default();
+        let by_address = self.addresses.as_ref().map(|f| f()).unwrap_or_default();
         let mut folded: BTreeMap<(String, Window), BTreeMap<(usize, Operator), f64>> =
             BTreeMap::new();
         for (q, r) in results {
             match r {
                 Ok(values) => {
-                    for (node, v) in values {
+                    for (instance, v) in values {
+                        let node = by_address.get(&instance).cloned().unwrap_or(instance);
                         let slot = folded
                             .entry((node, q.window))
                             .or_default()

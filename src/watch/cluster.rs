@@ -69,6 +69,20 @@ impl Stores {
         )
     }
 
+    /// Node addresses (InternalIP, ExternalIP, Hostname) -> node name, from the node store.
+    pub fn node_addresses(&self) -> std::collections::HashMap<String, String> {
+        let mut out = std::collections::HashMap::new();
+        for n in self.nodes.state() {
+            let Some(name) = n.metadata.name.clone() else {
+                continue;
+            };
+            for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
+                out.insert(a.address.clone(), name.clone());
+            }
+        }
+        out
+    }
+
     async fn wait_until_ready(&self) -> bool {
         let all = async {
             self.nodes.wait_until_ready().await.is_ok()

@@ -1,4 +1,6 @@
 //! Helpers shared by the benchmarks: the first line a command prints, and machine facts.
+// Each bench binary compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
 
 use std::process::Command;
 

@@ -6,31 +6,10 @@ mod fake_prom;
 mod fake_signalfx;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube_prober::watcher::{Client, WatcherMetrics};
-use support::{Prober, promtool_check};
-
-async fn get(url: &str) -> (u16, String) {
-    let r = reqwest::Client::new()
-        .get(url)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
-async fn wait_ready(p: &Prober) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if get(&p.url("/readyz")).await.0 == 200 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("not ready within 30 s");
-}
+use support::{Prober, get, promtool_check, wait_ready};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_by_load_watcher_environment() {

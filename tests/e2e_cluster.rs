@@ -8,28 +8,12 @@ mod support;
 use std::time::{Duration, Instant, SystemTime};
 
 use kube_prober::watcher::WatcherMetrics;
-use support::Prober;
+use support::{Prober, get, wait_ready};
 
-fn kubeconfig(dir: &std::path::Path, server: &str) -> String {
+fn kubeconfig(dir: &std::path::Path, api: &apiserver::ApiServer) -> String {
     let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: {server}\ncontexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\ncurrent-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    api.write_kubeconfig(&path).unwrap();
     path.to_string_lossy().into_owned()
-}
-
-async fn get(url: &str) -> (u16, String) {
-    let r = reqwest::Client::new()
-        .get(url)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,14 +29,10 @@ async fn kubeconfig_means_cluster_role_with_metrics_server() {
         apiserver::node_metrics("node-b", "6", "4Gi", now),
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let kc = kubeconfig(dir.path(), &api.url);
+    let kc = kubeconfig(dir.path(), &api);
     let p = Prober::start_with_env(&[], &[("KUBECONFIG", kc.as_str())]);
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while get(&p.url("/readyz")).await.0 != 200 {
-        assert!(Instant::now() < deadline, "not ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_ready(&p).await;
     let (status, body) = get(&p.url("/watcher")).await;
     assert_eq!(status, 200, "{body}");
     let w: WatcherMetrics = serde_json::from_str(&body).unwrap();
@@ -83,16 +63,12 @@ async fn node_role_watches_its_node_and_reads_procfs() {
         apiserver::node("worker-8", ("4", "8Gi"), ("4", "8Gi")),
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let kc = kubeconfig(dir.path(), &api.url);
+    let kc = kubeconfig(dir.path(), &api);
     let p = Prober::start_with_env(
         &["--role", "node", "--tick-interval", "1s"],
         &[("KUBECONFIG", kc.as_str()), ("NODE_NAME", "worker-7")],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while get(&p.url("/readyz")).await.0 != 200 {
-        assert!(Instant::now() < deadline, "not ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_ready(&p).await;
     let (_, body) = get(&p.url("/watcher")).await;
     let w: WatcherMetrics = serde_json::from_str(&body).unwrap();
     assert_eq!(

@@ -202,3 +202,26 @@ pub fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// GET `url` (5 s timeout): status and body.
+pub async fn get(url: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Polls `/readyz` until 200 (at most 30 s).
+pub async fn wait_ready(p: &Prober) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while get(&p.url("/readyz")).await.0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod node;
 pub mod probe;
+pub mod sink;
 pub mod snapshot;
 
 pub use cluster::{
@@ -13,6 +14,7 @@ pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
 };
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
+pub use sink::{SinkPush, SinkStatus};
 pub use snapshot::{
     BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,
     WindowStats, unix_seconds,

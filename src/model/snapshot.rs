@@ -145,6 +145,7 @@ pub struct Snapshot {
     pub nodes: BTreeMap<String, NodeLoad>,
     pub sources: BTreeMap<String, SourceStatus>,
     pub probes: Vec<ProbeState>,
+    pub sinks: BTreeMap<String, super::sink::SinkStatus>,
 }
 
 impl Snapshot {
@@ -160,6 +161,7 @@ impl Snapshot {
             nodes: BTreeMap::new(),
             sources: BTreeMap::new(),
             probes: Vec::new(),
+            sinks: BTreeMap::new(),
         }
     }
 }

@@ -8,7 +8,7 @@ pub mod window;
 use std::time::{Duration, SystemTime};
 
 use crate::model::{
-    BackendWindow, ClusterInfo, ClusterState, NodeCapacity, ProbeOutcome, UsageSample,
+    BackendWindow, ClusterInfo, ClusterState, NodeCapacity, ProbeOutcome, SinkPush, UsageSample,
 };
 
 pub use store::Store;
@@ -65,10 +65,18 @@ pub trait SourceRecorder: Send + Sync {
     );
 }
 
+/// Self-telemetry of the outputs that push.
+pub trait SinkRecorder: Send + Sync {
+    fn record_sink_push(&self, sink: &str, push: SinkPush);
+    /// A tick came while the previous push was still running; it was skipped.
+    fn record_sink_skipped(&self, sink: &str);
+}
+
 /// What sources are handed: one recorder per concern.
 pub trait Provider: Send + Sync {
     fn cluster(&self) -> &dyn ClusterRecorder;
     fn node(&self) -> &dyn NodeRecorder;
     fn probe(&self) -> &dyn ProbeRecorder;
     fn source(&self) -> &dyn SourceRecorder;
+    fn sink(&self) -> &dyn SinkRecorder;
 }

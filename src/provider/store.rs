@@ -6,11 +6,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::window::{DEFAULT_CAP, Ring};
-use super::{ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SourceRecorder};
+use super::{
+    ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
+    SourceRecorder,
+};
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
     BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, ProbeOutcome,
-    ProbeState, Resource, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
+    ProbeState, Resource, SinkPush, SinkStatus, Snapshot, SourceStatus, UsageSample, Window,
+    WindowStats, unix_seconds,
 };
 
 #[derive(Debug)]
@@ -48,6 +52,7 @@ struct Inner {
     nodes: HashMap<String, NodeState>,
     sources: BTreeMap<String, SourceStatus>,
     probes: BTreeMap<(String, String), ProbeState>,
+    sinks: BTreeMap<String, SinkStatus>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -96,6 +101,7 @@ impl Store {
             nodes,
             sources: inner.sources.clone(),
             probes: inner.probes.values().cloned().collect(),
+            sinks: inner.sinks.clone(),
         }
     }
 }
@@ -297,6 +303,29 @@ impl SourceRecorder for Store {
     }
 }
 
+impl SinkRecorder for Store {
+    fn record_sink_push(&self, sink: &str, push: SinkPush) {
+        let mut inner = self.lock();
+        let st = inner.sinks.entry(sink.to_string()).or_default();
+        st.name = sink.to_string();
+        st.pushes += 1;
+        st.points += push.points;
+        st.requests += push.requests;
+        st.last_duration = push.duration;
+        match push.failure {
+            None => st.last_success = Some(push.at),
+            Some(reason) => *st.failures.entry(reason).or_default() += 1,
+        }
+    }
+
+    fn record_sink_skipped(&self, sink: &str) {
+        let mut inner = self.lock();
+        let st = inner.sinks.entry(sink.to_string()).or_default();
+        st.name = sink.to_string();
+        st.skipped += 1;
+    }
+}
+
 impl Provider for Store {
     fn cluster(&self) -> &dyn ClusterRecorder {
         self
@@ -308,6 +337,9 @@ impl Provider for Store {
         self
     }
     fn source(&self) -> &dyn SourceRecorder {
+        self
+    }
+    fn sink(&self) -> &dyn SinkRecorder {
         self
     }
 }

@@ -1,4 +1,40 @@
 //! Outputs. Each reads only a [`crate::model::Snapshot`]; none knows the sources.
+//!
+//! Pull outputs (`/metrics`, `/watcher`) render at tick time. Push outputs implement [`Sink`]:
+//! one push of one snapshot; the runner in `crate::output` gives each its own ticker, timeout
+//! and self-metrics.
 
 pub mod names;
 pub mod prometheus;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::model::Snapshot;
+
+/// What one push sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PushReport {
+    pub points: u64,
+    pub requests: u64,
+}
+
+/// A failed (or partly failed) push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushError {
+    /// Low-cardinality: `unavailable`, `invalid_argument`, `partial`, `timeout`, ...
+    pub reason: String,
+    pub message: String,
+    /// What did get sent before or despite the failure.
+    pub sent: PushReport,
+}
+
+/// An output that pushes snapshots somewhere (OTLP, Cloud Monitoring).
+pub trait Sink: Send + Sync + 'static {
+    /// Stable name: a label value and a log field.
+    fn name(&self) -> &'static str;
+    fn push(
+        &self,
+        snapshot: Arc<Snapshot>,
+    ) -> impl Future<Output = Result<PushReport, PushError>> + Send;
+}

@@ -265,6 +265,42 @@ pub const SOURCE_LAST_SUCCESS: Family = gauge(
     Some("seconds"),
 );
 
+pub const SINK_PUSHES: Family = counter(
+    "kube_prober_sink_pushes",
+    "Pushes of each push output (OTLP, Cloud Monitoring), successful or not.",
+    None,
+);
+pub const SINK_FAILURES: Family = counter(
+    "kube_prober_sink_failures",
+    "Failed pushes by reason.",
+    None,
+);
+pub const SINK_SKIPPED_TICKS: Family = counter(
+    "kube_prober_sink_skipped_ticks",
+    "Ticks skipped because the previous push was still running.",
+    None,
+);
+pub const SINK_POINTS: Family = counter(
+    "kube_prober_sink_points",
+    "Points sent by each push output.",
+    None,
+);
+pub const SINK_REQUESTS: Family = counter(
+    "kube_prober_sink_requests",
+    "Requests sent by each push output.",
+    None,
+);
+pub const SINK_LAST_SUCCESS: Family = gauge(
+    "kube_prober_sink_last_success_timestamp_seconds",
+    "Unix time of the newest successful push.",
+    Some("seconds"),
+);
+pub const SINK_PUSH_DURATION: Family = gauge(
+    "kube_prober_sink_push_duration_seconds",
+    "How long the newest push took.",
+    Some("seconds"),
+);
+
 pub const TICKS: Family = counter(
     "kube_prober_ticks",
     "Snapshots made by the tick loop.",
@@ -325,6 +361,13 @@ pub const ALL: &[Family] = &[
     SOURCE_DROPPED_VALUES,
     SOURCE_LAST_RUN_DURATION,
     SOURCE_LAST_SUCCESS,
+    SINK_PUSHES,
+    SINK_FAILURES,
+    SINK_SKIPPED_TICKS,
+    SINK_POINTS,
+    SINK_REQUESTS,
+    SINK_LAST_SUCCESS,
+    SINK_PUSH_DURATION,
     TICKS,
     TICK_DURATION,
     SNAPSHOT_AGE,

@@ -617,6 +617,44 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
         &per_source(|s| s.last_success.map(unix_seconds)),
     );
 
+    let per_sink = |f: fn(&crate::model::SinkStatus) -> Option<f64>| {
+        snap.sinks
+            .values()
+            .filter_map(|s| f(s).map(|v| (vec![("sink", s.name.as_str())], v)))
+            .collect::<Vec<_>>()
+    };
+    w.family(&names::SINK_PUSHES, &per_sink(|s| Some(s.pushes as f64)));
+    let sink_failures: Vec<_> = snap
+        .sinks
+        .values()
+        .flat_map(|s| {
+            s.failures.iter().map(|(reason, n)| {
+                (
+                    vec![("sink", s.name.as_str()), ("reason", reason.as_str())],
+                    *n as f64,
+                )
+            })
+        })
+        .collect();
+    w.family(&names::SINK_FAILURES, &sink_failures);
+    w.family(
+        &names::SINK_SKIPPED_TICKS,
+        &per_sink(|s| Some(s.skipped as f64)),
+    );
+    w.family(&names::SINK_POINTS, &per_sink(|s| Some(s.points as f64)));
+    w.family(
+        &names::SINK_REQUESTS,
+        &per_sink(|s| Some(s.requests as f64)),
+    );
+    w.family(
+        &names::SINK_LAST_SUCCESS,
+        &per_sink(|s| s.last_success.map(unix_seconds)),
+    );
+    w.family(
+        &names::SINK_PUSH_DURATION,
+        &per_sink(|s| Some(s.last_duration.as_secs_f64())),
+    );
+
     w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
     w.family(
         &names::TICK_DURATION,

@@ -1,7 +1,8 @@
 //! The axum server: `/metrics`, `/watcher`, `/watcher/health`, `/healthz`, `/readyz`.
 //!
-//! Handlers only pick pre-rendered bytes out of the newest [`Published`]; all encoding happens
-//! at tick time, except the one-line snapshot age on `/metrics`.
+//! Handlers only pick pre-rendered bytes out of the newest [`Published`]: the text exposition
+//! and `/watcher` bodies are encoded at tick time, OpenMetrics once per snapshot on its first
+//! request, and only the one-line snapshot age on every scrape.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -25,7 +26,9 @@ use crate::sink::prometheus::{self, Format};
 pub struct Published {
     pub snapshot: Arc<Snapshot>,
     pub metrics_text: Bytes,
-    pub metrics_openmetrics: Bytes,
+    /// Rendered on the first OpenMetrics scrape of this snapshot, then reused: most scrapers ask
+    /// for text, and at 5,000 nodes each rendering is tens of megabytes.
+    metrics_openmetrics: std::sync::OnceLock<Bytes>,
     /// `None` until there is data: `/watcher` answers 500 then, as load-watcher does.
     pub watcher: Option<WatcherBodies>,
     /// `/watcher/health`: whether the usage source behind `/watcher` is healthy.
@@ -45,12 +48,20 @@ impl Published {
         let watcher_healthy = snapshot.sources.get(usage_source).is_some_and(|s| s.up);
         Published {
             metrics_text: prometheus::render(&snapshot, Format::Text).into(),
-            metrics_openmetrics: prometheus::render(&snapshot, Format::OpenMetrics).into(),
+            metrics_openmetrics: std::sync::OnceLock::new(),
             watcher: watcher::render(&snapshot, opts),
             watcher_healthy,
             ready: snapshot.tick > 0 && snapshot.sources_synced,
             snapshot,
         }
+    }
+}
+
+impl Published {
+    /// The OpenMetrics body of this snapshot (all families but the snapshot age).
+    pub fn metrics_openmetrics(&self) -> &Bytes {
+        self.metrics_openmetrics
+            .get_or_init(|| prometheus::render(&self.snapshot, Format::OpenMetrics).into())
     }
 }
 
@@ -113,7 +124,7 @@ async fn metrics(State(st): State<AppState>, method: Method, headers: HeaderMap)
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let head = match format {
         Format::Text => &p.metrics_text,
-        Format::OpenMetrics => &p.metrics_openmetrics,
+        Format::OpenMetrics => p.metrics_openmetrics(),
     };
     let tail = prometheus::render_tail(&p.snapshot, SystemTime::now(), format);
     let mut body = Vec::with_capacity(head.len() + tail.len());

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus,
-};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -21,8 +19,8 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::derive::{DeriveConfig, cluster_state};
-use crate::model::ClusterState;
+use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use crate::model::{ClusterState, PodFacts};
 use crate::provider::{Provider, RunOutcome};
 
 /// Which objects to watch.
@@ -43,11 +41,45 @@ pub struct WatchConfig {
     pub interval: Duration,
 }
 
+/// (namespace, name) -> facts, `None` for a pod that could not be used.
+type PodMap = std::collections::HashMap<(String, String), Option<PodFacts>>;
+
+/// Pods as facts, keyed by namespace and name: a pod is turned into [`PodFacts`] when its
+/// event arrives and the object is dropped, so memory follows the facts (a few hundred bytes
+/// a pod), not the objects. `None` marks a pod that could not be used.
+#[derive(Clone)]
+pub struct PodIndex {
+    live: Arc<std::sync::Mutex<PodMap>>,
+    synced: tokio::sync::watch::Receiver<bool>,
+}
+
+impl PodIndex {
+    pub fn len(&self) -> usize {
+        self.live.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` over the usable facts and the number of unusable pods, under the lock.
+    fn with<T>(&self, f: impl FnOnce(Vec<&PodFacts>, u64) -> T) -> T {
+        let guard = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let bad = guard.values().filter(|v| v.is_none()).count() as u64;
+        f(guard.values().flatten().collect(), bad)
+    }
+
+    async fn wait_until_ready(&self) -> bool {
+        let mut rx = self.synced.clone();
+        rx.wait_for(|s| *s).await.is_ok()
+    }
+}
+
 /// The reflector stores.
 #[derive(Clone)]
 pub struct Stores {
     pub nodes: Store<Node>,
-    pub pods: Store<Pod>,
+    pub pods: PodIndex,
     pub daemonsets: Vec<Store<DaemonSet>>,
     pub deployments: Vec<Store<Deployment>>,
 }
@@ -56,17 +88,19 @@ impl Stores {
     /// Derives the cluster state from what the stores hold now.
     pub fn derive(&self, now: SystemTime, cfg: &DeriveConfig) -> ClusterState {
         let nodes = self.nodes.state();
-        let pods = self.pods.state();
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
-        cluster_state(
-            nodes.iter().map(AsRef::as_ref),
-            pods.iter().map(AsRef::as_ref),
-            ds.iter().map(AsRef::as_ref),
-            deps.iter().map(AsRef::as_ref),
-            now,
-            cfg,
-        )
+        self.pods.with(|pods, bad| {
+            cluster_state_from_facts(
+                nodes.iter().map(AsRef::as_ref),
+                pods.iter().copied(),
+                bad,
+                ds.iter().map(AsRef::as_ref),
+                deps.iter().map(AsRef::as_ref),
+                now,
+                cfg,
+            )
+        })
     }
 
     /// Node addresses (InternalIP, ExternalIP, Hostname) -> node name, from the node store.
@@ -86,7 +120,7 @@ impl Stores {
     async fn wait_until_ready(&self) -> bool {
         let all = async {
             self.nodes.wait_until_ready().await.is_ok()
-                && self.pods.wait_until_ready().await.is_ok()
+                && self.pods.wait_until_ready().await
                 && futures_util::future::join_all(
                     self.daemonsets.iter().map(|s| s.wait_until_ready()),
                 )
@@ -151,60 +185,6 @@ pub fn trim_node(n: &mut Node) {
             c.message = None;
             c.last_heartbeat_time = None;
         }
-    }
-}
-
-/// What `derive::pod_facts` reads: names, owner, addon markers, node, container resources,
-/// phase, Ready, restart counts and last termination.
-pub fn trim_pod(p: &mut Pod, keys: &[String]) {
-    let mut labels = keys.to_vec();
-    labels.push("pod-template-hash".into());
-    trim_meta(&mut p.metadata, keys, Some(&labels));
-    let slim = |c: &Container| Container {
-        name: c.name.clone(),
-        resources: c.resources.clone(),
-        ..Container::default()
-    };
-    if let Some(spec) = p.spec.take() {
-        p.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            containers: spec.containers.iter().map(slim).collect(),
-            init_containers: spec.init_containers.map(|cs| cs.iter().map(slim).collect()),
-            overhead: spec.overhead,
-            ..PodSpec::default()
-        });
-    }
-    if let Some(status) = p.status.take() {
-        p.status = Some(PodStatus {
-            phase: status.phase,
-            conditions: status.conditions.map(|cs| {
-                cs.into_iter()
-                    .filter(|c| c.type_ == "Ready")
-                    .map(|mut c| {
-                        c.message = None;
-                        c
-                    })
-                    .collect()
-            }),
-            container_statuses: status.container_statuses.map(|cs| {
-                cs.into_iter()
-                    .map(|c| ContainerStatus {
-                        name: c.name,
-                        restart_count: c.restart_count,
-                        last_state: c.last_state.map(|s| ContainerState {
-                            terminated: s.terminated.map(|mut t| {
-                                t.message = None;
-                                t
-                            }),
-                            ..ContainerState::default()
-                        }),
-                        ready: c.ready,
-                        ..ContainerStatus::default()
-                    })
-                    .collect()
-            }),
-            ..PodStatus::default()
-        });
     }
 }
 
@@ -293,6 +273,91 @@ where
     (reader, task)
 }
 
+/// Watches pods into a [`PodIndex`]: a relist builds a fresh map and swaps it in at
+/// `InitDone`, so deleted pods never linger; each list is a run of `watch_pods`.
+fn index_pods(
+    api: Api<Pod>,
+    wc: watcher::Config,
+    derive: DeriveConfig,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> (PodIndex, JoinHandle<()>) {
+    const SOURCE: &str = "watch_pods";
+    let live = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let index = PodIndex {
+        live: live.clone(),
+        synced,
+    };
+    provider.source().register_source(SOURCE);
+    let stream = watcher::watcher(api, wc).default_backoff();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut building: Option<std::collections::HashMap<(String, String), Option<PodFacts>>> =
+            None;
+        let mut listing = Instant::now();
+        let entry = |p: &Pod| {
+            let key = (
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            );
+            let facts = pod_facts(p, &derive)
+                .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
+                .ok();
+            (key, facts)
+        };
+        loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => break,
+                ev = stream.next() => ev,
+            };
+            let lock = || live.lock().unwrap_or_else(|p| p.into_inner());
+            match ev {
+                None => break,
+                Some(Ok(Event::Init)) => {
+                    listing = Instant::now();
+                    building = Some(std::collections::HashMap::new());
+                }
+                Some(Ok(Event::InitApply(p))) => {
+                    let (k, v) = entry(&p);
+                    building.get_or_insert_with(Default::default).insert(k, v);
+                }
+                Some(Ok(Event::InitDone)) => {
+                    *lock() = building.take().unwrap_or_default();
+                    let _ = synced_tx.send(true);
+                    provider.source().record_source_run(
+                        SOURCE,
+                        SystemTime::now(),
+                        listing.elapsed(),
+                        RunOutcome::Ok,
+                    );
+                }
+                Some(Ok(Event::Apply(p))) => {
+                    let (k, v) = entry(&p);
+                    lock().insert(k, v);
+                }
+                Some(Ok(Event::Delete(p))) => {
+                    let (k, _) = entry(&p);
+                    lock().remove(&k);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(source = SOURCE, error = %e, "watch failed; retrying with backoff");
+                    provider.source().record_source_run(
+                        SOURCE,
+                        SystemTime::now(),
+                        Duration::ZERO,
+                        RunOutcome::Failed {
+                            reason: "kube".into(),
+                            message: e.to_string(),
+                        },
+                    );
+                }
+            }
+        }
+    });
+    (index, task)
+}
+
 /// Starts the reflectors and the derive loop; returns the stores and the tasks.
 pub fn spawn(
     client: kube::Client,
@@ -323,14 +388,10 @@ pub fn spawn(
         cancel.clone(),
     );
     tasks.push(t);
-    let (pods, t) = reflect(
+    let (pods, t) = index_pods(
         pods_api,
         pod_wc,
-        "watch_pods",
-        {
-            let keys = keys.clone();
-            move |p: &mut Pod| trim_pod(p, &keys)
-        },
+        cfg.derive.clone(),
         provider.clone(),
         cancel.clone(),
     );
@@ -403,60 +464,11 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EnvVar, NodeStatus, Volume};
+    use k8s_openapi::api::core::v1::NodeStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     #[test]
     fn trimming_keeps_what_derive_reads_and_drops_the_rest() {
-        let keys = addon_key_names(&DeriveConfig::default());
-        let mut p = Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                annotations: Some(
-                    [
-                        ("components.gke.io/component-name", "fb"),
-                        ("kubectl.kubernetes.io/last-applied-configuration", "{...}"),
-                    ]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                ),
-                labels: Some(
-                    [("pod-template-hash", "abc"), ("app", "x")]
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some("n1".into()),
-                containers: vec![Container {
-                    name: "c".into(),
-                    env: Some(vec![EnvVar::default(); 10]),
-                    ..Default::default()
-                }],
-                volumes: Some(vec![Volume::default(); 5]),
-                ..Default::default()
-            }),
-            status: None,
-        };
-        let before = pod_facts_of(&p);
-        trim_pod(&mut p, &keys);
-        assert!(p.metadata.managed_fields.is_none());
-        let ann = p.metadata.annotations.as_ref().unwrap();
-        assert_eq!(ann.len(), 1);
-        assert_eq!(
-            p.metadata.labels.as_ref().unwrap().len(),
-            1,
-            "only pod-template-hash"
-        );
-        let spec = p.spec.as_ref().unwrap();
-        assert!(spec.volumes.is_none() && spec.containers[0].env.is_none());
-        assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert_eq!(pod_facts_of(&p), before, "derivation sees the same facts");
-
         let mut n = Node {
             metadata: ObjectMeta {
                 name: Some("n".into()),
@@ -472,9 +484,5 @@ mod tests {
         trim_node(&mut n);
         assert!(n.status.as_ref().unwrap().images.is_none());
         assert!(n.metadata.managed_fields.is_none());
-    }
-
-    fn pod_facts_of(p: &Pod) -> crate::model::PodFacts {
-        super::super::derive::pod_facts(p, &DeriveConfig::default()).unwrap()
     }
 }

@@ -347,23 +347,43 @@ pub fn cluster_state<'a>(
     now: SystemTime,
     cfg: &DeriveConfig,
 ) -> ClusterState {
-    let mut st = ClusterState::default();
-    let skip = |st: &mut ClusterState, reason: &str, why: String| {
-        tracing::warn!(reason, error = %why, "object skipped");
-        *st.skipped.entry(reason.to_string()).or_default() += 1;
-    };
-    for n in nodes {
-        match node_facts(n, now, cfg) {
-            Ok(f) => st.nodes.push(f),
-            Err(e) => skip(&mut st, "bad_node", e),
-        }
-    }
+    let mut bad_pods = 0;
     let mut facts = Vec::new();
     for p in pods {
         match pod_facts(p, cfg) {
             Ok(f) => facts.push(f),
-            Err(e) => skip(&mut st, "bad_pod", e),
+            Err(e) => {
+                tracing::warn!(reason = "bad_pod", error = %e, "object skipped");
+                bad_pods += 1;
+            }
         }
+    }
+    cluster_state_from_facts(nodes, &facts, bad_pods, daemonsets, deployments, now, cfg)
+}
+
+/// As [`cluster_state`], from pod facts derived earlier (the watchers keep facts, not Pods);
+/// `bad_pods` is how many pods could not be used.
+pub fn cluster_state_from_facts<'a, 'p>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    pods: impl IntoIterator<Item = &'p PodFacts> + Clone,
+    bad_pods: u64,
+    daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
+    deployments: impl IntoIterator<Item = &'a Deployment>,
+    now: SystemTime,
+    cfg: &DeriveConfig,
+) -> ClusterState {
+    let mut st = ClusterState::default();
+    for n in nodes {
+        match node_facts(n, now, cfg) {
+            Ok(f) => st.nodes.push(f),
+            Err(e) => {
+                tracing::warn!(reason = "bad_node", error = %e, "object skipped");
+                *st.skipped.entry("bad_node".into()).or_default() += 1;
+            }
+        }
+    }
+    if bad_pods > 0 {
+        st.skipped.insert("bad_pod".into(), bad_pods);
     }
     st.expected.extend(
         daemonsets
@@ -375,9 +395,9 @@ pub fn cluster_state<'a>(
             .into_iter()
             .filter_map(|d| deployment_expected(d, cfg)),
     );
-    st.node_pods = node_pod_sums(&facts);
-    let mut by_node: BTreeMap<String, Vec<&PodFacts>> = BTreeMap::new();
-    for f in &facts {
+    st.node_pods = node_pod_sums(pods.clone());
+    let mut by_node: BTreeMap<String, Vec<&'p PodFacts>> = BTreeMap::new();
+    for f in pods.clone() {
         if let (Some(node), Some(_)) = (&f.node, &f.addon) {
             by_node.entry(node.clone()).or_default().push(f);
         }
@@ -386,15 +406,15 @@ pub fn cluster_state<'a>(
         .into_iter()
         .map(|(node, pods)| (node, addons_on_node(pods)))
         .collect();
-    st.restarts = facts
+    st.restarts = pods
         .into_iter()
         .filter(|f| f.addon.is_some())
         .map(|f| PodRestarts {
-            namespace: f.namespace,
-            pod: f.name,
-            node: f.node,
-            addon: f.addon,
-            containers: f.containers,
+            namespace: f.namespace.clone(),
+            pod: f.name.clone(),
+            node: f.node.clone(),
+            addon: f.addon.clone(),
+            containers: f.containers.clone(),
         })
         .collect();
     st

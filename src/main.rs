@@ -1,10 +1,5 @@
 use std::process::ExitCode;
 
-/// mimalloc returns the large per-tick buffers (tens of MB at 5,000 nodes) to the OS instead of
-/// keeping them as fragmented free space: measured in docs/benchmarks.md (cluster_scale).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::Parser;
 use kube_prober::{app, cli::Cli, config::Config, telemetry};
 

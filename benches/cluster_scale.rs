@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use apiserver::{GenerateOptions, Options};
-use common::machine_info;
+use common::{clk_tck, cpu_ticks, env_usize, loadavg, machine_info, mib, ms, rss_kib};
 
 const CHURN_PER_SEC: f64 = 20.0;
 const READY_LIMIT: Duration = Duration::from_secs(180);
@@ -86,71 +86,6 @@ impl Drop for Guard {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat).
-fn cpu_ticks(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
-    // comm (field 2) may hold spaces or ')': split after the last ')'; field 3 is index 0.
-    let rest = &stat[stat.rfind(')').expect("no ')' in /proc/PID/stat") + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> u64 {
-        fields
-            .get(n - 3)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("/proc/{pid}/stat field {n} unreadable"))
-    };
-    field(14) + field(15)
-}
-
-/// (VmRSS, VmHWM) in KiB from /proc/PID/status.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    let get = |key: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
-    };
-    (get("VmRSS:"), get("VmHWM:"))
-}
-
-fn clk_tck() -> u64 {
-    let out = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .expect("cannot run `getconf CLK_TCK`");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("`getconf CLK_TCK` did not print a number")
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 fn verdict(ok: bool) -> &'static str {

@@ -59,3 +59,73 @@ pub fn machine_info() -> Vec<(&'static str, String)> {
         ("memory", mem),
     ]
 }
+
+/// utime + stime of a process (`self` or a pid), in clock ticks (fields 14 and 15 of
+/// /proc/PID/stat).
+pub fn cpu_ticks(pid: impl std::fmt::Display) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    // Field 2 (comm) is in parentheses and may hold spaces or ')': split after the last ')'.
+    let rest = &stat[stat.rfind(')').expect("no ')' in /proc/PID/stat") + 1..];
+    // `rest` starts at field 3 (state), so field N is at index N - 3.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> u64 {
+        fields
+            .get(n - 3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/stat field {n} unreadable: {stat}"))
+    };
+    field(14) + field(15)
+}
+
+/// (VmRSS, VmHWM) in KiB from /proc/PID/status.
+pub fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let get = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
+    };
+    (get("VmRSS:"), get("VmHWM:"))
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`).
+pub fn clk_tck() -> u64 {
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("cannot run `getconf CLK_TCK`");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("`getconf CLK_TCK` did not print a number")
+}
+
+/// A whole number from the environment, or `default`.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
+/// The 1/5/15-minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -126,10 +126,12 @@ async fn metrics(State(st): State<AppState>, method: Method, headers: HeaderMap)
         Format::Text => &p.metrics_text,
         Format::OpenMetrics => p.metrics_openmetrics(),
     };
-    let tail = prometheus::render_tail(&p.snapshot, SystemTime::now(), format);
-    let mut body = Vec::with_capacity(head.len() + tail.len());
-    body.extend_from_slice(head);
-    body.extend_from_slice(tail.as_bytes());
+    let head = head.clone(); // a reference count, not a copy of the (possibly large) body
+    let tail = Bytes::from(prometheus::render_tail(
+        &p.snapshot,
+        SystemTime::now(),
+        format,
+    ));
 
     let mut resp_headers = HeaderMap::new();
     resp_headers.insert(
@@ -140,20 +142,28 @@ async fn metrics(State(st): State<AppState>, method: Method, headers: HeaderMap)
         header::VARY,
         HeaderValue::from_static("Accept, Accept-Encoding"),
     );
+    let mut chunks = [head, tail];
     if accepts_gzip(&headers) {
         let mut enc = flate2::write::GzEncoder::new(
-            Vec::with_capacity(body.len() / 4),
+            Vec::with_capacity((chunks[0].len() + chunks[1].len()) / 4),
             flate2::Compression::fast(),
         );
         // Writing into a Vec cannot fail; fall back to the plain body if it somehow does.
-        if let Ok(gz) = enc.write_all(&body).and_then(|()| enc.finish()) {
-            body = gz;
+        let gz = enc
+            .write_all(&chunks[0])
+            .and_then(|()| enc.write_all(&chunks[1]))
+            .and_then(|()| enc.finish());
+        if let Ok(gz) = gz {
+            chunks = [Bytes::from(gz), Bytes::new()];
             resp_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
     }
     if method == Method::HEAD {
         return (StatusCode::OK, resp_headers).into_response();
     }
+    let body = Body::from_stream(futures_util::stream::iter(
+        chunks.map(Ok::<_, std::convert::Infallible>),
+    ));
     (StatusCode::OK, resp_headers, body).into_response()
 }
 

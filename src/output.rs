@@ -13,7 +13,19 @@ use tokio_util::sync::CancellationToken;
 use crate::api::server::Published;
 use crate::model::SinkPush;
 use crate::provider::Provider;
-use crate::sink::Sink;
+use crate::sink::{PushScope, Sink};
+
+/// Whether this instance may push cluster-level series: `None` when there is no election
+/// (node role, host role, one cluster replica), else the leader elector's view, which turns
+/// `false` the moment the Lease is lost.
+pub type Leadership = Option<watch::Receiver<bool>>;
+
+fn scope_of(leadership: &Leadership) -> PushScope {
+    match leadership {
+        Some(rx) if !*rx.borrow() => PushScope::InstanceOnly,
+        _ => PushScope::All,
+    }
+}
 
 /// When a sink pushes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -27,11 +39,12 @@ pub struct SinkSchedule {
 async fn push_once<S: Sink>(
     sink: &S,
     published: &Published,
+    scope: PushScope,
     timeout: Duration,
     provider: &dyn Provider,
 ) {
     let started = Instant::now();
-    let result = tokio::time::timeout(timeout, sink.push(published.snapshot.clone())).await;
+    let result = tokio::time::timeout(timeout, sink.push(published.snapshot.clone(), scope)).await;
     let (report, failure) = match result {
         Ok(Ok(r)) => (r, None),
         Ok(Err(e)) => {
@@ -55,24 +68,50 @@ async fn push_once<S: Sink>(
     );
 }
 
-/// Runs `sink` until `cancel`, then makes the final push.
+/// Runs `sink` until `cancel`, then makes the final push. A push of cluster-level series that
+/// is running when the Lease is lost is aborted at once and counted as `lost_lease`.
 pub async fn run_sink<S: Sink>(
     sink: Arc<S>,
     schedule: SinkSchedule,
     published: watch::Receiver<Arc<Published>>,
     provider: Arc<dyn Provider>,
+    mut leadership: Leadership,
     cancel: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(schedule.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick fires at once; the first push waits one interval
-    let mut in_flight: Option<JoinHandle<()>> = None;
+    let mut in_flight: Option<(JoinHandle<()>, PushScope)> = None;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = ticker.tick() => {}
+            lost = lease_lost(&mut leadership) => {
+                if !lost {
+                    // The elector is gone (shutdown); nothing more will change.
+                    leadership = Some(watch::channel(false).1);
+                    continue;
+                }
+                if let Some((h, PushScope::All)) = &in_flight {
+                    if !h.is_finished() {
+                        h.abort();
+                        tracing::warn!(sink = sink.name(), "lease lost: push of cluster-level series aborted");
+                        provider.sink().record_sink_push(
+                            sink.name(),
+                            SinkPush {
+                                at: SystemTime::now(),
+                                duration: Duration::ZERO,
+                                points: 0,
+                                requests: 0,
+                                failure: Some("lost_lease".into()),
+                            },
+                        );
+                    }
+                }
+                continue;
+            }
         }
-        if in_flight.as_ref().is_some_and(|h| !h.is_finished()) {
+        if in_flight.as_ref().is_some_and(|(h, _)| !h.is_finished()) {
             tracing::warn!(
                 sink = sink.name(),
                 "previous push still running; tick skipped"
@@ -84,14 +123,23 @@ pub async fn run_sink<S: Sink>(
         if current.snapshot.tick == 0 {
             continue;
         }
+        let scope = scope_of(&leadership);
         let (sink, provider) = (sink.clone(), provider.clone());
-        in_flight = Some(tokio::spawn(async move {
-            push_once(sink.as_ref(), &current, schedule.timeout, provider.as_ref()).await;
-        }));
+        let handle = tokio::spawn(async move {
+            push_once(
+                sink.as_ref(),
+                &current,
+                scope,
+                schedule.timeout,
+                provider.as_ref(),
+            )
+            .await;
+        });
+        in_flight = Some((handle, scope));
     }
     // Shutdown: let a running push finish (bounded), then push the newest snapshot once more.
     let deadline = Instant::now() + schedule.final_push;
-    if let Some(h) = in_flight {
+    if let Some((h, _)) = in_flight {
         if tokio::time::timeout(schedule.final_push, h).await.is_err() {
             tracing::warn!(
                 sink = sink.name(),
@@ -106,9 +154,27 @@ pub async fn run_sink<S: Sink>(
         push_once(
             sink.as_ref(),
             &current,
+            scope_of(&leadership),
             left.min(schedule.timeout),
             provider.as_ref(),
         )
         .await;
+    }
+}
+
+/// Resolves with `true` when leadership turns from held to lost, with `false` when the elector
+/// has gone away; never resolves without an election.
+async fn lease_lost(leadership: &mut Leadership) -> bool {
+    let Some(rx) = leadership else {
+        return std::future::pending().await;
+    };
+    loop {
+        let was = *rx.borrow_and_update();
+        if rx.changed().await.is_err() {
+            return false;
+        }
+        if was && !*rx.borrow() {
+            return true;
+        }
     }
 }

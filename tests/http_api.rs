@@ -114,7 +114,7 @@ fn golden_watcher_body() {
 #[tokio::test]
 async fn endpoints_over_http() {
     let (base, _task) = serve(Published::render(Arc::new(fixed_snapshot()), "host")).await;
-    let http = reqwest::Client::new();
+    let http = reqwest::Client::builder().no_gzip().build().unwrap(); // see the raw gzip body
 
     // /metrics: text by default, OpenMetrics when asked, gzip when asked.
     let r = http.get(format!("{base}/metrics")).send().await.unwrap();

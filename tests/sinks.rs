@@ -9,7 +9,7 @@ use kube_prober::api::server::{self, AppState, Published};
 use kube_prober::model::{Resource, Snapshot, UsageSample};
 use kube_prober::output::{SinkSchedule, run_sink};
 use kube_prober::provider::{Provider, Store};
-use kube_prober::sink::{PushError, PushReport, Sink};
+use kube_prober::sink::{PushError, PushReport, PushScope, Sink};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,11 @@ impl Sink for TestSink {
         "test"
     }
 
-    async fn push(&self, snapshot: Arc<Snapshot>) -> Result<PushReport, PushError> {
+    async fn push(
+        &self,
+        snapshot: Arc<Snapshot>,
+        _scope: PushScope,
+    ) -> Result<PushReport, PushError> {
         tokio::time::sleep(self.delay).await;
         self.pushes.fetch_add(1, Ordering::SeqCst);
         self.last_tick.store(snapshot.tick, Ordering::SeqCst);
@@ -92,6 +96,7 @@ async fn pushes_every_tick_and_once_more_at_shutdown() {
         schedule(100, 1000),
         rx,
         store.clone(),
+        None,
         cancel.clone(),
     ));
     tokio::time::sleep(Duration::from_millis(550)).await;
@@ -133,6 +138,7 @@ async fn a_hanging_sink_skips_ticks_and_never_slows_the_endpoints() {
         },
         rx.clone(),
         store.clone(),
+        None,
         cancel.clone(),
     ));
 
@@ -188,6 +194,7 @@ async fn failures_and_timeouts_are_counted_by_reason() {
         schedule(50, 1000),
         rx.clone(),
         store.clone(),
+        None,
         cancel.clone(),
     ));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -210,6 +217,7 @@ async fn failures_and_timeouts_are_counted_by_reason() {
         },
         rx,
         store.clone(),
+        None,
         cancel.clone(),
     ));
     tokio::time::sleep(Duration::from_millis(400)).await;

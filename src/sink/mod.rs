@@ -6,6 +6,7 @@
 
 pub mod names;
 pub mod prometheus;
+pub mod series;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +30,17 @@ pub struct PushError {
     pub sent: PushReport,
 }
 
+/// Which series one push may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushScope {
+    /// Everything in the snapshot: the node role, a single cluster replica, or the holder of
+    /// the leader Lease.
+    All,
+    /// Only this instance's own series ([`series::is_instance_level`]): a cluster replica that
+    /// does not hold the Lease must not push cluster-level series, which the leader pushes.
+    InstanceOnly,
+}
+
 /// An output that pushes snapshots somewhere (OTLP, Cloud Monitoring).
 pub trait Sink: Send + Sync + 'static {
     /// Stable name: a label value and a log field.
@@ -36,5 +48,6 @@ pub trait Sink: Send + Sync + 'static {
     fn push(
         &self,
         snapshot: Arc<Snapshot>,
+        scope: PushScope,
     ) -> impl Future<Output = Result<PushReport, PushError>> + Send;
 }

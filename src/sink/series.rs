@@ -1,0 +1,504 @@
+//! Every series the program exposes, read off one [`Snapshot`] in `names::ALL` order: the one
+//! place that knows which family carries which value under which labels. The Prometheus
+//! exposition writes these rows as text; the push outputs turn the same rows into their own
+//! messages, so all outputs agree.
+
+use super::names::{self, Family};
+use crate::model::{
+    AddonOnNode, ClusterState, NodePods, Operator, PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
+};
+
+/// Label pairs of one row: our label key, its value.
+pub type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+/// Receives every family of a snapshot, in order. A family with no rows may be passed.
+pub trait Visitor {
+    /// A gauge or counter family (see `family.kind`): one value per row.
+    fn family(&mut self, family: &Family, rows: &[(Labels<'_>, f64)]);
+    /// A histogram family: per row the cumulative bucket counts for `bounds` (one per bound;
+    /// `+Inf` is the count), the sum and the count.
+    fn histogram(
+        &mut self,
+        family: &Family,
+        bounds: &[f64],
+        rows: &[(Labels<'_>, &[u64], f64, u64)],
+    );
+}
+
+/// True for the families that describe this instance itself (build, probes it ran, its sources,
+/// sinks and ticks) rather than the cluster or its nodes: what a replica that does not lead
+/// may still push.
+pub fn is_instance_level(family: &Family) -> bool {
+    let n = family.name;
+    n == names::BUILD_INFO.name
+        || n.starts_with("kube_prober_probe_")
+        || n.starts_with("kube_prober_source_")
+        || n.starts_with("kube_prober_sink_")
+        || n.starts_with("kube_prober_tick")
+        || n == names::SNAPSHOT_AGE.name
+}
+
+fn flag(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+fn one_if(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+/// The Kubernetes-derived families (cluster and node roles).
+fn visit_cluster<V: Visitor>(w: &mut V, cs: &ClusterState) {
+    let (mut alloc_cpu, mut alloc_mem, mut cond, mut avail) = (vec![], vec![], vec![], vec![]);
+    for n in &cs.nodes {
+        let node = n.name.as_str();
+        if let Some(a) = n.allocatable {
+            alloc_cpu.push((vec![("node", node)], a.cpu_cores));
+            alloc_mem.push((vec![("node", node)], a.memory_bytes));
+        }
+        for (t, st) in &n.conditions {
+            let labels = vec![
+                ("node", node),
+                ("pool", n.placement.pool.as_str()),
+                ("zone", n.placement.zone.as_str()),
+                ("condition", t.as_str()),
+                ("status", st.as_str()),
+            ];
+            cond.push((labels, 1.0));
+        }
+        let labels = vec![
+            ("node", node),
+            ("pool", n.placement.pool.as_str()),
+            ("zone", n.placement.zone.as_str()),
+            ("ready", flag(n.ready)),
+            ("schedulable", flag(n.schedulable)),
+            ("done_warming", flag(n.done_warming)),
+        ];
+        avail.push((labels, one_if(n.available())));
+    }
+    w.family(&names::NODE_ALLOCATABLE_CPU, &alloc_cpu);
+    w.family(&names::NODE_ALLOCATABLE_MEMORY, &alloc_mem);
+
+    let counts = crate::model::cluster::node_availability_counts(&cs.nodes);
+    let rows: Vec<_> = counts
+        .iter()
+        .map(|((pl, (r, s, d, a)), n)| {
+            let labels = vec![
+                ("pool", pl.pool.as_str()),
+                ("zone", pl.zone.as_str()),
+                ("ready", flag(*r)),
+                ("schedulable", flag(*s)),
+                ("done_warming", flag(*d)),
+                ("available", flag(*a)),
+            ];
+            (labels, f64::from(*n))
+        })
+        .collect();
+    w.family(&names::CLUSTER_NODES, &rows);
+    let counts = crate::model::cluster::node_condition_counts(&cs.nodes);
+    let rows: Vec<_> = counts
+        .iter()
+        .map(|((pl, t, st), n)| {
+            let labels = vec![
+                ("pool", pl.pool.as_str()),
+                ("zone", pl.zone.as_str()),
+                ("condition", t.as_str()),
+                ("status", st.as_str()),
+            ];
+            (labels, f64::from(*n))
+        })
+        .collect();
+    w.family(&names::CLUSTER_NODE_CONDITIONS, &rows);
+    w.family(&names::NODE_CONDITION, &cond);
+    w.family(&names::NODE_AVAILABLE, &avail);
+
+    let mut ctl_avail = vec![];
+    for n in &cs.nodes {
+        let addons_ok = cs
+            .addons
+            .get(&n.name)
+            .is_none_or(|a| a.iter().all(|x| x.available()));
+        let labels = vec![
+            ("node", n.name.as_str()),
+            ("pool", n.placement.pool.as_str()),
+            ("zone", n.placement.zone.as_str()),
+        ];
+        ctl_avail.push((labels, one_if(n.available() && addons_ok)));
+    }
+    w.family(&names::NODE_ADDONS_AVAILABLE, &ctl_avail);
+
+    let expected: Vec<_> = cs
+        .expected
+        .iter()
+        .map(|e| {
+            let labels = vec![
+                ("namespace", e.namespace.as_str()),
+                ("workload", e.workload.as_str()),
+                ("addon", e.addon.name.as_str()),
+                ("version", e.addon.version.as_str()),
+                ("controller", e.addon.controller.as_str()),
+            ];
+            (labels, f64::from(e.expected))
+        })
+        .collect();
+    w.family(&names::ADDON_EXPECTED_PODS, &expected);
+    let addon_rows = |f: fn(&AddonOnNode) -> f64| {
+        cs.addons
+            .iter()
+            .flat_map(|(node, list)| {
+                list.iter().map(move |a| {
+                    let labels = vec![
+                        ("node", node.as_str()),
+                        ("addon", a.addon.name.as_str()),
+                        ("version", a.addon.version.as_str()),
+                        ("controller", a.addon.controller.as_str()),
+                    ];
+                    (labels, f(a))
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    w.family(&names::ADDON_PODS, &addon_rows(|a| f64::from(a.pods)));
+    w.family(
+        &names::ADDON_READY_PODS,
+        &addon_rows(|a| f64::from(a.ready)),
+    );
+    w.family(
+        &names::ADDON_AVAILABLE,
+        &addon_rows(|a| one_if(a.available())),
+    );
+
+    let pods_rows = |f: fn(&NodePods) -> f64| {
+        cs.node_pods
+            .iter()
+            .map(|(node, p)| (vec![("node", node.as_str())], f(p)))
+            .collect::<Vec<_>>()
+    };
+    w.family(
+        &names::NODE_POD_REQUESTS_CPU,
+        &pods_rows(|p| p.requests.cpu_cores),
+    );
+    w.family(
+        &names::NODE_POD_REQUESTS_MEMORY,
+        &pods_rows(|p| p.requests.memory_bytes),
+    );
+    w.family(
+        &names::NODE_POD_LIMITS_CPU,
+        &pods_rows(|p| p.limits.cpu_cores),
+    );
+    w.family(
+        &names::NODE_POD_LIMITS_MEMORY,
+        &pods_rows(|p| p.limits.memory_bytes),
+    );
+    w.family(&names::NODE_PODS, &pods_rows(|p| f64::from(p.pods)));
+
+    let mut restarts = vec![];
+    let mut last = vec![];
+    let exit_codes: Vec<Vec<String>> = cs
+        .restarts
+        .iter()
+        .map(|p| {
+            p.containers
+                .iter()
+                .map(|c| c.last_exit_code.map(|e| e.to_string()).unwrap_or_default())
+                .collect()
+        })
+        .collect();
+    for (p, codes) in cs.restarts.iter().zip(&exit_codes) {
+        let addon = p
+            .addon
+            .as_ref()
+            .map(|a| a.name.as_str())
+            .unwrap_or_default();
+        let node = p.node.as_deref().unwrap_or_default();
+        for (c, code) in p.containers.iter().zip(codes) {
+            let labels = vec![
+                ("namespace", p.namespace.as_str()),
+                ("pod", p.pod.as_str()),
+                ("container", c.name.as_str()),
+                ("node", node),
+                ("addon", addon),
+            ];
+            restarts.push((labels, f64::from(c.restarts)));
+            if c.last_reason.is_some() || c.last_exit_code.is_some() {
+                let labels = vec![
+                    ("namespace", p.namespace.as_str()),
+                    ("pod", p.pod.as_str()),
+                    ("container", c.name.as_str()),
+                    ("reason", c.last_reason.as_deref().unwrap_or("unknown")),
+                    (
+                        "exit_code",
+                        if code.is_empty() {
+                            "unknown"
+                        } else {
+                            code.as_str()
+                        },
+                    ),
+                ];
+                last.push((labels, 1.0));
+            }
+        }
+    }
+    w.family(&names::CONTAINER_RESTARTS, &restarts);
+    w.family(&names::CONTAINER_LAST_TERMINATION, &last);
+    let skipped: Vec<_> = cs
+        .skipped
+        .iter()
+        .map(|(r, n)| (vec![("reason", r.as_str())], *n as f64))
+        .collect();
+    w.family(&names::CLUSTER_SKIPPED_OBJECTS, &skipped);
+}
+
+fn operator_label(op: Operator) -> &'static str {
+    match op {
+        Operator::Avg => "avg",
+        Operator::Std => "std",
+    }
+}
+
+/// Every family but the snapshot age (which depends on the reader's clock), in `names::ALL`
+/// order.
+pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
+    let version = env!("CARGO_PKG_VERSION");
+    w.family(&names::BUILD_INFO, &[(vec![("version", version)], 1.0)]);
+    w.family(
+        &names::CLUSTER_INFO,
+        &[(
+            vec![
+                ("cluster", snap.cluster.cluster_name.as_str()),
+                ("role", snap.cluster.role.as_str()),
+                ("project", snap.cluster.project.as_str()),
+                ("location", snap.cluster.location.as_str()),
+            ],
+            1.0,
+        )],
+    );
+
+    for resource in Resource::ALL {
+        let mut rows = Vec::new();
+        for (name, n) in &snap.nodes {
+            if let Some(&v) = n.latest.get(&resource) {
+                rows.push((
+                    vec![
+                        ("node", name.as_str()),
+                        ("window", "instant"),
+                        ("operator", "latest"),
+                    ],
+                    v,
+                ));
+            }
+            for ws in &n.windows {
+                let win = ws.window.as_str();
+                if let Some(s) = ws.stats.get(&resource) {
+                    for (op, v) in [("avg", s.avg), ("std", s.std)] {
+                        let labels =
+                            vec![("node", name.as_str()), ("window", win), ("operator", op)];
+                        rows.push((labels, v));
+                    }
+                    continue;
+                }
+                // Backend-aggregated, when the hub has no samples of its own for it.
+                for b in ws
+                    .backend
+                    .iter()
+                    .filter(|b| b.value.resource == Some(resource))
+                {
+                    let op = operator_label(b.value.operator);
+                    let labels = vec![("node", name.as_str()), ("window", win), ("operator", op)];
+                    rows.push((labels, b.value.value));
+                }
+            }
+        }
+        w.family(names::node_resource_family(resource), &rows);
+    }
+
+    let mut other = Vec::new();
+    for (name, n) in &snap.nodes {
+        for ws in &n.windows {
+            for b in ws.backend.iter().filter(|b| b.value.resource.is_none()) {
+                other.push((
+                    vec![
+                        ("node", name.as_str()),
+                        ("window", ws.window.as_str()),
+                        ("operator", operator_label(b.value.operator)),
+                        ("metric", b.value.name.as_str()),
+                        ("type", b.value.kind.as_wire()),
+                    ],
+                    b.value.value,
+                ));
+            }
+        }
+    }
+    w.family(&names::NODE_BACKEND_VALUE, &other);
+
+    let mut samples = Vec::new();
+    let mut stamps = Vec::new();
+    let mut cpu_cap = Vec::new();
+    let mut mem_cap = Vec::new();
+    for (name, n) in &snap.nodes {
+        for ws in &n.windows {
+            for (r, s) in &ws.stats {
+                samples.push((
+                    vec![
+                        ("node", name.as_str()),
+                        ("resource", r.as_str()),
+                        ("window", ws.window.as_str()),
+                    ],
+                    f64::from(s.samples),
+                ));
+            }
+        }
+        stamps.push((
+            vec![("node", name.as_str()), ("source", n.source.as_str())],
+            unix_seconds(n.latest_at),
+        ));
+        if let Some(c) = n.capacity {
+            cpu_cap.push((vec![("node", name.as_str())], c.cpu_cores));
+            mem_cap.push((vec![("node", name.as_str())], c.memory_bytes));
+        }
+    }
+    w.family(&names::NODE_USAGE_SAMPLES, &samples);
+    w.family(&names::NODE_USAGE_TIMESTAMP, &stamps);
+    // Capacity the usage source did not give, from the Node objects.
+    if let Some(cs) = &snap.cluster_state {
+        let has_usage_capacity =
+            |name: &str| snap.nodes.get(name).is_some_and(|l| l.capacity.is_some());
+        for n in cs.nodes.iter().filter(|n| !has_usage_capacity(&n.name)) {
+            if let Some(c) = n.capacity {
+                cpu_cap.push((vec![("node", n.name.as_str())], c.cpu_cores));
+                mem_cap.push((vec![("node", n.name.as_str())], c.memory_bytes));
+            }
+        }
+        cpu_cap.sort_by(|a, b| a.0.cmp(&b.0));
+        mem_cap.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    w.family(&names::NODE_CPU_CAPACITY, &cpu_cap);
+    w.family(&names::NODE_MEMORY_CAPACITY, &mem_cap);
+    if let Some(cs) = &snap.cluster_state {
+        visit_cluster(w, cs);
+    }
+
+    let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
+        snap.probes
+            .iter()
+            .map(|p| {
+                (
+                    vec![("probe", p.probe.as_str()), ("target", p.target.as_str())],
+                    f(p),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    w.family(
+        &names::PROBE_SUCCESS,
+        &probe_rows(|p| if p.failure.is_none() { 1.0 } else { 0.0 }),
+    );
+    let hist: Vec<_> = snap
+        .probes
+        .iter()
+        .map(|p| {
+            let labels = vec![("probe", p.probe.as_str()), ("target", p.target.as_str())];
+            (labels, p.buckets.as_slice(), p.duration_sum, p.runs)
+        })
+        .collect();
+    w.histogram(&names::PROBE_DURATION, &PROBE_BUCKETS, &hist);
+    w.family(&names::PROBE_RUNS, &probe_rows(|p| p.runs as f64));
+    let failures: Vec<_> = snap
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.failures.iter().map(|(reason, n)| {
+                let labels = vec![
+                    ("probe", p.probe.as_str()),
+                    ("target", p.target.as_str()),
+                    ("reason", reason.as_str()),
+                ];
+                (labels, *n as f64)
+            })
+        })
+        .collect();
+    w.family(&names::PROBE_FAILURES, &failures);
+
+    let per_source = |f: fn(&crate::model::SourceStatus) -> Option<f64>| {
+        snap.sources
+            .values()
+            .filter_map(|s| f(s).map(|v| (vec![("source", s.name.as_str())], v)))
+            .collect::<Vec<_>>()
+    };
+    let by_reason =
+        |f: fn(&crate::model::SourceStatus) -> &std::collections::BTreeMap<String, u64>| {
+            snap.sources
+                .values()
+                .flat_map(|s| {
+                    f(s).iter().map(|(reason, n)| {
+                        (
+                            vec![("source", s.name.as_str()), ("reason", reason.as_str())],
+                            *n as f64,
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+    w.family(
+        &names::SOURCE_UP,
+        &per_source(|s| Some(if s.up { 1.0 } else { 0.0 })),
+    );
+    w.family(&names::SOURCE_RUNS, &per_source(|s| Some(s.runs as f64)));
+    w.family(&names::SOURCE_ERRORS, &by_reason(|s| &s.errors));
+    w.family(
+        &names::SOURCE_NO_DATA,
+        &per_source(|s| Some(s.no_data as f64)),
+    );
+    w.family(&names::SOURCE_DROPPED_VALUES, &by_reason(|s| &s.dropped));
+    w.family(
+        &names::SOURCE_LAST_RUN_DURATION,
+        &per_source(|s| Some(s.last_duration.as_secs_f64())),
+    );
+    w.family(
+        &names::SOURCE_LAST_SUCCESS,
+        &per_source(|s| s.last_success.map(unix_seconds)),
+    );
+
+    let per_sink = |f: fn(&crate::model::SinkStatus) -> Option<f64>| {
+        snap.sinks
+            .values()
+            .filter_map(|s| f(s).map(|v| (vec![("sink", s.name.as_str())], v)))
+            .collect::<Vec<_>>()
+    };
+    w.family(&names::SINK_PUSHES, &per_sink(|s| Some(s.pushes as f64)));
+    let sink_failures: Vec<_> = snap
+        .sinks
+        .values()
+        .flat_map(|s| {
+            s.failures.iter().map(|(reason, n)| {
+                (
+                    vec![("sink", s.name.as_str()), ("reason", reason.as_str())],
+                    *n as f64,
+                )
+            })
+        })
+        .collect();
+    w.family(&names::SINK_FAILURES, &sink_failures);
+    w.family(
+        &names::SINK_SKIPPED_TICKS,
+        &per_sink(|s| Some(s.skipped as f64)),
+    );
+    w.family(&names::SINK_POINTS, &per_sink(|s| Some(s.points as f64)));
+    w.family(
+        &names::SINK_REQUESTS,
+        &per_sink(|s| Some(s.requests as f64)),
+    );
+    w.family(
+        &names::SINK_LAST_SUCCESS,
+        &per_sink(|s| s.last_success.map(unix_seconds)),
+    );
+    w.family(
+        &names::SINK_PUSH_DURATION,
+        &per_sink(|s| Some(s.last_duration.as_secs_f64())),
+    );
+
+    w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
+    w.family(
+        &names::TICK_DURATION,
+        &[(vec![], snap.last_tick_duration.as_secs_f64())],
+    );
+}

@@ -276,4 +276,130 @@ pub struct Cli {
     /// off: CPU and Memory in percent, other types in their own units. [default: false]
     #[arg(long, env = "KUBE_PROBER_WATCHER_LEGACY_SCALING", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub watcher_legacy_scaling: Option<bool>,
+
+    /// Push outputs to run, repeatable or comma-separated: `otlp`, `gcm` (Google Cloud
+    /// Monitoring). [default: none]
+    #[arg(long = "sink", env = "KUBE_PROBER_SINKS", value_name = "NAME", value_delimiter = ',')]
+    pub sinks: Option<Vec<String>>,
+
+    /// How often each push output pushes. [default: 60s]
+    #[arg(long, env = "KUBE_PROBER_SINK_INTERVAL", value_name = "DURATION")]
+    pub sink_interval: Option<String>,
+
+    /// Deadline of one push, retries included; at most --sink-interval. [default: 30s, or the interval if shorter]
+    #[arg(long, env = "KUBE_PROBER_SINK_TIMEOUT", value_name = "DURATION")]
+    pub sink_timeout: Option<String>,
+
+    /// OTLP protocol: `grpc` or `http/protobuf`. [default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc]
+    #[arg(long, env = "KUBE_PROBER_OTLP_PROTOCOL", value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+
+    /// OTLP endpoint. [default: $OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT, else http://localhost:4317 (grpc) or http://localhost:4318/v1/metrics]
+    #[arg(long, env = "KUBE_PROBER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// OTLP request headers as KEY=VALUE pairs, comma-separated. [default: $OTEL_EXPORTER_OTLP_HEADERS]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_OTLP_HEADERS",
+        value_name = "KEY=VALUE,...",
+        hide_env_values = true
+    )]
+    pub otlp_headers: Option<String>,
+
+    /// PEM CA bundle to trust for the OTLP endpoint. [default: $OTEL_EXPORTER_OTLP_CERTIFICATE]
+    #[arg(long, env = "KUBE_PROBER_OTLP_CA_FILE", value_name = "PATH")]
+    pub otlp_ca_file: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS to the OTLP endpoint. [default: $OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE]
+    #[arg(long, env = "KUBE_PROBER_OTLP_CLIENT_CERT", value_name = "PATH")]
+    pub otlp_client_cert: Option<PathBuf>,
+
+    /// PEM private key of --otlp-client-cert. [default: $OTEL_EXPORTER_OTLP_CLIENT_KEY]
+    #[arg(long, env = "KUBE_PROBER_OTLP_CLIENT_KEY", value_name = "PATH")]
+    pub otlp_client_key: Option<PathBuf>,
+
+    /// OTLP compression: `gzip` or `none`. [default: $OTEL_EXPORTER_OTLP_COMPRESSION, else none]
+    #[arg(long, env = "KUBE_PROBER_OTLP_COMPRESSION", value_name = "NAME")]
+    pub otlp_compression: Option<String>,
+
+    /// Cloud Monitoring project. [default: the GCE metadata server's project]
+    #[arg(long, env = "KUBE_PROBER_GCM_PROJECT", value_name = "PROJECT")]
+    pub gcm_project: Option<String>,
+
+    /// Cloud Monitoring `location` resource label. [default: the GCE metadata server's cluster location]
+    #[arg(long, env = "KUBE_PROBER_GCM_LOCATION", value_name = "LOCATION")]
+    pub gcm_location: Option<String>,
+
+    /// Metric type prefix: types are workload.googleapis.com/PREFIX/... (gke-prober's
+    /// METRIC_PREFIX). [default: kube-prober]
+    #[arg(long, env = "METRIC_PREFIX", value_name = "PREFIX")]
+    pub gcm_prefix: Option<String>,
+
+    /// Cloud Monitoring API endpoint (tests, emulators). [default: https://monitoring.googleapis.com]
+    #[arg(long, env = "KUBE_PROBER_GCM_ENDPOINT", value_name = "URL")]
+    pub gcm_endpoint: Option<String>,
+
+    /// Send no credentials to Cloud Monitoring (only for a local emulator). [default: false]
+    #[arg(long, env = "KUBE_PROBER_GCM_ANONYMOUS", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool, hide = true)]
+    pub gcm_anonymous: Option<bool>,
+
+    /// Cluster role: only the holder of a coordination.k8s.io/v1 Lease pushes cluster-level
+    /// series. [default: true in the cluster role when a sink is configured]
+    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub leader_elect: Option<bool>,
+
+    /// Name of the leader Lease. [default: kube-prober]
+    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_LEASE_NAME", value_name = "NAME")]
+    pub leader_elect_lease_name: Option<String>,
+
+    /// Namespace of the leader Lease. [default: $POD_NAMESPACE, else the client's namespace]
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+
+    /// How long a Lease holds without renewal. [default: 15s]
+    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_LEASE_DURATION", value_name = "DURATION")]
+    pub leader_elect_lease_duration: Option<String>,
+
+    /// The leader stops pushing when it has not renewed for this long. [default: 10s]
+    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION")]
+    pub leader_elect_renew_deadline: Option<String>,
+
+    /// How often to try to acquire or renew. [default: 2s]
+    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION")]
+    pub leader_elect_retry_period: Option<String>,
+
+    /// This replica's identity in the Lease. [default: $POD_NAME, else hostname_pid]
+    #[arg(long, env = "POD_NAME", value_name = "ID")]
+    pub leader_elect_identity: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands; without one, kube-prober runs.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Google Cloud Monitoring maintenance.
+    Gcm {
+        #[command(subcommand)]
+        command: GcmCommand,
+    },
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum GcmCommand {
+    /// Metric descriptors of kube-prober's types (gke-prober's listmd).
+    Descriptors {
+        #[command(subcommand)]
+        action: DescriptorAction,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+pub enum DescriptorAction {
+    /// Print the types of workload.googleapis.com/PREFIX/... descriptors.
+    List,
+    /// Delete them (their data goes with them).
+    Delete,
 }

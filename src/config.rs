@@ -57,6 +57,93 @@ pub struct FileConfig {
     pub watcher_legacy_scaling: Option<bool>,
     /// Config file only: the Prometheus metrics to query instead of load-watcher's 17.
     pub prometheus_metrics: Option<Vec<PrometheusMetricEntry>>,
+    pub sinks: Option<Vec<String>>,
+    pub sink_interval: Option<String>,
+    pub sink_timeout: Option<String>,
+    pub otlp_protocol: Option<String>,
+    pub otlp_endpoint: Option<String>,
+    pub otlp_headers: Option<String>,
+    pub otlp_ca_file: Option<PathBuf>,
+    pub otlp_client_cert: Option<PathBuf>,
+    pub otlp_client_key: Option<PathBuf>,
+    pub otlp_compression: Option<String>,
+    pub gcm_project: Option<String>,
+    pub gcm_location: Option<String>,
+    pub gcm_prefix: Option<String>,
+    pub gcm_endpoint: Option<String>,
+    pub gcm_anonymous: Option<bool>,
+    pub leader_elect: Option<bool>,
+    pub leader_elect_lease_name: Option<String>,
+    pub leader_elect_namespace: Option<String>,
+    pub leader_elect_lease_duration: Option<String>,
+    pub leader_elect_renew_deadline: Option<String>,
+    pub leader_elect_retry_period: Option<String>,
+    pub leader_elect_identity: Option<String>,
+}
+
+/// A push output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SinkKind {
+    Otlp,
+    Gcm,
+}
+
+impl SinkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkKind::Otlp => "otlp",
+            SinkKind::Gcm => "gcm",
+        }
+    }
+}
+
+/// OTLP settings as given; unset ones fall back to the `OTEL_EXPORTER_OTLP_*` variables in
+/// [`crate::sink::otlp`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OtlpSettings {
+    pub protocol: Option<String>,
+    pub endpoint: Option<String>,
+    pub headers: Option<String>,
+    pub ca_file: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    pub compression: Option<String>,
+}
+
+/// Cloud Monitoring settings as given.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcmSettings {
+    /// `None`: the metadata server's project (an error at start when there is none).
+    pub project: Option<String>,
+    pub location: Option<String>,
+    pub prefix: String,
+    pub endpoint: Option<String>,
+    pub anonymous: bool,
+}
+
+/// Lease-based leader election (cluster role).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaderSettings {
+    /// `None`: on in the cluster role when a sink runs.
+    pub enabled: Option<bool>,
+    pub lease_name: String,
+    /// `None`: the Kubernetes client's namespace.
+    pub namespace: Option<String>,
+    pub identity: Option<String>,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// The push outputs and their shared schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinksConfig {
+    pub kinds: Vec<SinkKind>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub otlp: OtlpSettings,
+    pub gcm: GcmSettings,
+    pub leader: LeaderSettings,
 }
 
 /// One entry of `probes` in the config file.
@@ -183,6 +270,7 @@ pub struct Config {
     /// Addon markers, GKE's first.
     pub addon_keys: Vec<AddonKeys>,
     pub probes: ProbesConfig,
+    pub sinks: SinksConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -285,6 +373,7 @@ impl Config {
     /// Merges flags (already holding their environment fallbacks) over the file, and validates.
     pub fn resolve(mut cli: Cli, mut file: FileConfig) -> Result<Self> {
         let usage = Self::resolve_usage(&mut cli, &mut file)?;
+        let sinks = Self::resolve_sinks(&mut cli, &mut file)?;
         let probes = Self::resolve_probes(&mut cli, &mut file)?;
         let ns_s = cli
             .workload_namespaces
@@ -419,6 +508,203 @@ impl Config {
             workload_namespaces,
             addon_keys,
             probes,
+            sinks,
+        })
+    }
+
+    fn resolve_sinks(cli: &mut Cli, file: &mut FileConfig) -> Result<SinksConfig> {
+        let secs = Duration::from_secs;
+        let mut kinds = Vec::new();
+        for name in cli
+            .sinks
+            .take()
+            .or(file.sinks.take())
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+        {
+            let kind = match name.to_ascii_lowercase().as_str() {
+                "otlp" => SinkKind::Otlp,
+                "gcm" | "cloud-monitoring" | "stackdriver" => SinkKind::Gcm,
+                _ => return Err(invalid("--sink", name, "unknown sink (known: otlp, gcm)")),
+            };
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        let interval_s = cli
+            .sink_interval
+            .take()
+            .or(file.sink_interval.take())
+            .unwrap_or_else(|| "60s".into());
+        let interval = duration("--sink-interval", &interval_s, secs(1), secs(3600))?;
+        let timeout = match cli.sink_timeout.take().or(file.sink_timeout.take()) {
+            Some(t) => {
+                let d = duration("--sink-timeout", &t, Duration::from_millis(100), secs(3600))?;
+                if d > interval {
+                    return Err(invalid(
+                        "--sink-timeout",
+                        &t,
+                        format!("must not exceed --sink-interval ({interval_s})"),
+                    ));
+                }
+                d
+            }
+            None => interval.min(secs(30)),
+        };
+        let otlp = OtlpSettings {
+            protocol: cli.otlp_protocol.take().or(file.otlp_protocol.take()),
+            endpoint: cli.otlp_endpoint.take().or(file.otlp_endpoint.take()),
+            headers: cli.otlp_headers.take().or(file.otlp_headers.take()),
+            ca_file: cli.otlp_ca_file.take().or(file.otlp_ca_file.take()),
+            client_cert: cli.otlp_client_cert.take().or(file.otlp_client_cert.take()),
+            client_key: cli.otlp_client_key.take().or(file.otlp_client_key.take()),
+            compression: cli.otlp_compression.take().or(file.otlp_compression.take()),
+        };
+        for (option, path) in [
+            ("--otlp-ca-file", &otlp.ca_file),
+            ("--otlp-client-cert", &otlp.client_cert),
+            ("--otlp-client-key", &otlp.client_key),
+        ] {
+            if let Some(p) = path
+                && !p.is_file()
+            {
+                return Err(invalid(option, &p.display().to_string(), "no such file"));
+            }
+        }
+        if otlp.client_cert.is_some() != otlp.client_key.is_some() {
+            return Err(invalid(
+                "--otlp-client-cert",
+                &format!("{:?}", otlp.client_cert),
+                "a client certificate needs --otlp-client-key, and the other way round",
+            ));
+        }
+        let prefix = cli
+            .gcm_prefix
+            .take()
+            .or(file.gcm_prefix.take())
+            .unwrap_or_else(|| "kube-prober".into());
+        let prefix_ok = prefix.split('/').all(|seg| {
+            !seg.is_empty()
+                && seg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        });
+        if !prefix_ok {
+            return Err(invalid(
+                "--gcm-prefix",
+                &prefix,
+                "expected path segments of letters, digits, '-', '_' or '.', e.g. kube-prober",
+            ));
+        }
+        let non_empty = |option: &'static str, v: Option<String>| -> Result<Option<String>> {
+            match v {
+                Some(s) if s.trim().is_empty() => Err(invalid(option, &s, "must not be empty")),
+                other => Ok(other.map(|s| s.trim().to_string())),
+            }
+        };
+        let gcm = GcmSettings {
+            project: non_empty(
+                "--gcm-project",
+                cli.gcm_project.take().or(file.gcm_project.take()),
+            )?,
+            location: non_empty(
+                "--gcm-location",
+                cli.gcm_location.take().or(file.gcm_location.take()),
+            )?,
+            prefix,
+            endpoint: cli.gcm_endpoint.take().or(file.gcm_endpoint.take()),
+            anonymous: cli.gcm_anonymous.or(file.gcm_anonymous).unwrap_or(false),
+        };
+        if let Some(e) = &gcm.endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            return Err(invalid(
+                "--gcm-endpoint",
+                e,
+                "must be an http:// or https:// URL",
+            ));
+        }
+        let dur = |option: &'static str, v: Option<String>, default: &str| {
+            let v = v.unwrap_or_else(|| default.to_string());
+            duration(option, &v, Duration::from_millis(100), secs(600))
+        };
+        let leader = LeaderSettings {
+            enabled: cli.leader_elect.or(file.leader_elect),
+            lease_name: cli
+                .leader_elect_lease_name
+                .take()
+                .or(file.leader_elect_lease_name.take())
+                .unwrap_or_else(|| "kube-prober".into()),
+            namespace: non_empty(
+                "--leader-elect-namespace",
+                cli.leader_elect_namespace
+                    .take()
+                    .or(file.leader_elect_namespace.take()),
+            )?,
+            identity: non_empty(
+                "--leader-elect-identity",
+                cli.leader_elect_identity
+                    .take()
+                    .or(file.leader_elect_identity.take()),
+            )?,
+            lease_duration: dur(
+                "--leader-elect-lease-duration",
+                cli.leader_elect_lease_duration
+                    .take()
+                    .or(file.leader_elect_lease_duration.take()),
+                "15s",
+            )?,
+            renew_deadline: dur(
+                "--leader-elect-renew-deadline",
+                cli.leader_elect_renew_deadline
+                    .take()
+                    .or(file.leader_elect_renew_deadline.take()),
+                "10s",
+            )?,
+            retry_period: dur(
+                "--leader-elect-retry-period",
+                cli.leader_elect_retry_period
+                    .take()
+                    .or(file.leader_elect_retry_period.take()),
+                "2s",
+            )?,
+        };
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 253
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        };
+        if !name_ok(&leader.lease_name) {
+            return Err(invalid(
+                "--leader-elect-lease-name",
+                &leader.lease_name,
+                "not a Kubernetes object name",
+            ));
+        }
+        if leader.renew_deadline >= leader.lease_duration {
+            return Err(invalid(
+                "--leader-elect-renew-deadline",
+                &humantime::format_duration(leader.renew_deadline).to_string(),
+                "must be shorter than --leader-elect-lease-duration (so a leader stops before another can take over)",
+            ));
+        }
+        if leader.retry_period >= leader.renew_deadline {
+            return Err(invalid(
+                "--leader-elect-retry-period",
+                &humantime::format_duration(leader.retry_period).to_string(),
+                "must be shorter than --leader-elect-renew-deadline",
+            ));
+        }
+        Ok(SinksConfig {
+            kinds,
+            interval,
+            timeout,
+            otlp,
+            gcm,
+            leader,
         })
     }
 
@@ -856,5 +1142,75 @@ mod tests {
         let e = FileConfig::parse("role: admiral\n").unwrap_err();
         assert!(e.contains("role"), "{e}");
         assert_eq!(FileConfig::parse("\n").unwrap(), FileConfig::default());
+    }
+
+    #[test]
+    fn sink_settings() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert!(c.sinks.kinds.is_empty());
+        assert_eq!(c.sinks.interval, Duration::from_secs(60));
+        assert_eq!(c.sinks.timeout, Duration::from_secs(30));
+        assert_eq!(c.sinks.gcm.prefix, "kube-prober");
+        assert_eq!(c.sinks.leader.enabled, None);
+        assert_eq!(c.sinks.leader.lease_duration, Duration::from_secs(15));
+
+        let file = FileConfig::parse(
+            "sinks: [gcm, otlp]\nsink_interval: 10s\notlp_protocol: http/protobuf\ngcm_project: p1\n",
+        )
+        .unwrap();
+        let cli = Cli {
+            sinks: Some(vec!["otlp".into(), "OTLP".into()]),
+            ..Cli::default()
+        };
+        let c = Config::resolve(cli, file).unwrap();
+        assert_eq!(c.sinks.kinds, vec![SinkKind::Otlp], "flags win, repeats fold");
+        assert_eq!(c.sinks.timeout, Duration::from_secs(10), "at most the interval");
+        assert_eq!(c.sinks.otlp.protocol.as_deref(), Some("http/protobuf"));
+        assert_eq!(c.sinks.gcm.project.as_deref(), Some("p1"));
+
+        let bad = |cli: Cli| err(cli, FileConfig::default());
+        assert!(
+            bad(Cli {
+                sinks: Some(vec!["kafka".into()]),
+                ..Cli::default()
+            })
+            .contains("--sink")
+        );
+        assert!(
+            bad(Cli {
+                sink_interval: Some("10s".into()),
+                sink_timeout: Some("20s".into()),
+                ..Cli::default()
+            })
+            .contains("--sink-timeout")
+        );
+        assert!(
+            bad(Cli {
+                leader_elect_renew_deadline: Some("15s".into()),
+                ..Cli::default()
+            })
+            .contains("--leader-elect-renew-deadline")
+        );
+        assert!(
+            bad(Cli {
+                gcm_prefix: Some("a//b".into()),
+                ..Cli::default()
+            })
+            .contains("--gcm-prefix")
+        );
+        assert!(
+            bad(Cli {
+                otlp_client_cert: Some("Cargo.toml".into()),
+                ..Cli::default()
+            })
+            .contains("--otlp-client-key")
+        );
+        assert!(
+            bad(Cli {
+                gcm_project: Some(" ".into()),
+                ..Cli::default()
+            })
+            .contains("--gcm-project")
+        );
     }
 }

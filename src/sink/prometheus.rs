@@ -207,13 +207,30 @@ fn push_value(out: &mut String, v: f64) {
 
 /// Every family but the snapshot age, in `names::ALL` order. Made once per tick.
 pub fn render(snap: &Snapshot, format: Format) -> String {
+    // Sized from the previous body of this format (plus 1/16 for growth): one allocation of
+    // about the right size instead of doubling from a guess, which at 5,000 nodes held a 64 MiB
+    // buffer for a 34 MB body while the 32 MiB one it grew from was still alive.
+    let hint = &LAST_LEN[format as usize];
+    let previous = hint.load(std::sync::atomic::Ordering::Relaxed);
+    let capacity = if previous > 0 {
+        previous + previous / 16
+    } else {
+        4096 + snap.nodes.len() * 2048
+    };
     let mut w = Writer {
-        out: String::with_capacity(4096 + snap.nodes.len() * 4096),
+        out: String::with_capacity(capacity),
         format,
     };
     series::visit(snap, &mut w);
+    hint.store(w.out.len(), std::sync::atomic::Ordering::Relaxed);
     w.out
 }
+
+/// Length of the newest body per [`Format`] (a capacity hint only).
+static LAST_LEN: [std::sync::atomic::AtomicUsize; 2] = [
+    std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
+];
 
 /// The part of the body that changes on every scrape: the snapshot's age, and `# EOF` for
 /// OpenMetrics.

@@ -42,7 +42,9 @@ pub struct WatchConfig {
 }
 
 /// (namespace, name) -> facts, `None` for a pod that could not be used.
-type PodMap = std::collections::HashMap<(String, String), Option<PodFacts>>;
+/// Keyed by `namespace/name` in one allocation; facts boxed so the table's buckets (sized to
+/// a power of two, doubled while a list arrives) stay 24 bytes instead of a few hundred.
+type PodMap = std::collections::HashMap<Box<str>, Option<Box<PodFacts>>>;
 
 /// Pods as facts, keyed by namespace and name: a pod is turned into [`PodFacts`] when its
 /// event arrives and the object is dropped, so memory follows the facts (a few hundred bytes
@@ -66,7 +68,7 @@ impl PodIndex {
     fn with<T>(&self, f: impl FnOnce(Vec<&PodFacts>, u64) -> T) -> T {
         let guard = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let bad = guard.values().filter(|v| v.is_none()).count() as u64;
-        f(guard.values().flatten().collect(), bad)
+        f(guard.values().flatten().map(AsRef::as_ref).collect(), bad)
     }
 
     async fn wait_until_ready(&self) -> bool {
@@ -293,18 +295,22 @@ fn index_pods(
     let stream = watcher::watcher(api, wc).default_backoff();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
-        let mut building: Option<std::collections::HashMap<(String, String), Option<PodFacts>>> =
-            None;
+        let mut building: Option<PodMap> = None;
         let mut listing = Instant::now();
+        let key = |p: &Pod| -> Box<str> {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default()
+            )
+            .into_boxed_str()
+        };
         let entry = |p: &Pod| {
-            let key = (
-                p.metadata.namespace.clone().unwrap_or_default(),
-                p.metadata.name.clone().unwrap_or_default(),
-            );
             let facts = pod_facts(p, &derive)
                 .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
-                .ok();
-            (key, facts)
+                .ok()
+                .map(Box::new);
+            (key(p), facts)
         };
         loop {
             let ev = tokio::select! {
@@ -323,7 +329,11 @@ fn index_pods(
                     building.get_or_insert_with(Default::default).insert(k, v);
                 }
                 Some(Ok(Event::InitDone)) => {
-                    *lock() = building.take().unwrap_or_default();
+                    let mut fresh = building.take().unwrap_or_default();
+                    fresh.shrink_to_fit();
+                    // Swap under the lock, drop the old map after it.
+                    let old = std::mem::replace(&mut *lock(), fresh);
+                    drop(old);
                     let _ = synced_tx.send(true);
                     provider.source().record_source_run(
                         SOURCE,
@@ -337,8 +347,7 @@ fn index_pods(
                     lock().insert(k, v);
                 }
                 Some(Ok(Event::Delete(p))) => {
-                    let (k, _) = entry(&p);
-                    lock().remove(&k);
+                    lock().remove(&key(&p));
                 }
                 Some(Err(e)) => {
                     tracing::warn!(source = SOURCE, error = %e, "watch failed; retrying with backoff");

@@ -241,6 +241,18 @@ fn requirements(r: Option<&ResourceRequirements>) -> Result<(CpuMem, CpuMem), St
     Ok((req, lim))
 }
 
+/// A pod phase: Kubernetes' five borrowed, anything else copied.
+fn phase(p: Option<&str>) -> std::borrow::Cow<'static, str> {
+    const KNOWN: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
+    match p {
+        None => "Unknown".into(),
+        Some(p) => KNOWN
+            .iter()
+            .find(|k| **k == p)
+            .map_or_else(|| p.to_string().into(), |k| (*k).into()),
+    }
+}
+
 /// Facts of a pod; `Err` for a nameless pod or an unparsable quantity (counted, never guessed).
 pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     let name = pod.metadata.name.clone().ok_or("pod without a name")?;
@@ -290,6 +302,7 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     let containers = status
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
+        .filter(|_| addon.is_some())
         .flatten()
         .map(|cs| {
             let term = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
@@ -305,9 +318,7 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         node: spec
             .and_then(|s| s.node_name.clone())
             .filter(|n| !n.is_empty()),
-        phase: status
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_else(|| "Unknown".into()),
+        phase: phase(status.and_then(|s| s.phase.as_deref())),
         namespace,
         name,
         ready,
@@ -774,6 +785,12 @@ mod tests {
         let f = pod_facts(&p, &cfg).unwrap();
         assert_eq!(f.owner.unwrap().kind, "ReplicaSet");
         assert!(f.addon.is_none());
+        assert!(
+            f.containers.is_empty(),
+            "restarts are kept for addon pods only"
+        );
+        assert_eq!(f.phase, "Running");
+        assert!(matches!(f.phase, std::borrow::Cow::Borrowed(_)));
 
         // No owner, no controller flag: no panic; no addon.
         let mut o = owner_ref("DaemonSet", "d");

@@ -279,7 +279,12 @@ pub struct Cli {
 
     /// Push outputs to run, repeatable or comma-separated: `otlp`, `gcm` (Google Cloud
     /// Monitoring). [default: none]
-    #[arg(long = "sink", env = "KUBE_PROBER_SINKS", value_name = "NAME", value_delimiter = ',')]
+    #[arg(
+        long = "sink",
+        env = "KUBE_PROBER_SINKS",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     pub sinks: Option<Vec<String>>,
 
     /// How often each push output pushes. [default: 60s]
@@ -358,15 +363,27 @@ pub struct Cli {
     pub leader_elect_namespace: Option<String>,
 
     /// How long a Lease holds without renewal. [default: 15s]
-    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_LEASE_DURATION", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_LEADER_ELECT_LEASE_DURATION",
+        value_name = "DURATION"
+    )]
     pub leader_elect_lease_duration: Option<String>,
 
     /// The leader stops pushing when it has not renewed for this long. [default: 10s]
-    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_LEADER_ELECT_RENEW_DEADLINE",
+        value_name = "DURATION"
+    )]
     pub leader_elect_renew_deadline: Option<String>,
 
     /// How often to try to acquire or renew. [default: 2s]
-    #[arg(long, env = "KUBE_PROBER_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_LEADER_ELECT_RETRY_PERIOD",
+        value_name = "DURATION"
+    )]
     pub leader_elect_retry_period: Option<String>,
 
     /// This replica's identity in the Lease. [default: $POD_NAME, else hostname_pid]

@@ -1163,8 +1163,16 @@ mod tests {
             ..Cli::default()
         };
         let c = Config::resolve(cli, file).unwrap();
-        assert_eq!(c.sinks.kinds, vec![SinkKind::Otlp], "flags win, repeats fold");
-        assert_eq!(c.sinks.timeout, Duration::from_secs(10), "at most the interval");
+        assert_eq!(
+            c.sinks.kinds,
+            vec![SinkKind::Otlp],
+            "flags win, repeats fold"
+        );
+        assert_eq!(
+            c.sinks.timeout,
+            Duration::from_secs(10),
+            "at most the interval"
+        );
         assert_eq!(c.sinks.otlp.protocol.as_deref(), Some("http/protobuf"));
         assert_eq!(c.sinks.gcm.project.as_deref(), Some("p1"));
 

@@ -1,6 +1,7 @@
 //! What the Kubernetes watchers derive from objects: plain facts, no API types.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::node::NodeCapacity;
@@ -107,16 +108,19 @@ pub struct ContainerRestarts {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Owner {
     /// `Deployment` (resolved from its ReplicaSet), `DaemonSet`, `StatefulSet`, `Job`, ...
-    pub kind: String,
-    pub name: String,
+    pub kind: Arc<str>,
+    pub name: Arc<str>,
 }
 
 /// Everything the metrics need of one Pod.
 #[derive(Debug, Clone, PartialEq)]
+///
+/// Strings many pods share (namespace, node, owner) are `Arc<str>` so the pod index can hand
+/// out one copy of each (`watch::cluster::Interner`).
 pub struct PodFacts {
-    pub namespace: String,
+    pub namespace: Arc<str>,
     pub name: String,
-    pub node: Option<String>,
+    pub node: Option<Arc<str>>,
     /// `status.phase`; the five phases Kubernetes defines are borrowed, not allocated per pod.
     pub phase: std::borrow::Cow<'static, str>,
     /// The `Ready` condition is `True`.

@@ -4,6 +4,7 @@
 //! counts come from `status.desiredNumberScheduled`; nothing panics on missing fields.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -225,13 +226,13 @@ pub fn owner(pod: &Pod) -> Option<Owner> {
         if let Some(deployment) = hash.and_then(|h| r.name.strip_suffix(&format!("-{h}"))) {
             return Some(Owner {
                 kind: "Deployment".into(),
-                name: deployment.to_string(),
+                name: deployment.into(),
             });
         }
     }
     Some(Owner {
-        kind: r.kind.clone(),
-        name: r.name.clone(),
+        kind: r.kind.as_str().into(),
+        name: r.name.as_str().into(),
     })
 }
 
@@ -256,7 +257,7 @@ fn phase(p: Option<&str>) -> std::borrow::Cow<'static, str> {
 /// Facts of a pod; `Err` for a nameless pod or an unparsable quantity (counted, never guessed).
 pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     let name = pod.metadata.name.clone().ok_or("pod without a name")?;
-    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let namespace: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
     let (mut requests, mut limits) = (CpuMem::default(), CpuMem::default());
@@ -284,7 +285,7 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     }
     let owner = owner(pod);
     let addon = owner.as_ref().and_then(|o| {
-        let controller = match o.kind.as_str() {
+        let controller = match &*o.kind {
             "DaemonSet" => Controller::DaemonSet,
             "Deployment" => Controller::Deployment,
             _ => return None,
@@ -316,8 +317,9 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         .collect();
     Ok(PodFacts {
         node: spec
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty()),
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .map(Arc::from),
         phase: phase(status.and_then(|s| s.phase.as_deref())),
         namespace,
         name,
@@ -340,7 +342,10 @@ pub fn node_pod_sums<'a>(
             continue;
         }
         let Some(node) = &p.node else { continue };
-        let e = out.entry(node.clone()).or_default();
+        let e = match out.get_mut(&**node) {
+            Some(e) => e,
+            None => out.entry(node.to_string()).or_default(),
+        };
         e.requests.add(p.requests);
         e.limits.add(p.limits);
         e.pods += 1;
@@ -410,7 +415,7 @@ pub fn cluster_state_from_facts<'a, 'p>(
     let mut by_node: BTreeMap<String, Vec<&'p PodFacts>> = BTreeMap::new();
     for f in pods.clone() {
         if let (Some(node), Some(_)) = (&f.node, &f.addon) {
-            by_node.entry(node.clone()).or_default().push(f);
+            by_node.entry(node.to_string()).or_default().push(f);
         }
     }
     st.addons = by_node
@@ -421,9 +426,9 @@ pub fn cluster_state_from_facts<'a, 'p>(
         .into_iter()
         .filter(|f| f.addon.is_some())
         .map(|f| PodRestarts {
-            namespace: f.namespace.clone(),
+            namespace: f.namespace.to_string(),
             pod: f.name.clone(),
-            node: f.node.clone(),
+            node: f.node.as_deref().map(String::from),
             addon: f.addon.clone(),
             containers: f.containers.clone(),
         })
@@ -783,7 +788,7 @@ mod tests {
             true,
         );
         let f = pod_facts(&p, &cfg).unwrap();
-        assert_eq!(f.owner.unwrap().kind, "ReplicaSet");
+        assert_eq!(&*f.owner.unwrap().kind, "ReplicaSet");
         assert!(f.addon.is_none());
         assert!(
             f.containers.is_empty(),
@@ -797,7 +802,7 @@ mod tests {
         o.controller = None;
         let f = pod_facts(&pod("y", "n1", Some(o), &GKE_ADDON, &[], true), &cfg).unwrap();
         assert_eq!(
-            f.owner.unwrap().kind,
+            &*f.owner.unwrap().kind,
             "DaemonSet",
             "falls back to the first owner"
         );

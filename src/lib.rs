@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch;
 pub mod identity;
 pub mod kubeclient;
+pub mod leader;
 pub mod model;
 pub mod output;
 pub mod probe;

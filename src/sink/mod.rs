@@ -4,6 +4,7 @@
 //! one push of one snapshot; the runner in `crate::output` gives each its own ticker, timeout
 //! and self-metrics.
 
+pub mod gcm;
 pub mod names;
 pub mod prometheus;
 pub mod series;

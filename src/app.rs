@@ -30,9 +30,13 @@ use crate::probe::http::HttpProbe;
 use crate::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
 use crate::probe::{self, Probe};
 
+use crate::config::SinkKind;
+use crate::leader::{self, LeaseConfig};
 use crate::model::{ClusterInfo, Snapshot};
+use crate::output::{Leadership, SinkSchedule, run_sink};
 use crate::provider::{Provider, Store};
 use crate::role;
+use crate::sink::gcm::{GcmClientConfig, GcmConfig, GcmSink};
 use crate::watch::cluster::{Scope, WatchConfig};
 use crate::watch::derive::DeriveConfig;
 
@@ -118,7 +122,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
 
     let store = Arc::new(Store::new());
     store.cluster().record_cluster_info(ClusterInfo {
-        cluster_name,
+        cluster_name: cluster_name.clone(),
         role: choice.role.as_str().into(),
         project: identity.project.clone().unwrap_or_default(),
         location: identity.location.clone().unwrap_or_default(),
@@ -168,6 +172,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         provider.clone(),
         &cancel,
     )?);
+    let sink_kube_client = kube_client.clone();
     let (fetch_task, usage_source) = spawn_usage(
         &cfg,
         provider_kind,
@@ -185,6 +190,20 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         usage_source,
         watcher_opts,
     )));
+    let sinks = spawn_sinks(
+        &cfg,
+        choice.role,
+        &SinkContext {
+            node_name: &node_name,
+            cluster_name: &cluster_name,
+            identity: &identity,
+            kube_client: sink_kube_client.as_ref(),
+        },
+        &rx,
+        store.clone(),
+        &cancel,
+    )
+    .await?;
     let tick_task = tokio::spawn(tick_loop(
         store.clone(),
         tx,
@@ -221,6 +240,8 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
     for t in watch_tasks {
         let _ = t.await;
     }
+    // Sinks make their final push from the last snapshot (bounded), then the Lease goes.
+    sinks.shutdown().await;
     let _ = tick_task.await;
     let server_result = match server_result {
         Some(r) => Some(r),
@@ -477,6 +498,159 @@ fn spawn_usage(
             )
         }
     })
+}
+
+/// What the sinks need to know about this instance.
+struct SinkContext<'a> {
+    node_name: &'a str,
+    cluster_name: &'a str,
+    identity: &'a Identity,
+    kube_client: Option<&'a kube::Client>,
+}
+
+/// The running push outputs and the leader elector.
+struct Sinks {
+    tasks: Vec<JoinHandle<()>>,
+    elector: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl Sinks {
+    async fn shutdown(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Some((cancel, task)) = self.elector {
+            cancel.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts each configured push output on its own ticker and, in the cluster role, the Lease
+/// elector that decides which replica pushes cluster-level series.
+async fn spawn_sinks(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    published: &watch::Receiver<Arc<Published>>,
+    store: Arc<Store>,
+    cancel: &CancellationToken,
+) -> Result<Sinks> {
+    let sc = &cfg.sinks;
+    let mut sinks = Sinks {
+        tasks: Vec::new(),
+        elector: None,
+    };
+    if sc.kinds.is_empty() {
+        if sc.leader.enabled == Some(true) {
+            tracing::warn!("--leader-elect has no effect without a --sink");
+        }
+        return Ok(sinks);
+    }
+    let schedule = SinkSchedule {
+        interval: sc.interval,
+        timeout: sc.timeout,
+        final_push: cfg.shutdown_timeout.min(sc.timeout),
+    };
+    // Build every sink first: a bad setting stops the start before anything runs.
+    let mut gcm = None;
+    for kind in &sc.kinds {
+        match kind {
+            SinkKind::Gcm => {
+                let g = &sc.gcm;
+                let project = g.project.clone().or_else(|| ctx.identity.project.clone());
+                if project.is_none() {
+                    return Err(Error::Config {
+                        option: "--gcm-project",
+                        value: String::new(),
+                        reason: "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)".into(),
+                    });
+                }
+                let location = g.location.clone().or_else(|| ctx.identity.location.clone());
+                if location.is_none() {
+                    return Err(Error::Config {
+                        option: "--gcm-location",
+                        value: String::new(),
+                        reason: "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location".into(),
+                    });
+                }
+                let gc = GcmConfig {
+                    client: GcmClientConfig {
+                        endpoint: g.endpoint.clone(),
+                        anonymous: g.anonymous,
+                        ..GcmClientConfig::default()
+                    },
+                    project,
+                    location,
+                    cluster: Some(ctx.cluster_name.to_string()),
+                    prefix: g.prefix.clone(),
+                    own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
+                    // Retries stop before the runner's timeout would cut the push off.
+                    push_deadline: sc.timeout.mul_f64(0.9),
+                    ..GcmConfig::default()
+                };
+                gcm = Some(Arc::new(GcmSink::new(gc).await?));
+            }
+            SinkKind::Otlp => {}
+        }
+    }
+    let leadership: Leadership = match (role, sc.leader.enabled, ctx.kube_client) {
+        (Role::Cluster, None | Some(true), Some(client)) => {
+            let l = &sc.leader;
+            let namespace = l
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            let identity = match &l.identity {
+                Some(i) => i.clone(),
+                None => format!("{}_{}", local_hostname()?, std::process::id()),
+            };
+            let lc = LeaseConfig {
+                lease_duration: l.lease_duration,
+                renew_deadline: l.renew_deadline,
+                retry_period: l.retry_period,
+                ..LeaseConfig::new(l.lease_name.clone(), namespace, identity)
+            };
+            lc.validate()?;
+            tracing::info!(
+                lease = %format!("{}/{}", lc.namespace, lc.name),
+                identity = %lc.identity,
+                "leader election on: only the Lease holder pushes cluster-level series"
+            );
+            let elector_cancel = CancellationToken::new();
+            let (rx, task) = leader::spawn(client.clone(), lc, elector_cancel.clone());
+            sinks.elector = Some((elector_cancel, task));
+            Some(rx)
+        }
+        (Role::Cluster, Some(false), _) => {
+            tracing::info!("leader election off: this replica pushes everything");
+            None
+        }
+        (_, Some(true), _) => {
+            tracing::warn!(
+                role = role.as_str(),
+                "--leader-elect applies to the cluster role only; ignored"
+            );
+            None
+        }
+        _ => None,
+    };
+    if let Some(g) = gcm {
+        sinks.tasks.push(tokio::spawn(run_sink(
+            g,
+            schedule,
+            published.clone(),
+            store.clone(),
+            leadership.clone(),
+            cancel.clone(),
+        )));
+    }
+    tracing::info!(
+        sinks = %sc.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+        interval = ?sc.interval,
+        "push outputs started"
+    );
+    Ok(sinks)
 }
 
 fn local_hostname() -> Result<String> {

@@ -410,6 +410,13 @@ pub enum GcmCommand {
     Descriptors {
         #[command(subcommand)]
         action: DescriptorAction,
+        /// Project whose descriptors to list or delete. [default: --gcm-project, then the GCE
+        /// metadata server]
+        #[arg(long, global = true, value_name = "PROJECT")]
+        project: Option<String>,
+        /// Metric type prefix: workload.googleapis.com/PREFIX/... [default: --gcm-prefix, then kube-prober]
+        #[arg(long, global = true, value_name = "PREFIX")]
+        prefix: Option<String>,
     },
 }
 

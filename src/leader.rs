@@ -100,9 +100,9 @@ impl LeaseConfig {
         }
         let fmt = |d: Duration| humantime::format_duration(d).to_string();
         for (option, value) in [
-            ("--leader-elect-resource-name", &self.name),
-            ("--leader-elect-resource-namespace", &self.namespace),
-            ("leader election identity", &self.identity),
+            ("--leader-elect-lease-name", &self.name),
+            ("--leader-elect-namespace", &self.namespace),
+            ("--leader-elect-identity", &self.identity),
         ] {
             if value.trim().is_empty() {
                 return bad(option, value.clone(), "must not be empty");
@@ -767,14 +767,14 @@ mod tests {
                 name: String::new(),
                 ..cfg()
             }),
-            "--leader-elect-resource-name"
+            "--leader-elect-lease-name"
         );
         assert_eq!(
             option(LeaseConfig {
                 namespace: " ".into(),
                 ..cfg()
             }),
-            "--leader-elect-resource-namespace"
+            "--leader-elect-namespace"
         );
         assert_eq!(
             option(LeaseConfig {

@@ -21,6 +21,7 @@ pub mod provider;
 pub mod quantity;
 pub mod role;
 pub mod sink;
+pub mod subcommand;
 pub mod telemetry;
 pub mod watch;
 

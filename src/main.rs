@@ -1,11 +1,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kube_prober::{app, cli::Cli, config::Config, telemetry};
+use kube_prober::{app, cli::Cli, config::Config, subcommand, telemetry};
 
 fn main() -> ExitCode {
     // Bad flags: clap prints the problem and exits with 2.
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    let command = cli.command.take();
     let cfg = match Config::load(cli) {
         Ok(c) => c,
         Err(e) => return fail(&e),
@@ -27,6 +28,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(command) = command {
+        return match runtime.block_on(subcommand::run(command, &cfg)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        };
+    }
     match runtime.block_on(app::run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -6,6 +6,7 @@
 
 pub mod gcm;
 pub mod names;
+pub mod otlp;
 pub mod prometheus;
 pub mod series;
 

@@ -37,6 +37,7 @@ use crate::output::{Leadership, SinkSchedule, run_sink};
 use crate::provider::{Provider, Store};
 use crate::role;
 use crate::sink::gcm::{GcmClientConfig, GcmConfig, GcmSink};
+use crate::sink::otlp::{OtlpConfig, OtlpResource, OtlpSink};
 use crate::watch::cluster::{Scope, WatchConfig};
 use crate::watch::derive::DeriveConfig;
 
@@ -552,8 +553,14 @@ async fn spawn_sinks(
         timeout: sc.timeout,
         final_push: cfg.shutdown_timeout.min(sc.timeout),
     };
+    // This replica's name in the Lease and in `service.instance.id`.
+    let instance_id = match &sc.leader.identity {
+        Some(i) => i.clone(),
+        None => format!("{}_{}", local_hostname()?, std::process::id()),
+    };
     // Build every sink first: a bad setting stops the start before anything runs.
     let mut gcm = None;
+    let mut otlp = None;
     for kind in &sc.kinds {
         match kind {
             SinkKind::Gcm => {
@@ -591,7 +598,41 @@ async fn spawn_sinks(
                 };
                 gcm = Some(Arc::new(GcmSink::new(gc).await?));
             }
-            SinkKind::Otlp => {}
+            SinkKind::Otlp => {
+                let o = &sc.otlp;
+                let oc = OtlpConfig {
+                    protocol: o.protocol.clone(),
+                    endpoint: o.endpoint.clone(),
+                    headers: o
+                        .headers
+                        .iter()
+                        .flat_map(|h| h.split(','))
+                        .map(|h| h.trim().to_string())
+                        .filter(|h| !h.is_empty())
+                        .collect(),
+                    ca_file: o.ca_file.clone(),
+                    client_cert_file: o.client_cert.clone(),
+                    client_key_file: o.client_key.clone(),
+                    compression: o.compression.clone(),
+                    timeout: Some(sc.timeout.mul_f64(0.9)),
+                    series_limit: None,
+                };
+                let resource = OtlpResource {
+                    cluster_name: ctx.cluster_name.to_string(),
+                    role: role.as_str().to_string(),
+                    node_name: (role == Role::Node).then(|| ctx.node_name.to_string()),
+                    project: ctx.identity.project.clone().unwrap_or_default(),
+                    location: ctx.identity.location.clone().unwrap_or_default(),
+                    instance_id: instance_id.clone(),
+                };
+                let sink = OtlpSink::new(&oc, &resource)?;
+                tracing::info!(
+                    protocol = sink.settings().protocol.as_str(),
+                    endpoint = %sink.settings().endpoint,
+                    "OTLP sink configured"
+                );
+                otlp = Some(Arc::new(sink));
+            }
         }
     }
     let leadership: Leadership = match (role, sc.leader.enabled, ctx.kube_client) {
@@ -601,10 +642,7 @@ async fn spawn_sinks(
                 .namespace
                 .clone()
                 .unwrap_or_else(|| client.default_namespace().to_string());
-            let identity = match &l.identity {
-                Some(i) => i.clone(),
-                None => format!("{}_{}", local_hostname()?, std::process::id()),
-            };
+            let identity = instance_id.clone();
             let lc = LeaseConfig {
                 lease_duration: l.lease_duration,
                 renew_deadline: l.renew_deadline,
@@ -635,6 +673,16 @@ async fn spawn_sinks(
         }
         _ => None,
     };
+    if let Some(o) = otlp {
+        sinks.tasks.push(tokio::spawn(run_sink(
+            o,
+            schedule,
+            published.clone(),
+            store.clone(),
+            leadership.clone(),
+            cancel.clone(),
+        )));
+    }
     if let Some(g) = gcm {
         sinks.tasks.push(tokio::spawn(run_sink(
             g,

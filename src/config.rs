@@ -100,7 +100,7 @@ impl SinkKind {
 /// OTLP settings as given; unset ones fall back to the `OTEL_EXPORTER_OTLP_*` variables in
 /// [`crate::sink::otlp`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct OtlpSettings {
+pub struct OtlpOptions {
     pub protocol: Option<String>,
     pub endpoint: Option<String>,
     pub headers: Option<String>,
@@ -141,7 +141,7 @@ pub struct SinksConfig {
     pub kinds: Vec<SinkKind>,
     pub interval: Duration,
     pub timeout: Duration,
-    pub otlp: OtlpSettings,
+    pub otlp: OtlpOptions,
     pub gcm: GcmSettings,
     pub leader: LeaderSettings,
 }
@@ -553,7 +553,7 @@ impl Config {
             }
             None => interval.min(secs(30)),
         };
-        let otlp = OtlpSettings {
+        let otlp = OtlpOptions {
             protocol: cli.otlp_protocol.take().or(file.otlp_protocol.take()),
             endpoint: cli.otlp_endpoint.take().or(file.otlp_endpoint.take()),
             headers: cli.otlp_headers.take().or(file.otlp_headers.take()),

@@ -5,12 +5,16 @@
 mod apiserver;
 #[path = "support/gcm.rs"]
 mod gcm_support;
+#[path = "support/otlp.rs"]
+mod otlp_support;
 mod support;
 
 use std::time::{Duration, Instant};
 
 use gcm_support::GcmStandIn;
 use k8s_openapi::api::coordination::v1::Lease;
+use otlp_support::OtlpReceiver;
+use std::time::SystemTime;
 use support::{Prober, run_binary, wait_ready};
 
 fn crypto() {
@@ -189,4 +193,173 @@ fn a_cloud_monitoring_sink_without_project_or_location_is_a_start_error() {
     let (code, err) = run_binary(&["--sink", "kafka"], &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown sink"), "{err}");
+}
+
+/// One push as the receiver got it: who sent it, when its data was collected, and whether it
+/// carried cluster-level series.
+#[derive(Debug)]
+struct Push {
+    instance: String,
+    at_unix_nanos: u64,
+    cluster_level: bool,
+}
+
+fn pushes(rx: &OtlpReceiver) -> Vec<Push> {
+    let mut out = Vec::new();
+    for r in rx.received() {
+        for rm in &r.request.resource_metrics {
+            let instance = rm
+                .resource
+                .iter()
+                .flat_map(|res| &res.attributes)
+                .find(|kv| kv.key == "service.instance.id")
+                .and_then(|kv| kv.value.as_ref())
+                .and_then(|v| match &v.value {
+                    Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s),
+                    ) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let metrics: Vec<_> = rm.scope_metrics.iter().flat_map(|s| &s.metrics).collect();
+            let cluster_level = metrics
+                .iter()
+                .any(|m| m.name == "kube_prober.cluster.nodes");
+            use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+            let at_unix_nanos = metrics
+                .iter()
+                .filter_map(|m| match &m.data {
+                    Some(Data::Gauge(g)) => g.data_points.first().map(|p| p.time_unix_nano),
+                    Some(Data::Sum(s)) => s.data_points.first().map(|p| p.time_unix_nano),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0);
+            out.push(Push {
+                instance,
+                at_unix_nanos,
+                cluster_level,
+            });
+        }
+    }
+    out.sort_by_key(|p| p.at_unix_nanos);
+    out
+}
+
+fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_pushes_cluster_series_and_the_other_takes_over_when_it_dies() {
+    crypto();
+    let api = apiserver::start().await;
+    api.generate(2, 4);
+    let rx = OtlpReceiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let endpoint = rx.grpc_endpoint();
+    let start = |id: &str| {
+        Prober::start_with_env(
+            &[
+                "--role",
+                "cluster",
+                "--sink",
+                "otlp",
+                "--otlp-endpoint",
+                &endpoint,
+                "--sink-interval",
+                "1s",
+                "--tick-interval",
+                "1s",
+                "--leader-elect-lease-duration",
+                "3s",
+                "--leader-elect-renew-deadline",
+                "2s",
+                "--leader-elect-retry-period",
+                "500ms",
+                "--leader-elect-identity",
+                id,
+                "--disable-probes",
+                "cluster_dns,metrics_server,apiserver_readyz",
+            ],
+            &[
+                ("KUBECONFIG", kc.to_str().unwrap()),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+        )
+    };
+    let holder = || {
+        api.get::<Lease>("default", "kube-prober")
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let mut a = start("replica-a");
+    wait_ready(&a).await;
+    eventually(
+        "replica-a to hold the Lease",
+        Duration::from_secs(10),
+        || holder().as_deref() == Some("replica-a"),
+    )
+    .await;
+    let b = start("replica-b");
+    wait_ready(&b).await;
+    // Both push; only the holder's pushes carry cluster-level series.
+    eventually("pushes from both replicas", Duration::from_secs(15), || {
+        let p = pushes(&rx);
+        p.iter()
+            .any(|p| p.instance == "replica-a" && p.cluster_level)
+            && p.iter().filter(|p| p.instance == "replica-b").count() >= 2
+    })
+    .await;
+    assert!(
+        pushes(&rx)
+            .iter()
+            .all(|p| p.instance == "replica-a" || !p.cluster_level),
+        "the follower pushed cluster-level series"
+    );
+
+    // The leader dies without a word: the follower takes over once the Lease runs out.
+    let killed_at = SystemTime::now();
+    a.child.kill().unwrap();
+    let _ = a.child.wait();
+    eventually(
+        "replica-b to push cluster-level series",
+        Duration::from_secs(15),
+        || {
+            pushes(&rx)
+                .iter()
+                .any(|p| p.instance == "replica-b" && p.cluster_level)
+        },
+    )
+    .await;
+    let all = pushes(&rx);
+    let first_b = all
+        .iter()
+        .find(|p| p.instance == "replica-b" && p.cluster_level)
+        .unwrap();
+    let last_a = all
+        .iter()
+        .rev()
+        .find(|p| p.instance == "replica-a" && p.cluster_level)
+        .unwrap();
+    assert!(
+        last_a.at_unix_nanos < first_b.at_unix_nanos,
+        "two pushers at once: {all:?}"
+    );
+    assert!(last_a.at_unix_nanos <= unix_nanos(killed_at));
+    let takeover = Duration::from_nanos(first_b.at_unix_nanos - unix_nanos(killed_at));
+    // Lease 3 s (+ rounding) + a retry period + a push interval, with slack for a busy machine.
+    assert!(
+        takeover < Duration::from_secs(8),
+        "takeover took {takeover:?}"
+    );
+    assert!(
+        takeover >= Duration::from_secs(2),
+        "took over before the Lease could have expired: {takeover:?}"
+    );
+    assert_eq!(holder().as_deref(), Some("replica-b"));
+    assert_eq!(b.terminate(), 0);
 }

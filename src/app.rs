@@ -179,7 +179,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         provider_kind,
         &node_name,
         kube_client,
-        node_stores,
+        node_stores.map(|s| (s, choice.role == Role::Cluster)),
         provider,
         cancel.clone(),
     )?;
@@ -422,7 +422,8 @@ fn spawn_usage(
     kind: MetricsProvider,
     node_name: &str,
     kube_client: Option<kube::Client>,
-    node_stores: Option<crate::watch::cluster::Stores>,
+    // The watchers' stores, and whether they hold every Node (cluster role) or one (node role).
+    node_stores: Option<(crate::watch::cluster::Stores, bool)>,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> Result<(JoinHandle<()>, &'static str)> {
@@ -463,7 +464,7 @@ fn spawn_usage(
                 pc.metrics = m.clone();
             }
             let mut f = PrometheusFetcher::new(pc)?;
-            if let Some(stores) = node_stores {
+            if let Some((stores, _)) = node_stores {
                 f = f.with_node_addresses(Arc::new(move || stores.node_addresses()));
             }
             let s = schedule(DEFAULT_REMOTE_INTERVAL);
@@ -486,12 +487,16 @@ fn spawn_usage(
                 what: "the KubernetesMetricsServer backend".into(),
                 reason: "no Kubernetes client was built".into(),
             })?;
-            let f = MetricsServerFetcher::new(
+            let mut f = MetricsServerFetcher::new(
                 client,
                 MetricsServerConfig {
                     use_allocatable: cfg.usage.metrics_server_use_allocatable,
                 },
             );
+            // The cluster role watches every Node already: no LIST of all Nodes per fetch.
+            if let Some((stores, true)) = node_stores {
+                f = f.with_node_source(Arc::new(move || stores.nodes.state()));
+            }
             let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);
             (
                 tokio::spawn(fetch::run(f, provider, s, cancel)),

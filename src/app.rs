@@ -661,9 +661,26 @@ async fn spawn_sinks(
                 "leader election on: only the Lease holder pushes cluster-level series"
             );
             let elector_cancel = CancellationToken::new();
-            let (rx, task) = leader::spawn(client.clone(), lc, elector_cancel.clone());
+            let lease = format!("{}/{}", lc.namespace, lc.name);
+            let elector = leader::start(client.clone(), lc, elector_cancel.clone());
+            // Leadership on /metrics (kube_prober_leader), from every change the elector makes.
+            let mut leading = elector.leading.clone();
+            let recorder = store.clone();
+            let mirror = tokio::spawn(async move {
+                loop {
+                    let now = *leading.borrow_and_update();
+                    recorder.sink().record_leadership(&lease, now);
+                    if leading.changed().await.is_err() {
+                        break;
+                    }
+                }
+            });
+            let task = tokio::spawn(async move {
+                let _ = elector.task.await;
+                let _ = mirror.await;
+            });
             sinks.elector = Some((elector_cancel, task));
-            Some(rx)
+            Some(elector.leading)
         }
         (Role::Cluster, Some(false), _) => {
             tracing::info!("leader election off: this replica pushes everything");

@@ -320,6 +320,18 @@ async fn two_replicas_one_pushes_cluster_series_and_the_other_takes_over_when_it
             .all(|p| p.instance == "replica-a" || !p.cluster_level),
         "the follower pushed cluster-level series"
     );
+    // Each replica says on /metrics whether it leads.
+    let (_, ma) = support::get(&a.url("/metrics")).await;
+    let (_, mb) = support::get(&b.url("/metrics")).await;
+    assert!(
+        ma.contains("kube_prober_leader{lease=\"default/kube-prober\"} 1\n"),
+        "{ma}"
+    );
+    assert!(ma.contains("kube_prober_leader_acquired_total{lease=\"default/kube-prober\"} 1\n"));
+    assert!(
+        mb.contains("kube_prober_leader{lease=\"default/kube-prober\"} 0\n"),
+        "{mb}"
+    );
 
     // The leader dies without a word: the follower takes over once the Lease runs out.
     let killed_at = SystemTime::now();

@@ -14,7 +14,7 @@ pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
 };
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
-pub use sink::{SinkPush, SinkStatus};
+pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
     BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,
     WindowStats, unix_seconds,

@@ -15,6 +15,16 @@ pub struct SinkPush {
     pub failure: Option<String>,
 }
 
+/// This replica's part in leader election (cluster role with push outputs).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Leadership {
+    /// `namespace/name` of the Lease.
+    pub lease: String,
+    pub leading: bool,
+    /// Times this replica became the leader.
+    pub acquired: u64,
+}
+
 /// Counters of one sink.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SinkStatus {

@@ -146,6 +146,8 @@ pub struct Snapshot {
     pub sources: BTreeMap<String, SourceStatus>,
     pub probes: Vec<ProbeState>,
     pub sinks: BTreeMap<String, super::sink::SinkStatus>,
+    /// `None` without leader election.
+    pub leadership: Option<super::sink::Leadership>,
 }
 
 impl Snapshot {
@@ -162,6 +164,7 @@ impl Snapshot {
             sources: BTreeMap::new(),
             probes: Vec::new(),
             sinks: BTreeMap::new(),
+            leadership: None,
         }
     }
 }

@@ -70,6 +70,8 @@ pub trait SinkRecorder: Send + Sync {
     fn record_sink_push(&self, sink: &str, push: SinkPush);
     /// A tick came while the previous push was still running; it was skipped.
     fn record_sink_skipped(&self, sink: &str);
+    /// Whether this replica holds the leader Lease `lease` (`namespace/name`), on each change.
+    fn record_leadership(&self, lease: &str, leading: bool);
 }
 
 /// What sources are handed: one recorder per concern.

@@ -53,6 +53,7 @@ struct Inner {
     sources: BTreeMap<String, SourceStatus>,
     probes: BTreeMap<(String, String), ProbeState>,
     sinks: BTreeMap<String, SinkStatus>,
+    leadership: Option<crate::model::Leadership>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -102,6 +103,7 @@ impl Store {
             sources: inner.sources.clone(),
             probes: inner.probes.values().cloned().collect(),
             sinks: inner.sinks.clone(),
+            leadership: inner.leadership.clone(),
         }
     }
 }
@@ -323,6 +325,16 @@ impl SinkRecorder for Store {
         let st = inner.sinks.entry(sink.to_string()).or_default();
         st.name = sink.to_string();
         st.skipped += 1;
+    }
+
+    fn record_leadership(&self, lease: &str, leading: bool) {
+        let mut inner = self.lock();
+        let l = inner.leadership.get_or_insert_with(Default::default);
+        if leading && !l.leading {
+            l.acquired += 1;
+        }
+        l.lease = lease.to_string();
+        l.leading = leading;
     }
 }
 

@@ -301,6 +301,17 @@ pub const SINK_PUSH_DURATION: Family = gauge(
     Some("seconds"),
 );
 
+pub const LEADER: Family = gauge(
+    "kube_prober_leader",
+    "1 while this replica holds the leader Lease and pushes cluster-level series, else 0 (cluster role with push outputs).",
+    None,
+);
+pub const LEADER_ACQUIRED: Family = counter(
+    "kube_prober_leader_acquired",
+    "Times this replica became the holder of the leader Lease.",
+    None,
+);
+
 pub const TICKS: Family = counter(
     "kube_prober_ticks",
     "Snapshots made by the tick loop.",
@@ -368,6 +379,8 @@ pub const ALL: &[Family] = &[
     SINK_REQUESTS,
     SINK_LAST_SUCCESS,
     SINK_PUSH_DURATION,
+    LEADER,
+    LEADER_ACQUIRED,
     TICKS,
     TICK_DURATION,
     SNAPSHOT_AGE,

@@ -35,6 +35,7 @@ pub fn is_instance_level(family: &Family) -> bool {
         || n.starts_with("kube_prober_source_")
         || n.starts_with("kube_prober_sink_")
         || n.starts_with("kube_prober_tick")
+        || n.starts_with("kube_prober_leader")
         || n == names::SNAPSHOT_AGE.name
 }
 
@@ -496,6 +497,14 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
         &per_sink(|s| Some(s.last_duration.as_secs_f64())),
     );
 
+    if let Some(l) = &snap.leadership {
+        let labels = vec![("lease", l.lease.as_str())];
+        w.family(
+            &names::LEADER,
+            &[(labels.clone(), if l.leading { 1.0 } else { 0.0 })],
+        );
+        w.family(&names::LEADER_ACQUIRED, &[(labels, l.acquired as f64)]);
+    }
     w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
     w.family(
         &names::TICK_DURATION,

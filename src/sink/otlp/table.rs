@@ -319,6 +319,13 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         "s",
         G,
     ),
+    m(&names::LEADER, "kube_prober.leader", "", G),
+    m(
+        &names::LEADER_ACQUIRED,
+        "kube_prober.leader.acquired",
+        "{acquisition}",
+        C,
+    ),
     m(&names::TICKS, "kube_prober.ticks", "{tick}", C),
     m(&names::TICK_DURATION, "kube_prober.tick.duration", "s", G),
     m(&names::SNAPSHOT_AGE, "kube_prober.snapshot.age", "s", G),

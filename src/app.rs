@@ -42,7 +42,9 @@ use crate::watch::cluster::{Scope, WatchConfig};
 use crate::watch::derive::DeriveConfig;
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
-pub async fn run(cfg: Config) -> Result<()> {
+/// `after_tick` runs (on a blocking thread) after each published snapshot; the binary uses it
+/// to hand freed heap back to the kernel.
+pub async fn run(cfg: Config, after_tick: Option<fn()>) -> Result<()> {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -53,7 +55,7 @@ pub async fn run(cfg: Config) -> Result<()> {
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
-    run_until(cfg, cancel).await
+    run_until_with(cfg, cancel, after_tick).await
 }
 
 async fn shutdown_signal() {
@@ -81,6 +83,14 @@ async fn shutdown_signal() {
 
 /// Runs until `cancel` fires.
 pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
+    run_until_with(cfg, cancel, None).await
+}
+
+async fn run_until_with(
+    cfg: Config,
+    cancel: CancellationToken,
+    after_tick: Option<fn()>,
+) -> Result<()> {
     let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
     let provider_kind = cfg.usage.provider.unwrap_or(match choice.role {
         Role::Host => MetricsProvider::Host,
@@ -211,6 +221,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
         cfg.tick_interval,
         usage_source,
         watcher_opts,
+        after_tick,
         cancel.clone(),
     ));
 
@@ -274,6 +285,7 @@ async fn tick_loop(
     interval: Duration,
     usage_source: &'static str,
     watcher_opts: WatcherOptions,
+    after_tick: Option<fn()>,
     cancel: CancellationToken,
 ) {
     let mut ready = false;
@@ -297,8 +309,11 @@ async fn tick_loop(
                 "ready: first complete snapshot"
             );
         }
-        tx.send_replace(Arc::new(published));
+        drop(tx.send_replace(Arc::new(published)));
         store.record_tick(started.elapsed());
+        if let Some(f) = after_tick {
+            let _ = tokio::task::spawn_blocking(f).await;
+        }
     }
 }
 

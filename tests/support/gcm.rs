@@ -89,6 +89,8 @@ pub struct Call {
     pub series: usize,
     /// Series written.
     pub written: usize,
+    /// Size of the request message as protobuf (`encoded_len`, before gRPC framing).
+    pub bytes: usize,
     pub code: Code,
     pub message: String,
     pub user_agent: Option<String>,
@@ -587,7 +589,7 @@ impl tonic::server::NamedService for Svc {
 }
 
 /// Runs `f` unless a fault is queued, and records the call.
-fn handle<R, T>(
+fn handle<R: Message, T>(
     inner: &Arc<Mutex<Inner>>,
     method: &'static str,
     req: tonic::Request<R>,
@@ -602,6 +604,7 @@ fn handle<R, T>(
     let authorization = req.metadata().get("authorization").is_some();
     let body = req.into_inner();
     let n = series(&body);
+    let bytes = body.encoded_len();
     let mut g = inner.lock().unwrap_or_else(|e| e.into_inner());
     let result = match g.faults.pop_front() {
         Some(code) => Err(Status::new(code, format!("injected {code:?}"))),
@@ -627,6 +630,7 @@ fn handle<R, T>(
         method,
         series: n,
         written,
+        bytes,
         code,
         message,
         user_agent,

@@ -781,7 +781,7 @@ mod tests {
                 identity: String::new(),
                 ..cfg()
             }),
-            "leader election identity"
+            "--leader-elect-identity"
         );
         assert_eq!(
             option(LeaseConfig {

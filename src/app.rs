@@ -300,8 +300,21 @@ async fn tick_loop(
             _ = tokio::time::sleep(wait) => {}
         }
         let started = Instant::now();
-        let snapshot = Arc::new(store.snapshot(SystemTime::now()));
-        let published = Published::render_with(snapshot, usage_source, watcher_opts);
+        // Off the async workers: at 5,000 nodes this is ~100 ms of CPU, and scrapes, watch
+        // events and pushes should not wait behind it.
+        let tick_store = store.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let snapshot = Arc::new(tick_store.snapshot(SystemTime::now()));
+            Published::render_with(snapshot, usage_source, watcher_opts)
+        })
+        .await;
+        let published = match made {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "making the snapshot failed; keeping the previous one");
+                continue;
+            }
+        };
         if published.ready && !ready {
             ready = true;
             tracing::info!(

@@ -871,9 +871,8 @@ impl GcmSink {
     fn select(
         &self,
         drafts: Vec<Draft>,
-        common: &[(&'static str, String); 3],
         now: SystemTime,
-    ) -> (Vec<(String, Option<SystemTime>, TimeSeries)>, u64) {
+    ) -> (Vec<(String, Option<SystemTime>, Draft, TimeInterval)>, u64) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A counter first seen now started counting after our previous look.
         let new_start = match st.last_push_at {
@@ -930,8 +929,7 @@ impl GcmSink {
             };
             let previous = memo.last_end;
             memo.last_end = Some(now);
-            let ts = self.time_series(&d, common, interval);
-            out.push((key, previous, ts));
+            out.push((key, previous, d, interval));
         }
         // Forget series that are gone and whose period has passed.
         st.series.retain(|k, m| {
@@ -1059,7 +1057,7 @@ impl GcmSink {
         let common = self.resource_labels(snap)?;
         let drafts = drafts(snap, self.cfg.own_node.as_deref());
         let now = truncate_ms(SystemTime::now());
-        let (selected, skipped) = self.select(drafts, &common, now);
+        let (selected, skipped) = self.select(drafts, now);
         if skipped > 0 {
             tracing::debug!(
                 sink = "gcm",
@@ -1074,20 +1072,28 @@ impl GcmSink {
         while it.peek().is_some() {
             let chunk: Vec<_> = it.by_ref().take(self.cfg.max_series_per_request).collect();
             let mut keys = Vec::with_capacity(chunk.len());
-            let mut series = Vec::with_capacity(chunk.len());
-            for (k, prev, ts) in chunk {
+            let mut drafts = Vec::with_capacity(chunk.len());
+            for (k, prev, d, interval) in chunk {
                 keys.push((k, prev));
-                series.push(ts);
+                drafts.push((d, interval));
             }
-            batches.push((keys, series));
+            batches.push((keys, drafts));
         }
-        let sent: Vec<Sent> = stream::iter(batches.into_iter().map(|(keys, series)| {
-            let points = series.len() as u64;
-            let req = CreateTimeSeriesRequest {
-                name: name.clone(),
-                time_series: series,
-            };
+        // Requests are built as they are sent (at most `concurrency` at a time): at 5,000 nodes
+        // all 75,000 series as messages at once were ~150 MB.
+        let common = &common;
+        let sent: Vec<Sent> = stream::iter(batches.into_iter().map(|(keys, drafts)| {
+            let points = drafts.len() as u64;
+            let name = name.clone();
             async move {
+                let req = CreateTimeSeriesRequest {
+                    name,
+                    time_series: drafts
+                        .iter()
+                        .map(|(d, interval)| self.time_series(d, common, *interval))
+                        .collect(),
+                };
+                drop(drafts);
                 let (result, attempts) = self.send(req, deadline).await;
                 Sent {
                     keys,

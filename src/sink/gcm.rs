@@ -297,6 +297,10 @@ enum Kind {
     Cumulative,
 }
 
+/// A series chosen for this push: its key, the end time of its previous point, the series and
+/// the interval of its new point.
+type Selected = (String, Option<SystemTime>, Draft, TimeInterval);
+
 /// One series as the snapshot gives it, before timing.
 #[derive(Debug, Clone, PartialEq)]
 struct Draft {
@@ -866,13 +870,9 @@ impl GcmSink {
         ])
     }
 
-    /// Chooses the series to send now and builds their messages; marks them as sent at
+    /// Chooses the series to send now with their point intervals; marks them as sent at
     /// `now` (undone if a request certainly wrote nothing).
-    fn select(
-        &self,
-        drafts: Vec<Draft>,
-        now: SystemTime,
-    ) -> (Vec<(String, Option<SystemTime>, Draft, TimeInterval)>, u64) {
+    fn select(&self, drafts: Vec<Draft>, now: SystemTime) -> (Vec<Selected>, u64) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A counter first seen now started counting after our previous look.
         let new_start = match st.last_push_at {

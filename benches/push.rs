@@ -409,6 +409,8 @@ struct Seen {
     requests: usize,
     series: usize,
     proto_bytes: usize,
+    /// Protobuf bytes of the largest request.
+    max_proto_bytes: usize,
     /// HTTP body bytes as they arrived (compressed when gzip); OTLP/HTTP only.
     body_bytes: Option<usize>,
     /// Client-to-server TCP bytes through the proxy.
@@ -448,6 +450,7 @@ fn otlp_seen(rx: &OtlpReceiver, up: &AtomicU64) -> Seen {
         requests: got.len(),
         series,
         proto_bytes: got.iter().map(|r| r.proto_bytes).sum(),
+        max_proto_bytes: got.iter().map(|r| r.proto_bytes).max().unwrap_or(0),
         body_bytes: got
             .iter()
             .map(|r| r.wire_bytes)
@@ -572,6 +575,7 @@ fn run_gcm(
             requests: writes.len(),
             series: writes.iter().map(|c| c.written).sum(),
             proto_bytes: writes.iter().map(|c| c.bytes).sum(),
+            max_proto_bytes: writes.iter().map(|c| c.bytes).max().unwrap_or(0),
             body_bytes: None,
             wire_bytes: px.up.load(Ordering::Relaxed),
             errors: writes.iter().filter(|c| c.code != tonic::Code::Ok).count(),
@@ -740,9 +744,9 @@ fn main() {
     }
     println!();
     println!(
-        "| output | push | points (PushReport) | requests (PushReport) | series received | requests received | protobuf bytes | HTTP body bytes | wire bytes (client→server TCP) | protobuf bytes / point | wire bytes / point |"
+        "| output | push | points (PushReport) | requests (PushReport) | series received | requests received | protobuf bytes | largest request (protobuf bytes) | HTTP body bytes | wire bytes (client→server TCP) | protobuf bytes / point | wire bytes / point |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (output, push, rs) in &groups {
         // Sizes from the middle run; runs that disagree are named on stderr.
         let r = rs[rs.len() / 2];
@@ -762,12 +766,13 @@ fn main() {
             }
         };
         println!(
-            "| {output} | {push} | {} | {} | {} | {} | {} | {body} | {} | {} | {} |",
+            "| {output} | {push} | {} | {} | {} | {} | {} | {} | {body} | {} | {} | {} |",
             thousands(points),
             thousands(requests),
             thousands(r.seen.series as u64),
             thousands(r.seen.requests as u64),
             thousands(r.seen.proto_bytes as u64),
+            thousands(r.seen.max_proto_bytes as u64),
             thousands(r.seen.wire_bytes),
             per(r.seen.proto_bytes as f64),
             per(r.seen.wire_bytes as f64),

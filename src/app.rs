@@ -649,6 +649,7 @@ async fn spawn_sinks(
                     compression: o.compression.clone(),
                     timeout: Some(sc.timeout.mul_f64(0.9)),
                     series_limit: None,
+                    max_points_per_request: o.max_points_per_request,
                 };
                 let resource = OtlpResource {
                     cluster_name: ctx.cluster_name.to_string(),

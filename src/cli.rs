@@ -328,6 +328,15 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_OTLP_COMPRESSION", value_name = "NAME")]
     pub otlp_compression: Option<String>,
 
+    /// Data points per OTLP export request at most; a larger push is sent as several requests.
+    /// [default: 10000]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_OTLP_MAX_POINTS_PER_REQUEST",
+        value_name = "N"
+    )]
+    pub otlp_max_points_per_request: Option<usize>,
+
     /// Cloud Monitoring project. [default: the GCE metadata server's project]
     #[arg(long, env = "KUBE_PROBER_GCM_PROJECT", value_name = "PROJECT")]
     pub gcm_project: Option<String>,

@@ -67,6 +67,7 @@ pub struct FileConfig {
     pub otlp_client_cert: Option<PathBuf>,
     pub otlp_client_key: Option<PathBuf>,
     pub otlp_compression: Option<String>,
+    pub otlp_max_points_per_request: Option<usize>,
     pub gcm_project: Option<String>,
     pub gcm_location: Option<String>,
     pub gcm_prefix: Option<String>,
@@ -108,6 +109,7 @@ pub struct OtlpOptions {
     pub client_cert: Option<PathBuf>,
     pub client_key: Option<PathBuf>,
     pub compression: Option<String>,
+    pub max_points_per_request: Option<usize>,
 }
 
 /// Cloud Monitoring settings as given.
@@ -561,6 +563,10 @@ impl Config {
             client_cert: cli.otlp_client_cert.take().or(file.otlp_client_cert.take()),
             client_key: cli.otlp_client_key.take().or(file.otlp_client_key.take()),
             compression: cli.otlp_compression.take().or(file.otlp_compression.take()),
+            max_points_per_request: cli
+                .otlp_max_points_per_request
+                .take()
+                .or(file.otlp_max_points_per_request.take()),
         };
         for (option, path) in [
             ("--otlp-ca-file", &otlp.ca_file),

@@ -19,7 +19,7 @@ use kube_prober::model::{
 use kube_prober::provider::{Provider, Store};
 use kube_prober::sink::names;
 use kube_prober::sink::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
-use kube_prober::sink::{PushScope, Sink};
+use kube_prober::sink::{PushReport, PushScope, Sink};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
@@ -164,6 +164,70 @@ fn all_metrics(req: &ExportMetricsServiceRequest) -> Vec<&Metric> {
         .collect()
 }
 
+/// The requests of one push as one request: every request's metrics are added to the first
+/// request's resource and scope; a metric split over several requests gets its points joined.
+fn merged(reqs: &[ExportMetricsServiceRequest]) -> ExportMetricsServiceRequest {
+    let mut out = reqs[0].clone();
+    for r in &reqs[1..] {
+        for m in all_metrics(r) {
+            let into = &mut out.resource_metrics[0].scope_metrics[0].metrics;
+            match into.iter_mut().find(|x| x.name == m.name) {
+                Some(x) => match (&mut x.data, &m.data) {
+                    (Some(Data::Gauge(a)), Some(Data::Gauge(b))) => {
+                        a.data_points.extend(b.data_points.iter().cloned())
+                    }
+                    (Some(Data::Sum(a)), Some(Data::Sum(b))) => {
+                        a.data_points.extend(b.data_points.iter().cloned())
+                    }
+                    (Some(Data::Histogram(a)), Some(Data::Histogram(b))) => {
+                        a.data_points.extend(b.data_points.iter().cloned())
+                    }
+                    other => panic!("{}: kinds differ between requests: {other:?}", m.name),
+                },
+                None => into.push(m.clone()),
+            }
+        }
+    }
+    out
+}
+
+/// Points in one request.
+fn point_count(req: &ExportMetricsServiceRequest) -> usize {
+    all_metrics(req)
+        .iter()
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Pushes and returns the push's requests merged (the receiver must have received nothing
+/// else since `rx.clear()` or its start), with the report.
+async fn push_merged(
+    rx: &OtlpReceiver,
+    s: &OtlpSink,
+    snap: impl Into<Arc<Snapshot>>,
+    scope: PushScope,
+) -> (ExportMetricsServiceRequest, PushReport) {
+    let before = rx.received().len();
+    let report = s.push(snap.into(), scope).await.expect("push");
+    let n = report.requests as usize;
+    assert!(rx.wait_for(before + n, WAIT).await);
+    let got = rx.received();
+    assert_eq!(
+        got.len(),
+        before + n,
+        "requests counted = requests received"
+    );
+    let reqs: Vec<_> = got[before..].iter().map(|r| r.request.clone()).collect();
+    let total: usize = reqs.iter().map(point_count).sum();
+    assert_eq!(report.points, total as u64, "points counted = points sent");
+    (merged(&reqs), report)
+}
+
 fn metric<'a>(req: &'a ExportMetricsServiceRequest, name: &str) -> Option<&'a Metric> {
     all_metrics(req).into_iter().find(|m| m.name == name)
 }
@@ -252,21 +316,10 @@ fn kind_of(m: &Metric) -> &'static str {
 async fn one_push(protocol: &str) -> (OtlpReceiver, ExportMetricsServiceRequest) {
     let rx = OtlpReceiver::start().await;
     let s = sink(&config(protocol, &rx));
-    let snap = Arc::new(store_with(&names_of(&["n1", "n2"])).snapshot(SystemTime::now()));
-    let report = s.push(snap, PushScope::All).await.expect("push");
-    assert_eq!(report.requests, 1);
-    assert!(rx.wait_for(1, WAIT).await);
-    let req = rx.received()[0].request.clone();
-    let total: usize = all_metrics(&req)
-        .iter()
-        .map(|m| match &m.data {
-            Some(Data::Gauge(g)) => g.data_points.len(),
-            Some(Data::Sum(s)) => s.data_points.len(),
-            Some(Data::Histogram(h)) => h.data_points.len(),
-            _ => 0,
-        })
-        .sum();
-    assert_eq!(report.points, total as u64, "points counted = points sent");
+    let snap = store_with(&names_of(&["n1", "n2"])).snapshot(SystemTime::now());
+    let (req, report) = push_merged(&rx, &s, snap, PushScope::All).await;
+    // The instance's own series and the histogram, then the cluster-level ones.
+    assert_eq!(report.requests, 2);
     (rx, req)
 }
 
@@ -436,9 +489,7 @@ async fn check_two_pushes(protocol: &str) {
     let rx = OtlpReceiver::start().await;
     let s = sink(&config(protocol, &rx));
     let store = store_with(&names_of(&["n1", "n2"]));
-    s.push(Arc::new(store.snapshot(SystemTime::now())), PushScope::All)
-        .await
-        .unwrap();
+    let (a, _) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     // n2 leaves the cluster and its usage ages out: a new store without it, plus a third run.
     let store2 = store_with(&names_of(&["n1"]));
@@ -449,12 +500,8 @@ async fn check_two_pushes(protocol: &str) {
         duration: Duration::from_secs(7),
         failure: None,
     });
-    s.push(Arc::new(store2.snapshot(SystemTime::now())), PushScope::All)
-        .await
-        .unwrap();
-    assert!(rx.wait_for(2, WAIT).await);
-    let got = rx.received();
-    let (a, b) = (&got[0].request, &got[1].request);
+    let (b, _) = push_merged(&rx, &s, store2.snapshot(SystemTime::now()), PushScope::All).await;
+    let (a, b) = (&a, &b);
 
     for name in [
         "kube_prober.node.cpu.utilization",
@@ -527,8 +574,13 @@ async fn check_headers_and_gzip(protocol: &str) {
     };
     let s = sink(&cfg);
     let snap = Arc::new(store_with(&names_of(&["n1"])).snapshot(SystemTime::now()));
-    s.push(snap, PushScope::All).await.unwrap();
-    assert!(rx.wait_for(1, WAIT).await);
+    let report = s.push(snap, PushScope::All).await.unwrap();
+    let n = report.requests as usize;
+    assert!(rx.wait_for(n, WAIT).await);
+    for r in &rx.received() {
+        assert_eq!(r.header("x-tenant"), Some("team-a"));
+        assert_eq!(r.header("authorization"), Some("Bearer abc"));
+    }
     let r = &rx.received()[0];
     assert_eq!(r.header("x-tenant"), Some("team-a"));
     assert_eq!(r.header("authorization"), Some("Bearer abc"));
@@ -561,10 +613,19 @@ async fn check_many_series(protocol: &str) {
     let rx = OtlpReceiver::start().await;
     let s = sink(&config(protocol, &rx));
     let nodes: Vec<String> = (0..2500).map(|i| format!("node-{i:04}")).collect();
-    let snap = Arc::new(store_with(&nodes).snapshot(SystemTime::now()));
-    s.push(snap, PushScope::All).await.unwrap();
-    assert!(rx.wait_for(1, WAIT).await);
-    let req = &rx.received()[0].request;
+    let snap = store_with(&nodes).snapshot(SystemTime::now());
+    let (req, report) = push_merged(&rx, &s, snap, PushScope::All).await;
+    // More than the default 10,000 points per request: split.
+    assert!(report.points > 10_000, "{report:?}");
+    assert!(report.requests >= 3, "{report:?}");
+    for r in &rx.received() {
+        assert!(
+            point_count(&r.request) <= 10_000,
+            "{}",
+            point_count(&r.request)
+        );
+    }
+    let req = &req;
     for name in ["k8s.node.cpu.allocatable", "k8s.node.cpu.usage"] {
         let pts = points(metric(req, name).unwrap());
         assert_eq!(pts.len(), 2500, "{name}");
@@ -591,15 +652,197 @@ async fn http_more_than_2000_series_of_one_family_all_arrive() {
     check_many_series(HTTP).await;
 }
 
+/// Every point of a request as (metric, kind, unit, attributes, value(s)), sorted; the
+/// snapshot age's value (time-dependent) as 0.
+fn canonical(req: &ExportMetricsServiceRequest) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in all_metrics(req) {
+        let head = format!("{} {} {}", m.name, kind_of(m), m.unit);
+        match &m.data {
+            Some(Data::Histogram(h)) => {
+                for p in &h.data_points {
+                    out.push(format!(
+                        "{head} {:?} count={} sum={:?} buckets={:?}",
+                        attr_map(&p.attributes),
+                        p.count,
+                        p.sum,
+                        p.bucket_counts
+                    ));
+                }
+            }
+            _ => {
+                for (a, v, ..) in points(m) {
+                    let v = if m.name == "kube_prober.snapshot.age" {
+                        0.0
+                    } else {
+                        v
+                    };
+                    out.push(format!("{head} {a:?} {v:?}"));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Same points in both, each as often; the difference when not.
+fn same_points(a: &ExportMetricsServiceRequest, b: &ExportMetricsServiceRequest) {
+    let (ca, cb) = (canonical(a), canonical(b));
+    if ca != cb {
+        let only_a: Vec<_> = ca.iter().filter(|x| !cb.contains(x)).take(5).collect();
+        let only_b: Vec<_> = cb.iter().filter(|x| !ca.contains(x)).take(5).collect();
+        panic!(
+            "{} vs {} points; only in the first: {only_a:#?}; only in the second: {only_b:#?}",
+            ca.len(),
+            cb.len()
+        );
+    }
+}
+
+/// (metric, start time) of every cumulative sum point.
+fn sum_starts(req: &ExportMetricsServiceRequest) -> BTreeMap<String, BTreeSet<u64>> {
+    let mut out: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for m in all_metrics(req) {
+        if let Some(Data::Sum(s)) = &m.data {
+            for p in &s.data_points {
+                out.entry(m.name.clone())
+                    .or_default()
+                    .insert(p.start_time_unix_nano);
+            }
+        }
+    }
+    out
+}
+
+async fn check_batches(protocol: &str) {
+    const MAX: usize = 100;
+    let nodes: Vec<String> = (0..40).map(|i| format!("node-{i:02}")).collect();
+    // The same probe history in both stores, so that the histogram does not go back.
+    let probed = |nodes: &[String]| {
+        let store = store_with(nodes);
+        store.probe().record_probe_outcome(ProbeOutcome {
+            probe: "dns".into(),
+            target: "kubernetes.default".into(),
+            at: SystemTime::now(),
+            duration: Duration::from_millis(40),
+            failure: None,
+        });
+        store
+    };
+    let store = probed(&nodes);
+    let snap = Arc::new(store.snapshot(SystemTime::now()));
+
+    // The default limit: the instance's request and one more.
+    let rx1 = OtlpReceiver::start().await;
+    let whole_sink = sink(&config(protocol, &rx1));
+    let (whole, r1) = push_merged(&rx1, &whole_sink, snap.clone(), PushScope::All).await;
+    assert_eq!(r1.requests, 2, "{r1:?}");
+
+    let rx = OtlpReceiver::start().await;
+    let s = sink(&OtlpConfig {
+        max_points_per_request: Some(MAX),
+        ..config(protocol, &rx)
+    });
+    let (split, r) = push_merged(&rx, &s, snap.clone(), PushScope::All).await;
+    assert_eq!(r.points, r1.points);
+    assert!(r.points > 10 * MAX as u64, "{r:?}");
+    assert!(r.requests >= r.points.div_ceil(MAX as u64), "{r:?}");
+    let got = rx.received();
+    for g in &got {
+        assert!(
+            point_count(&g.request) <= MAX,
+            "{}",
+            point_count(&g.request)
+        );
+        assert!(g.proto_bytes > 0);
+    }
+    // The batches together are the single request: same points, each once.
+    same_points(&split, &whole);
+    // One family alone over the limit is spread over several requests.
+    let spread = got
+        .iter()
+        .filter(|g| metric(&g.request, "k8s.node.condition.status").is_some())
+        .count();
+    assert!(
+        spread >= 2,
+        "k8s.node.condition.status in {spread} requests"
+    );
+    // The same description everywhere.
+    for m in all_metrics(&whole) {
+        for g in &got {
+            if let Some(x) = metric(&g.request, &m.name) {
+                assert_eq!(x.description, m.description, "{}", m.name);
+            }
+        }
+    }
+    // Cumulative sums: one start time per metric across the batches, the same next push.
+    let starts = sum_starts(&split);
+    assert!(
+        starts.contains_key("k8s.container.restart.count"),
+        "{starts:?}"
+    );
+    for (name, st) in &starts {
+        assert_eq!(st.len(), 1, "{name}: {st:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Half of the nodes leave: their series are not sent again.
+    let half = probed(&nodes[..20]);
+    let (next, _) = push_merged(&rx, &s, half.snapshot(SystemTime::now()), PushScope::All).await;
+    assert_eq!(sum_starts(&next), starts, "start times are stable");
+    let sent_nodes: BTreeSet<String> = all_metrics(&next)
+        .iter()
+        .filter(|m| !matches!(m.data, Some(Data::Histogram(_))))
+        .flat_map(|m| points(m))
+        .filter_map(|(a, ..)| a.get("k8s.node.name").cloned())
+        .collect();
+    assert_eq!(sent_nodes, nodes[..20].iter().cloned().collect());
+
+    // A failed request ends the push; `sent` tells what went out.
+    let before = rx.received().len();
+    rx.fail_after(2, 1);
+    let e = s
+        .push(snap.clone(), PushScope::All)
+        .await
+        .expect_err("third request fails");
+    assert_eq!(e.sent.requests, 3, "{e:?}");
+    let ok: usize = rx.received()[before..]
+        .iter()
+        .map(|g| point_count(&g.request))
+        .sum();
+    assert_eq!(rx.received().len(), before + 2);
+    assert_eq!(e.sent.points, ok as u64, "{e:?}");
+    assert!(e.message.contains("request 3"), "{}", e.message);
+    assert_eq!(rx.attempts(), before + 3, "nothing after the failure");
+    // The next push sends everything again.
+    let (again, _) = push_merged(&rx, &s, snap, PushScope::All).await;
+    same_points(&again, &whole);
+}
+
+#[tokio::test]
+async fn grpc_pushes_are_split_into_bounded_requests() {
+    check_batches(GRPC).await;
+}
+
+#[tokio::test]
+async fn http_pushes_are_split_into_bounded_requests() {
+    check_batches(HTTP).await;
+}
+
 #[tokio::test]
 async fn instance_only_scope_sends_only_instance_level_families() {
     let rx = OtlpReceiver::start().await;
     let s = sink(&config(GRPC, &rx));
-    let snap = Arc::new(store_with(&names_of(&["n1"])).snapshot(SystemTime::now()));
-    s.push(snap.clone(), PushScope::InstanceOnly).await.unwrap();
-    s.push(snap, PushScope::All).await.unwrap();
-    assert!(rx.wait_for(2, WAIT).await);
-    let got = rx.received();
+    let store = store_with(&names_of(&["n1"]));
+    let (first_req, report) = push_merged(
+        &rx,
+        &s,
+        store.snapshot(SystemTime::now()),
+        PushScope::InstanceOnly,
+    )
+    .await;
+    assert_eq!(report.requests, 1, "instance-level series: one request");
+    let (full, _) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
     let instance_names: BTreeSet<&str> = OTLP_METRICS
         .iter()
         .filter(|m| {
@@ -609,7 +852,7 @@ async fn instance_only_scope_sends_only_instance_level_families() {
         })
         .map(|m| m.name)
         .collect();
-    let first: BTreeSet<&str> = all_metrics(&got[0].request)
+    let first: BTreeSet<&str> = all_metrics(&first_req)
         .iter()
         .map(|m| m.name.as_str())
         .collect();
@@ -621,7 +864,7 @@ async fn instance_only_scope_sends_only_instance_level_families() {
     assert!(!first.contains("k8s.node.cpu.allocatable"));
     assert!(!first.contains("k8s.node.cpu.usage"));
     // The next full push has the cluster-level series again.
-    assert!(metric(&got[1].request, "k8s.node.cpu.allocatable").is_some());
+    assert!(metric(&full, "k8s.node.cpu.allocatable").is_some());
 }
 
 async fn check_failure(protocol: &str, reason: &str) {
@@ -641,7 +884,7 @@ async fn check_failure(protocol: &str, reason: &str) {
     // The next push goes through.
     let ok = s.push(snap, PushScope::All).await.unwrap();
     assert!(ok.points > 0);
-    assert_eq!(rx.received().len(), 1);
+    assert_eq!(rx.received().len(), ok.requests as usize);
 }
 
 #[tokio::test]
@@ -692,6 +935,7 @@ async fn child_explicit_headers_win_over_the_environment() {
         return;
     }
     let rx = OtlpReceiver::start().await;
+    let mut requests = 0;
     for protocol in [GRPC, HTTP] {
         let cfg = OtlpConfig {
             headers: vec!["x-tenant=team-a".into()],
@@ -699,10 +943,11 @@ async fn child_explicit_headers_win_over_the_environment() {
         };
         let s = OtlpSink::new(&cfg, &resource()).unwrap();
         let snap = Arc::new(Snapshot::empty(SystemTime::now()));
-        s.push(snap, PushScope::All).await.unwrap();
+        requests += s.push(snap, PushScope::All).await.unwrap().requests as usize;
     }
     let got = rx.received();
-    assert_eq!(got.len(), 2);
+    assert!(requests >= 2);
+    assert_eq!(got.len(), requests);
     for r in &got {
         assert_eq!(r.header("x-tenant"), Some("team-a"), "{}", r.transport);
         assert_eq!(r.header("x-env-only"), Some("yes"), "{}", r.transport);
@@ -779,6 +1024,16 @@ async fn config_errors_are_clear() {
     });
     assert!(e.to_string().contains("http:// or https://"), "{e}");
     assert_eq!(e.exit_code(), 2);
+    let e = err(OtlpConfig {
+        max_points_per_request: Some(0),
+        ..Default::default()
+    });
+    assert_eq!(
+        e.to_string(),
+        "invalid value '0' for --otlp-max-points-per-request: must be between 1 and 10000000"
+    );
+    let defaults = OtlpConfig::default().resolve_with(&|_| None).unwrap();
+    assert_eq!(defaults.max_points_per_request, 10_000);
 }
 
 #[test]
@@ -886,7 +1141,8 @@ bMF4aU4C+VKzISLHV7YpnejsbRpi502YkKunD2vXEbBvcrTlj4y1qpBL
 -----END PRIVATE KEY-----
 ";
 
-async fn tls_push(cfg: &OtlpConfig, env: &[(&str, &str)]) -> Result<(), String> {
+/// The number of requests on success.
+async fn tls_push(cfg: &OtlpConfig, env: &[(&str, &str)]) -> Result<usize, String> {
     let env: BTreeMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -899,7 +1155,7 @@ async fn tls_push(cfg: &OtlpConfig, env: &[(&str, &str)]) -> Result<(), String> 
     tokio::time::timeout(Duration::from_secs(15), s.push(snap, PushScope::All))
         .await
         .map_err(|_| "push hung".to_string())?
-        .map(|_| ())
+        .map(|r| r.requests as usize)
         .map_err(|e| format!("{}: {}", e.reason, e.message))
 }
 
@@ -932,8 +1188,9 @@ async fn check_mutual_tls(protocol: &str) {
         client_key_file: Some(key.clone()),
         ..base.clone()
     };
-    tls_push(&explicit, &[]).await.expect("mutual TLS push");
-    assert_eq!(rx.received().len(), 1);
+    let n1 = tls_push(&explicit, &[]).await.expect("mutual TLS push");
+    assert!(n1 > 0);
+    assert_eq!(rx.received().len(), n1);
 
     // The same from the standard variables.
     let (ca_s, cert_s, key_s) = (
@@ -941,7 +1198,7 @@ async fn check_mutual_tls(protocol: &str) {
         cert.display().to_string(),
         key.display().to_string(),
     );
-    tls_push(
+    let n2 = tls_push(
         &base,
         &[
             ("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", &ca_s),
@@ -951,7 +1208,7 @@ async fn check_mutual_tls(protocol: &str) {
     )
     .await
     .expect("mutual TLS push configured from the environment");
-    assert_eq!(rx.received().len(), 2);
+    assert_eq!(rx.received().len(), n1 + n2);
 
     // Without the client certificate the receiver refuses the connection.
     let no_client = OtlpConfig {
@@ -983,7 +1240,7 @@ async fn check_mutual_tls(protocol: &str) {
             "{refused:?}"
         );
     }
-    assert_eq!(rx.received().len(), 2);
+    assert_eq!(rx.received().len(), n1 + n2);
 }
 
 #[tokio::test]

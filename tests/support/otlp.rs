@@ -51,6 +51,8 @@ struct State {
     received: Vec<Received>,
     attempts: usize,
     fail_next: usize,
+    /// Requests to accept before `fail_next` applies.
+    pass_first: usize,
     /// Headers of rejected requests too.
     rejected_headers: Vec<Vec<(String, String)>>,
 }
@@ -64,6 +66,10 @@ impl Shared {
     fn attempt(&self, headers: &[(String, String)]) -> bool {
         let mut s = self.0.lock().unwrap();
         s.attempts += 1;
+        if s.pass_first > 0 {
+            s.pass_first -= 1;
+            return false;
+        }
         if s.fail_next > 0 {
             s.fail_next -= 1;
             s.rejected_headers.push(headers.to_vec());
@@ -371,7 +377,14 @@ impl OtlpReceiver {
 
     /// Fails the next `n` requests: gRPC UNAVAILABLE, HTTP 503.
     pub fn fail_next(&self, n: usize) {
-        self.shared.0.lock().unwrap().fail_next = n;
+        self.fail_after(0, n);
+    }
+
+    /// Accepts the next `pass` requests, then fails `n`.
+    pub fn fail_after(&self, pass: usize, n: usize) {
+        let mut s = self.shared.0.lock().unwrap();
+        s.pass_first = pass;
+        s.fail_next = n;
     }
 
     pub fn clear(&self) {

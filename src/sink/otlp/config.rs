@@ -55,10 +55,13 @@ pub struct OtlpConfig {
     pub compression: Option<String>,
     /// Per-request timeout.
     pub timeout: Option<Duration>,
-    /// Series per metric and push before the SDK folds the rest into `otel.metric.overflow`
-    /// (cluster-level families); default [`super::SERIES_LIMIT`] in the cluster role, else
+    /// Series per metric and request before the SDK folds the rest into
+    /// `otel.metric.overflow` (cluster-level families); default [`super::SERIES_LIMIT`] in the cluster role, else
     /// [`super::SMALL_SERIES_LIMIT`].
     pub series_limit: Option<usize>,
+    /// Data points per export request at most; a push with more is sent as several requests
+    /// (see [`super::OtlpSink`]). Default [`DEFAULT_MAX_POINTS_PER_REQUEST`].
+    pub max_points_per_request: Option<usize>,
 }
 
 /// TLS material, read from files at start.
@@ -95,6 +98,8 @@ pub struct OtlpSettings {
     pub service_name: Option<String>,
     /// See [`OtlpConfig::series_limit`].
     pub series_limit: Option<usize>,
+    /// See [`OtlpConfig::max_points_per_request`].
+    pub max_points_per_request: usize,
     /// Explicitly set headers only (the exporter reads the environment's itself).
     pub(super) explicit_headers: Vec<(String, String)>,
 }
@@ -103,6 +108,12 @@ const ENV_PREFIX_METRICS: &str = "OTEL_EXPORTER_OTLP_METRICS_";
 const ENV_PREFIX: &str = "OTEL_EXPORTER_OTLP_";
 /// Default timeout of OTLP exporters (the spec's 10 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default data points per export request. A cluster-level point takes about 155 bytes of
+/// protobuf (measured at 5,000 nodes: 50 MB for 325,111 points), so a request of 10,000
+/// points is about 1.5 MB uncompressed: well under the 4 MiB an OpenTelemetry Collector's
+/// OTLP gRPC receiver accepts by default (`max_recv_msg_size_mib`, gRPC's default), with room
+/// for longer attribute values.
+pub const DEFAULT_MAX_POINTS_PER_REQUEST: usize = 10_000;
 
 pub(super) fn config_err(option: &'static str, value: &str, reason: impl Into<String>) -> Error {
     Error::Config {
@@ -430,9 +441,21 @@ impl OtlpConfig {
             }
             other => other,
         };
+        let max_points_per_request = match self.max_points_per_request {
+            Some(n) if n == 0 || n > 10_000_000 => {
+                return Err(config_err(
+                    "--otlp-max-points-per-request",
+                    &n.to_string(),
+                    "must be between 1 and 10000000",
+                ));
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_POINTS_PER_REQUEST,
+        };
 
         Ok(OtlpSettings {
             series_limit,
+            max_points_per_request,
             protocol,
             endpoint,
             headers,

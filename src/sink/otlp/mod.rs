@@ -1,9 +1,12 @@
 //! OTLP push output: each push turns one [`Snapshot`] into OTLP metrics and sends them with
-//! opentelemetry-otlp's `MetricExporter` (gRPC or HTTP/protobuf).
+//! opentelemetry-otlp's `MetricExporter` (gRPC or HTTP/protobuf), in requests of at most
+//! [`OtlpSettings::max_points_per_request`] data points (see "Requests" below).
 //!
-//! `ResourceMetrics` can only be made by the SDK, so the sink keeps a private
-//! `SdkMeterProvider` with a `ManualReader` (cumulative temporality) and one instrument per
-//! row of [`OTLP_METRICS`]:
+//! `ResourceMetrics` can only be made by the SDK, so the sink keeps two private
+//! `SdkMeterProvider`s, each with a `ManualReader` (cumulative temporality), and one
+//! instrument per row of [`OTLP_METRICS`] in one of them: the *instance* pipeline has the
+//! instance-level families ([`series::is_instance_level`]) and the probe histogram, the
+//! *batched* pipeline everything else.
 //! - gauges are `ObservableGauge<f64>`, counters `ObservableCounter<f64>` (monotonic cumulative
 //!   sums), semconv up-down counters `ObservableUpDownCounter<f64>` (non-monotonic cumulative
 //!   sums). Their callbacks read the rows this push prepared in a shared slot. Observable
@@ -21,11 +24,35 @@
 //!
 //! A View raises the SDK's default cardinality limit (2,000 series per instrument, beyond which
 //! the SDK folds series into `otel.metric.overflow=true`) to [`SERIES_LIMIT`] for the
-//! cluster-level metrics of the `cluster` role ([`SMALL_SERIES_LIMIT`] elsewhere). Values that
+//! cluster-level metrics of the `cluster` role ([`SMALL_SERIES_LIMIT`] elsewhere). The limit
+//! applies per collect, i.e. per request: with batches of at most `max_points_per_request`
+//! points it only folds when set below that. Values that
 //! are NaN or infinite are dropped by the SDK: their series is absent from that push.
 //!
+//! ## Requests
+//! One push is one collect and one export request of the instance pipeline (the instance's
+//! own series and the probe histogram: a few per probe, source and sink, not growing with the
+//! cluster; not split), then as many collects and requests of the batched pipeline as needed:
+//! before each collect the shared slot gets the next batch of at most
+//! `max_points_per_request` rows, taken family by family in [`OTLP_METRICS`] order, a family
+//! larger than what is left of the batch being spread over several batches. Only the rows of
+//! the current batch are reported, so the SDK forgets every other series for that collect and
+//! each series of the snapshot goes out exactly once per push; the collected
+//! `ResourceMetrics` (and its encoded request) is dropped before the next batch, so the memory
+//! of a push is that of the rows plus one request rather than of the whole push. Cumulative
+//! sums keep their start time across batches and pushes: an instrument lives in one pipeline
+//! only. The histogram is in the instance pipeline because the SDK reports a synchronous
+//! instrument's series in every collect. A collect without points (nothing in the batch, or
+//! only NaN values) sends nothing. `PushReport` counts the requests sent and their points.
+//!
+//! A failed request ends the push: the remaining batches are not sent (the receiver is most
+//! likely down or refusing, and each further request would wait for its own timeout), and
+//! `PushError::sent` counts the requests tried, the failed one included, and the points of
+//! those that succeeded. The next push sends everything again. The per-request timeout is the
+//! configured one; the push runner's timeout bounds the whole push.
+//!
 //! Retries inside the exporter are off: the push runner has its own ticker, timeout and
-//! failure counters, and a push should report what happened to its one request.
+//! failure counters.
 //!
 //! ## Settings and the environment
 //! Each setting of [`OtlpConfig`] that is unset falls back to `OTEL_EXPORTER_OTLP_METRICS_*`,
@@ -77,7 +104,8 @@ mod table;
 
 use config::config_err;
 pub use config::{
-    DEFAULT_TIMEOUT, OtlpCompression, OtlpConfig, OtlpProtocol, OtlpResource, OtlpSettings, OtlpTls,
+    DEFAULT_MAX_POINTS_PER_REQUEST, DEFAULT_TIMEOUT, OtlpCompression, OtlpConfig, OtlpProtocol,
+    OtlpResource, OtlpSettings, OtlpTls,
 };
 pub use table::{Derivation, OTLP_METRICS, OtelKind, OtelMetric, attribute_key};
 
@@ -143,8 +171,12 @@ struct State {
 
 /// The OTLP push output.
 pub struct OtlpSink {
-    /// Keeps the pipeline alive: the reader holds only a weak reference to it.
-    _provider: SdkMeterProvider,
+    /// Keep the pipelines alive: the readers hold only a weak reference to them. The first
+    /// has the instance-level instruments and the probe histogram, the second the rest.
+    _providers: [SdkMeterProvider; 2],
+    /// Reader of the instance-level pipeline: one request per push, not split.
+    instance_reader: SharedReader,
+    /// Reader of the other pipeline: collected once per batch.
     reader: SharedReader,
     slot: Arc<Mutex<Prepared>>,
     /// One push at a time: the slot and the histogram baseline belong to it.
@@ -163,8 +195,21 @@ impl std::fmt::Debug for OtlpSink {
     }
 }
 
-fn register(meter: &Meter, slot: &Arc<Mutex<Prepared>>) {
+/// Whether a metric belongs to an instance-level family (probes, sources, sinks, build, ...):
+/// those and the probe histogram go through the sink's instance pipeline, the rest through
+/// the batched one.
+fn is_instance_metric(metric: &OtelMetric) -> bool {
+    names::ALL
+        .iter()
+        .any(|f| f.name == metric.family && series::is_instance_level(f))
+}
+
+/// Registers the observable instruments of the metrics with `is_instance_metric == instance`.
+fn register(meter: &Meter, slot: &Arc<Mutex<Prepared>>, instance: bool) {
     for (i, metric) in OTLP_METRICS.iter().enumerate() {
+        if is_instance_metric(metric) != instance {
+            continue;
+        }
         let description = names::ALL
             .iter()
             .find(|f| f.name == metric.family)
@@ -213,10 +258,7 @@ fn register(meter: &Meter, slot: &Arc<Mutex<Prepared>>) {
 
 /// The series limit of one metric: `large` for cluster-level families, else the small one.
 fn series_limit(metric: &OtelMetric, large: usize) -> usize {
-    let instance_level = names::ALL
-        .iter()
-        .any(|f| f.name == metric.family && series::is_instance_level(f));
-    if instance_level {
+    if is_instance_metric(metric) {
         SMALL_SERIES_LIMIT
     } else {
         large
@@ -427,41 +469,50 @@ impl OtlpSink {
     pub fn from_settings(settings: OtlpSettings, resource: &OtlpResource) -> Result<Self> {
         let last_error = LastError::default();
         let exporter = build_exporter(&settings, &last_error)?;
-        let reader = SharedReader(Arc::new(
-            ManualReader::builder()
-                .with_temporality(Temporality::Cumulative)
-                .build(),
-        ));
-        let provider = SdkMeterProvider::builder()
-            .with_resource(resource.build(&settings))
-            .with_reader(reader.clone())
-            .with_view(view(settings.series_limit.unwrap_or(
-                if resource.role == "cluster" {
-                    SERIES_LIMIT
-                } else {
-                    SMALL_SERIES_LIMIT
-                },
-            )))
-            .build();
-        let meter = provider.meter_with_scope(
-            opentelemetry::InstrumentationScope::builder(SCOPE_NAME)
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build(),
-        );
+        let large = settings
+            .series_limit
+            .unwrap_or(if resource.role == "cluster" {
+                SERIES_LIMIT
+            } else {
+                SMALL_SERIES_LIMIT
+            });
+        let otel_resource = resource.build(&settings);
+        let pipeline = || {
+            let reader = SharedReader(Arc::new(
+                ManualReader::builder()
+                    .with_temporality(Temporality::Cumulative)
+                    .build(),
+            ));
+            let provider = SdkMeterProvider::builder()
+                .with_resource(otel_resource.clone())
+                .with_reader(reader.clone())
+                .with_view(view(large))
+                .build();
+            let meter = provider.meter_with_scope(
+                opentelemetry::InstrumentationScope::builder(SCOPE_NAME)
+                    .with_version(env!("CARGO_PKG_VERSION"))
+                    .build(),
+            );
+            (provider, reader, meter)
+        };
+        let (instance_provider, instance_reader, instance_meter) = pipeline();
+        let (provider, reader, meter) = pipeline();
         let slot = Arc::new(Mutex::new(Prepared::default()));
-        register(&meter, &slot);
+        register(&instance_meter, &slot, true);
+        register(&meter, &slot, false);
         let hist = OTLP_METRICS
             .iter()
             .find(|m| m.kind == OtelKind::Histogram)
             .map_or("kube_prober.probe.duration", |m| m.name);
-        let histogram = meter
+        let histogram = instance_meter
             .f64_histogram(hist)
             .with_description(names::PROBE_DURATION.help)
             .with_unit("s")
             .with_boundaries(PROBE_BUCKETS.to_vec())
             .build();
         Ok(OtlpSink {
-            _provider: provider,
+            _providers: [instance_provider, provider],
+            instance_reader,
             reader,
             slot,
             last_error,
@@ -479,13 +530,9 @@ impl OtlpSink {
         &self.settings
     }
 
-    /// Collects one snapshot into `ResourceMetrics` (no I/O).
-    fn collect(
-        &self,
-        state: &mut State,
-        snapshot: &Snapshot,
-        scope: PushScope,
-    ) -> std::result::Result<ResourceMetrics, PushError> {
+    /// Turns one snapshot into rows per [`OTLP_METRICS`] index and feeds the probe histogram
+    /// (no I/O).
+    fn prepare(&self, state: &mut State, snapshot: &Snapshot, scope: PushScope) -> Vec<Rows> {
         let mut c = Collector::new(scope);
         series::visit(snapshot, &mut c);
         let age = SystemTime::now()
@@ -516,9 +563,18 @@ impl OtlpSink {
             }
             state.fed.insert(key, fed_now);
         }
+        c.rows
+    }
 
+    /// Collects one pipeline with the callbacks reporting `rows` (per [`OTLP_METRICS`] index;
+    /// the others report nothing, so the SDK forgets their series for this collect).
+    fn collect(
+        &self,
+        reader: &SharedReader,
+        rows: Vec<Rows>,
+    ) -> std::result::Result<ResourceMetrics, PushError> {
         match self.slot.lock() {
-            Ok(mut p) => p.rows = c.rows,
+            Ok(mut p) => p.rows = rows,
             Err(_) => {
                 return Err(PushError {
                     reason: "error".into(),
@@ -528,7 +584,7 @@ impl OtlpSink {
             }
         }
         let mut rm = ResourceMetrics::default();
-        let collected = self.reader.collect(&mut rm);
+        let collected = reader.collect(&mut rm);
         if let Ok(mut p) = self.slot.lock() {
             p.rows = Vec::new();
         }
@@ -613,27 +669,108 @@ impl Sink for OtlpSink {
         scope: PushScope,
     ) -> std::result::Result<PushReport, PushError> {
         let mut state = self.state.lock().await;
-        let rm = self.collect(&mut state, &snapshot, scope)?;
+        let mut rows = self.prepare(&mut state, &snapshot, scope);
+        // The instance-level rows (and the probe histogram): one request.
+        let instance: Vec<Rows> = rows
+            .iter_mut()
+            .zip(OTLP_METRICS)
+            .map(|(r, m)| {
+                if is_instance_metric(m) {
+                    std::mem::take(r)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let max = self.settings.max_points_per_request.max(1);
+        let mut sent = PushReport::default();
+        self.send(&state, &self.instance_reader, instance, &mut sent)
+            .await?;
+        while let Some(batch) = next_batch(&mut rows, max) {
+            self.send(&state, &self.reader, batch, &mut sent).await?;
+        }
+        Ok(sent)
+    }
+}
+
+/// The next batch of at most `max` rows, taken off the end of `rows` (per [`OTLP_METRICS`]
+/// index, in index order; one family may be spread over several batches). `None` when no
+/// rows are left.
+fn next_batch(rows: &mut [Rows], max: usize) -> Option<Vec<Rows>> {
+    let mut batch: Vec<Rows> = vec![Vec::new(); rows.len()];
+    let mut n = 0;
+    for (i, r) in rows.iter_mut().enumerate() {
+        if n == max {
+            break;
+        }
+        if r.is_empty() {
+            continue;
+        }
+        let k = (max - n).min(r.len());
+        batch[i] = r.split_off(r.len() - k);
+        n += k;
+    }
+    (n > 0).then_some(batch)
+}
+
+impl OtlpSink {
+    /// Collects `reader` with the callbacks reporting `batch` and exports the result as one
+    /// request (none when it has no points), adding to `sent`. A failed request ends the push:
+    /// the error's `sent` counts it among the requests, and the points of the requests before
+    /// it.
+    async fn send(
+        &self,
+        state: &State,
+        reader: &SharedReader,
+        batch: Vec<Rows>,
+        sent: &mut PushReport,
+    ) -> std::result::Result<(), PushError> {
+        let rm = self
+            .collect(reader, batch)
+            .map_err(|e| PushError { sent: *sent, ..e })?;
         let points = count_points(&rm);
         if points == 0 {
-            return Ok(PushReport::default());
+            return Ok(());
         }
+        sent.requests += 1;
+        match self.export(state, &rm).await {
+            Ok(()) => {
+                sent.points += points;
+                Ok(())
+            }
+            Err((reason, message)) => {
+                let before = if sent.requests > 1 {
+                    format!(
+                        " (request {} of this push; {} points went out before it)",
+                        sent.requests, sent.points
+                    )
+                } else {
+                    String::new()
+                };
+                Err(PushError {
+                    reason,
+                    message: format!("{message}{before}"),
+                    sent: *sent,
+                })
+            }
+        }
+    }
+
+    /// Sends one `ResourceMetrics`: `Err((reason, message))` on failure.
+    async fn export(
+        &self,
+        state: &State,
+        rm: &ResourceMetrics,
+    ) -> std::result::Result<(), (String, String)> {
+        let points = count_points(rm);
         let timeout = self.settings.timeout;
         if let Ok(mut last) = self.last_error.lock() {
             *last = None;
         }
         // A little over the exporter's own timeout, so its error (with details) wins.
         let limit = timeout + Duration::from_millis(500);
-        let result = tokio::time::timeout(limit, state.exporter.export(&rm)).await;
-        let attempted = PushReport {
-            points: 0,
-            requests: 1,
-        };
-        match result {
-            Ok(Ok(())) => Ok(PushReport {
-                points,
-                requests: 1,
-            }),
+        match tokio::time::timeout(limit, state.exporter.export(rm)).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 let mut message = e.to_string();
                 let mut reason = classify(&message);
@@ -649,23 +786,21 @@ impl Sink for OtlpSink {
                     };
                     message = format!("{message}: {}", t.message);
                 }
-                Err(PushError {
+                Err((
                     reason,
-                    message: format!(
+                    format!(
                         "OTLP export of {points} points to {} failed: {message}",
                         self.settings.endpoint
                     ),
-                    sent: attempted,
-                })
+                ))
             }
-            Err(_) => Err(PushError {
-                reason: "timeout".into(),
-                message: format!(
+            Err(_) => Err((
+                "timeout".into(),
+                format!(
                     "OTLP export to {} did not finish within {limit:?}",
                     self.settings.endpoint
                 ),
-                sent: attempted,
-            }),
+            )),
         }
     }
 }

@@ -36,6 +36,7 @@ use crate::model::{ClusterInfo, Snapshot};
 use crate::output::{Leadership, SinkSchedule, run_sink};
 use crate::provider::{Provider, Store};
 use crate::role;
+use crate::sink::Sink;
 use crate::sink::gcm::{GcmClientConfig, GcmConfig, GcmSink};
 use crate::sink::otlp::{OtlpConfig, OtlpResource, OtlpSink};
 use crate::watch::cluster::{Scope, WatchConfig};
@@ -724,25 +725,30 @@ async fn spawn_sinks(
         }
         _ => None,
     };
-    if let Some(o) = otlp {
-        sinks.tasks.push(tokio::spawn(run_sink(
-            o,
+    fn start<S: Sink>(
+        sink: Arc<S>,
+        schedule: SinkSchedule,
+        published: &watch::Receiver<Arc<Published>>,
+        store: &Arc<Store>,
+        leadership: &Leadership,
+        cancel: &CancellationToken,
+    ) -> JoinHandle<()> {
+        tokio::spawn(run_sink(
+            sink,
             schedule,
             published.clone(),
             store.clone(),
             leadership.clone(),
             cancel.clone(),
-        )));
+        ))
+    }
+    if let Some(o) = otlp {
+        let t = start(o, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
     }
     if let Some(g) = gcm {
-        sinks.tasks.push(tokio::spawn(run_sink(
-            g,
-            schedule,
-            published.clone(),
-            store.clone(),
-            leadership.clone(),
-            cancel.clone(),
-        )));
+        let t = start(g, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
     }
     tracing::info!(
         sinks = %sc.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),

@@ -626,6 +626,7 @@ async fn spawn_sinks(
                     cluster: Some(ctx.cluster_name.to_string()),
                     prefix: g.prefix.clone(),
                     own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
+                    node_series: g.node_series,
                     // Retries stop before the runner's timeout would cut the push off.
                     push_deadline: sc.timeout.mul_f64(0.9),
                     ..GcmConfig::default()

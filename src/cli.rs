@@ -354,6 +354,11 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_GCM_ENDPOINT", value_name = "URL")]
     pub gcm_endpoint: Option<String>,
 
+    /// Cluster role: also write node/* and addon/* for every node to Cloud Monitoring. Set false
+    /// when a node-role DaemonSet writes them too (they would collide). [default: true]
+    #[arg(long, env = "KUBE_PROBER_GCM_NODE_SERIES", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub gcm_node_series: Option<bool>,
+
     /// Send no credentials to Cloud Monitoring (only for a local emulator). [default: false]
     #[arg(long, env = "KUBE_PROBER_GCM_ANONYMOUS", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool, hide = true)]
     pub gcm_anonymous: Option<bool>,

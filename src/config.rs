@@ -73,6 +73,7 @@ pub struct FileConfig {
     pub gcm_prefix: Option<String>,
     pub gcm_endpoint: Option<String>,
     pub gcm_anonymous: Option<bool>,
+    pub gcm_node_series: Option<bool>,
     pub leader_elect: Option<bool>,
     pub leader_elect_lease_name: Option<String>,
     pub leader_elect_namespace: Option<String>,
@@ -121,6 +122,8 @@ pub struct GcmSettings {
     pub prefix: String,
     pub endpoint: Option<String>,
     pub anonymous: bool,
+    /// Cluster role: node/* and addon/* for every node too.
+    pub node_series: bool,
 }
 
 /// Lease-based leader election (cluster role).
@@ -622,6 +625,7 @@ impl Config {
             prefix,
             endpoint: cli.gcm_endpoint.take().or(file.gcm_endpoint.take()),
             anonymous: cli.gcm_anonymous.or(file.gcm_anonymous).unwrap_or(false),
+            node_series: cli.gcm_node_series.or(file.gcm_node_series).unwrap_or(true),
         };
         if let Some(e) = &gcm.endpoint
             && !(e.starts_with("http://") || e.starts_with("https://"))
@@ -1157,6 +1161,7 @@ mod tests {
         assert_eq!(c.sinks.interval, Duration::from_secs(60));
         assert_eq!(c.sinks.timeout, Duration::from_secs(30));
         assert_eq!(c.sinks.gcm.prefix, "kube-prober");
+        assert!(c.sinks.gcm.node_series);
         assert_eq!(c.sinks.leader.enabled, None);
         assert_eq!(c.sinks.leader.lease_duration, Duration::from_secs(15));
 

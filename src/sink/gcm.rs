@@ -96,6 +96,9 @@ pub struct GcmConfig {
     /// (every node of the cluster state). A snapshot whose role is `node` is treated as the
     /// node role even without a name.
     pub own_node: Option<String>,
+    /// Cluster role: also write `node/*` and `addon/*` for every node. Off when a node-role
+    /// DaemonSet writes them, which would otherwise collide with ours. Ignored in the node role.
+    pub node_series: bool,
     /// Never write a point of a series sooner than this after its previous one.
     pub min_sampling_period: Duration,
     /// Series per request, 1..=200.
@@ -118,6 +121,7 @@ impl Default for GcmConfig {
             cluster: None,
             prefix: DEFAULT_PREFIX.to_string(),
             own_node: None,
+            node_series: true,
             min_sampling_period: DEFAULT_MIN_SAMPLING_PERIOD,
             max_series_per_request: MAX_SERIES_PER_REQUEST,
             concurrency: 4,
@@ -419,14 +423,16 @@ impl Drafts {
 }
 
 /// Everything this instance writes for one snapshot, in a stable order.
-fn drafts(snap: &Snapshot, own_node: Option<&str>) -> Vec<Draft> {
+fn drafts(snap: &Snapshot, own_node: Option<&str>, node_series: bool) -> Vec<Draft> {
     let node_mode = own_node.is_some() || snap.cluster.role == "node";
     let mut out = Drafts::default();
     if let Some(cs) = &snap.cluster_state {
         if !node_mode {
             cluster_drafts(&mut out, cs);
         }
-        node_drafts(&mut out, cs, own_node);
+        if node_mode || node_series {
+            node_drafts(&mut out, cs, own_node);
+        }
     }
     if !node_mode {
         probe_drafts(&mut out, snap);
@@ -1055,7 +1061,7 @@ impl GcmSink {
         let started = Instant::now();
         let deadline = started + self.cfg.push_deadline;
         let common = self.resource_labels(snap)?;
-        let drafts = drafts(snap, self.cfg.own_node.as_deref());
+        let drafts = drafts(snap, self.cfg.own_node.as_deref(), self.cfg.node_series);
         let now = truncate_ms(SystemTime::now());
         let (selected, skipped) = self.select(drafts, now);
         if skipped > 0 {
@@ -1418,7 +1424,7 @@ mod tests {
 
     #[test]
     fn every_gke_prober_metric_is_written_with_all_its_label_keys() {
-        let d = drafts(&snap("cluster"), None);
+        let d = drafts(&snap("cluster"), None, true);
         for m in names::GKE_PROBER {
             let of: Vec<_> = d.iter().filter(|x| x.suffix == m.suffix).collect();
             assert!(!of.is_empty(), "{} not written", m.suffix);
@@ -1450,8 +1456,23 @@ mod tests {
     }
 
     #[test]
+    fn without_node_series_the_cluster_role_writes_only_cluster_series() {
+        let all = drafts(&snap("cluster"), None, true);
+        let d = drafts(&snap("cluster"), None, false);
+        assert!(!d.is_empty());
+        assert!(d.iter().all(|x| x.suffix.starts_with("cluster/")));
+        assert!(d.iter().all(|x| matches!(x.res, Res::Cluster)));
+        assert_eq!(
+            d.len(),
+            all.iter()
+                .filter(|x| x.suffix.starts_with("cluster/"))
+                .count()
+        );
+    }
+
+    #[test]
     fn the_node_role_keeps_to_its_node() {
-        let d = drafts(&snap("node"), Some("b"));
+        let d = drafts(&snap("node"), Some("b"), true);
         assert!(d.iter().all(|x| !x.suffix.starts_with("cluster/")));
         assert!(d.iter().all(|x| match &x.res {
             Res::Node(n) => n == "b",
@@ -1461,7 +1482,7 @@ mod tests {
         assert_eq!(d.len(), 5);
         // Role `node` without a name: no cluster series either.
         assert!(
-            drafts(&snap("node"), None)
+            drafts(&snap("node"), None, false)
                 .iter()
                 .all(|x| !x.suffix.starts_with("cluster/"))
         );
@@ -1474,7 +1495,7 @@ mod tests {
         let again = cs.expected[0].clone();
         cs.expected.push(again);
         s.probes.push(s.probes[0].clone());
-        let d = drafts(&s, None);
+        let d = drafts(&s, None, true);
         let expected: Vec<_> = d
             .iter()
             .filter(|x| x.suffix == "cluster/addons_expected")

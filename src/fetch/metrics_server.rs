@@ -77,23 +77,16 @@ impl UsageFetcher for MetricsServerFetcher {
     async fn fetch(&mut self) -> Fetched {
         let metrics_api: Api<NodeMetrics> = Api::all(self.client.clone());
         let watched = self.nodes.as_ref().map(|f| f()).unwrap_or_default();
-        if !watched.is_empty() {
-            let metrics = list_all(&metrics_api).await;
-            let mut fetched = Fetched::default();
-            match metrics {
-                Ok(metrics) => {
-                    let (samples, capacities, errors) =
-                        samples_from(&metrics, &watched, &self.cfg, SystemTime::now());
-                    fetched.samples = samples;
-                    fetched.capacities = capacities;
-                    fetched.errors = errors;
-                }
-                Err(e) => fetched.errors.push(list_error(WHAT_METRICS, &e)),
-            }
-            return fetched;
-        }
-        let nodes_api: Api<Node> = Api::all(self.client.clone());
-        let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
+        let (metrics, nodes) = if watched.is_empty() {
+            let nodes_api: Api<Node> = Api::all(self.client.clone());
+            let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
+            (
+                metrics,
+                nodes.map(|n| n.into_iter().map(Arc::new).collect()),
+            )
+        } else {
+            (list_all(&metrics_api).await, Ok(watched))
+        };
         let now = SystemTime::now();
         let mut fetched = Fetched::default();
         let nodes = match nodes {

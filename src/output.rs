@@ -82,15 +82,19 @@ pub async fn run_sink<S: Sink>(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick fires at once; the first push waits one interval
     let mut in_flight: Option<(JoinHandle<()>, PushScope)> = None;
+    // Held once the elector is gone, so that `leadership` stays `false` and never changes.
+    let mut _not_leading: Option<watch::Sender<bool>> = None;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = ticker.tick() => {}
             lost = lease_lost(&mut leadership) => {
                 if !lost {
-                    // The elector is gone (shutdown); nothing more will change.
-                    leadership = Some(watch::channel(false).1);
-                    continue;
+                    // The elector is gone: not leading from now on (and no busy loop here).
+                    tracing::warn!(sink = sink.name(), "leader elector stopped; pushing only this instance's series");
+                    let (tx, rx) = watch::channel(false);
+                    _not_leading = Some(tx);
+                    leadership = Some(rx);
                 }
                 if let Some((h, PushScope::All)) = &in_flight {
                     if !h.is_finished() {
@@ -163,7 +167,8 @@ pub async fn run_sink<S: Sink>(
 }
 
 /// Resolves with `true` when leadership turns from held to lost, with `false` when the elector
-/// has gone away; never resolves without an election.
+/// has gone away (the caller then holds a channel of its own); never resolves without an
+/// election.
 async fn lease_lost(leadership: &mut Leadership) -> bool {
     let Some(rx) = leadership else {
         return std::future::pending().await;

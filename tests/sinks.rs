@@ -19,6 +19,8 @@ struct TestSink {
     fail: Option<&'static str>,
     pushes: AtomicU64,
     last_tick: AtomicU64,
+    /// The scope of every push started.
+    scopes: std::sync::Mutex<Vec<PushScope>>,
 }
 
 impl TestSink {
@@ -28,6 +30,7 @@ impl TestSink {
             fail,
             pushes: AtomicU64::new(0),
             last_tick: AtomicU64::new(0),
+            scopes: std::sync::Mutex::new(Vec::new()),
         })
     }
 }
@@ -40,9 +43,14 @@ impl Sink for TestSink {
     async fn push(
         &self,
         snapshot: Arc<Snapshot>,
-        _scope: PushScope,
+        scope: PushScope,
     ) -> Result<PushReport, PushError> {
-        tokio::time::sleep(self.delay).await;
+        self.scopes.lock().unwrap().push(scope);
+        let delay = match scope {
+            PushScope::All => self.delay,
+            PushScope::InstanceOnly => Duration::ZERO,
+        };
+        tokio::time::sleep(delay).await;
         self.pushes.fetch_add(1, Ordering::SeqCst);
         self.last_tick.store(snapshot.tick, Ordering::SeqCst);
         match self.fail {
@@ -225,4 +233,68 @@ async fn failures_and_timeouts_are_counted_by_reason() {
     t2.await.unwrap();
     let st = &store.snapshot(SystemTime::now()).sinks["test"];
     assert!(st.failures["timeout"] >= 1, "{st:?}");
+}
+
+/// CPU time (user + system) of this process so far.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // CLK_TCK is 100 on Linux.
+    Duration::from_millis((f[0] + f[1]) * 10)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instance_only() {
+    let store = Arc::new(Store::new());
+    let (_tx, rx) = watch::channel(published(&store));
+    let (lead_tx, lead_rx) = watch::channel(true);
+    let cancel = CancellationToken::new();
+    // Cluster-level pushes hang for 10 s; instance-only ones return at once.
+    let sink = TestSink::new(Duration::from_secs(10), None);
+    let task = tokio::spawn(run_sink(
+        sink.clone(),
+        schedule(50, 20_000),
+        rx,
+        store.clone(),
+        Some(lead_rx),
+        cancel.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(*sink.scopes.lock().unwrap(), [PushScope::All]);
+
+    // The Lease is lost while that push runs: it is aborted at once and counted.
+    lead_tx.send(false).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let st = store.snapshot(SystemTime::now()).sinks["test"].clone();
+    assert_eq!(st.failures.get("lost_lease"), Some(&1), "{st:?}");
+    assert!(
+        sink.scopes.lock().unwrap()[1..]
+            .iter()
+            .all(|s| *s == PushScope::InstanceOnly),
+        "only this instance's series after the loss"
+    );
+
+    // The elector goes away: still instance-only, and the runner does not spin.
+    drop(lead_tx);
+    let (cpu0, before) = (process_cpu(), sink.scopes.lock().unwrap().len());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let cpu = process_cpu() - cpu0;
+    let scopes = sink.scopes.lock().unwrap().clone();
+    assert!(scopes.len() > before + 5, "pushes go on: {scopes:?}");
+    assert!(scopes[1..].iter().all(|s| *s == PushScope::InstanceOnly));
+    assert!(
+        cpu < Duration::from_millis(500),
+        "busy loop: {cpu:?} CPU in 1 s"
+    );
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
 }

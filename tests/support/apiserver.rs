@@ -384,6 +384,93 @@ pub struct Logged {
     pub query: Option<String>,
 }
 
+/// What an RBAC authorizer sees of a request: kube-apiserver's request attributes
+/// (`k8s.io/apiserver/pkg/endpoints/request.RequestInfo`), derived from the path, method and
+/// query the stand-in logged. For a non-resource request (`/readyz`, `/version`, discovery)
+/// `resource` is empty and `path` carries the URL path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestAttributes {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// API group, empty for the core group.
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    /// Empty for cluster-scoped requests and for requests across all namespaces.
+    pub namespace: String,
+    /// Object name, empty for collections.
+    pub name: String,
+    /// The URL path of a non-resource request, else empty.
+    pub path: String,
+}
+
+impl RequestAttributes {
+    pub fn is_resource(&self) -> bool {
+        self.path.is_empty()
+    }
+}
+
+impl Logged {
+    /// The request's RBAC attributes, parsed as kube-apiserver parses them.
+    pub fn attributes(&self) -> RequestAttributes {
+        let segments: Vec<&str> = self.path.split('/').filter(|s| !s.is_empty()).collect();
+        let rest: Option<(&str, &[&str])> = match segments.as_slice() {
+            ["api", _version, rest @ ..] if !rest.is_empty() => Some(("", rest)),
+            ["apis", group, _version, rest @ ..] if !rest.is_empty() => Some((group, rest)),
+            _ => None,
+        };
+        let method_verb = match self.method {
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "get",
+        };
+        let Some((group, mut rest)) = rest else {
+            return RequestAttributes {
+                verb: method_verb.to_string(),
+                group: String::new(),
+                resource: String::new(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name: String::new(),
+                path: self.path.clone(),
+            };
+        };
+        let mut namespace = "";
+        if rest.len() >= 3 && rest[0] == "namespaces" {
+            namespace = rest[1];
+            rest = &rest[2..];
+        } else if rest.len() == 2 && rest[0] == "namespaces" {
+            // GET /api/v1/namespaces/NAME: the namespace object itself.
+            namespace = rest[1];
+        }
+        let resource = rest.first().copied().unwrap_or_default();
+        let name = rest.get(1).copied().unwrap_or_default();
+        let subresource = rest.get(2..).map(|s| s.join("/")).unwrap_or_default();
+        let watch = self.query.as_deref().is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv == "watch=true" || kv == "watch=1")
+        });
+        let verb = match (method_verb, name.is_empty()) {
+            ("get", true) if watch => "watch",
+            ("get", true) => "list",
+            ("get", false) if watch => "watch",
+            ("delete", true) => "deletecollection",
+            (v, _) => v,
+        };
+        RequestAttributes {
+            verb: verb.to_string(),
+            group: group.to_string(),
+            resource: resource.to_string(),
+            subresource,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            path: String::new(),
+        }
+    }
+}
+
 /// How to start a stand-in.
 #[derive(Debug, Clone)]
 pub struct Options {

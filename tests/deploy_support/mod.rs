@@ -489,3 +489,64 @@ pub fn contained_facts(pid: u32) -> (u32, u64, Vec<String>, Vec<String>) {
         .collect();
     (inside, cap_eff, writable, names)
 }
+
+/// Fills a stand-in with a small cluster that gives every dashboard query and alert something
+/// to show: 3 nodes in 2 pools with GKE-style addon DaemonSets and Deployments in kube-system
+/// (apiserver::generate_with), NodeMetrics, and then two faults: the first node NotReady and
+/// one addon pod on the second node not ready after 5 restarts (last termination OOMKilled).
+/// Returns the node names, first the NotReady one.
+pub fn populate(api: &crate::apiserver::ApiServer) -> Vec<String> {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, Node, NodeCondition, Pod,
+    };
+    api.generate_with(&crate::apiserver::GenerateOptions::new(3, 6));
+    let mut nodes: Vec<Node> = api.objects::<Node>();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let names: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let mut sick = nodes[0].clone();
+    let status = sick.status.get_or_insert_with(Default::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "Ready");
+    conditions.push(NodeCondition {
+        type_: "Ready".into(),
+        status: "False".into(),
+        reason: Some("KubeletNotReady".into()),
+        ..Default::default()
+    });
+    api.upsert(&sick);
+    let pods: Vec<Pod> = api.objects::<Pod>();
+    let mut addon_pod = pods
+        .into_iter()
+        .find(|p| {
+            p.metadata.namespace.as_deref() == Some("kube-system")
+                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(names[1].as_str())
+                && p.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(crate::apiserver::COMPONENT_NAME))
+        })
+        .expect("an addon pod on the second node");
+    let st = addon_pod.status.get_or_insert_with(Default::default);
+    for cond in st.conditions.iter_mut().flatten() {
+        if cond.type_ == "Ready" || cond.type_ == "ContainersReady" {
+            cond.status = "False".into();
+        }
+    }
+    for cs in st.container_statuses.iter_mut().flatten() {
+        cs.ready = false;
+        cs.restart_count = 5;
+        cs.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some("OOMKilled".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    api.upsert(&addon_pod);
+    names
+}

@@ -492,8 +492,9 @@ pub fn contained_facts(pid: u32) -> (u32, u64, Vec<String>, Vec<String>) {
 
 /// Fills a stand-in with a small cluster that gives every dashboard query and alert something
 /// to show: 3 nodes in 2 pools with GKE-style addon DaemonSets and Deployments in kube-system
-/// (apiserver::generate_with), NodeMetrics, and then two faults: the first node NotReady and
-/// one addon pod on the second node not ready after 5 restarts (last termination OOMKilled).
+/// (apiserver::generate_with), NodeMetrics, and then three faults: the first node NotReady, the
+/// third cordoned (unschedulable), and one addon pod on the second node not ready after 5
+/// restarts (last termination OOMKilled).
 /// Returns the node names, first the NotReady one.
 pub fn populate(api: &crate::apiserver::ApiServer) -> Vec<String> {
     use k8s_openapi::api::core::v1::{
@@ -517,6 +518,9 @@ pub fn populate(api: &crate::apiserver::ApiServer) -> Vec<String> {
         ..Default::default()
     });
     api.upsert(&sick);
+    let mut cordoned = nodes[2].clone();
+    cordoned.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+    api.upsert(&cordoned);
     let pods: Vec<Pod> = api.objects::<Pod>();
     let mut addon_pod = pods
         .into_iter()

@@ -432,3 +432,91 @@ fn parse_query_response(status: u16, body: &str) -> Result<Vec<Sample>, String> 
         _ => Err(bad("not a vector or scalar result")),
     }
 }
+
+/// A real Prometheus alone, scraping what the caller configures and loading the caller's rule
+/// files (the deploy tests: kube-prober's own targets, dashboards and alert rules). Scrape and
+/// evaluation interval 1 s, storage in a TempDir; killed on drop.
+pub struct ScrapingPrometheus {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    prometheus: ChildGuard,
+    client: reqwest::Client,
+    dir: tempfile::TempDir,
+}
+
+impl ScrapingPrometheus {
+    /// `scrape_configs` is the YAML list under `scrape_configs:` (indented by two spaces).
+    pub fn start(scrape_configs: &str, rule_files: &[&Path]) -> ScrapingPrometheus {
+        let prometheus_bin = binary("prometheus");
+        let dir = tempfile::Builder::new()
+            .prefix("kube-prober-prometheus-")
+            .tempdir()
+            .expect("creating a temporary directory for Prometheus");
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(HTTP_TIMEOUT)
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("building the HTTP client");
+        let config_path = dir.path().join("prometheus.yml");
+        let data_path = dir.path().join("data");
+        let mut config = String::from(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n",
+        );
+        if !rule_files.is_empty() {
+            config.push_str("rule_files:\n");
+            for f in rule_files {
+                config.push_str(&format!("  - {}\n", f.display()));
+            }
+        }
+        config.push_str("scrape_configs:\n");
+        config.push_str(scrape_configs);
+        std::fs::write(&config_path, config).expect("writing prometheus.yml");
+        let (prometheus, addr) = spawn_listening(
+            "prometheus",
+            &prometheus_bin,
+            dir.path(),
+            |addr| {
+                vec![
+                    format!("--config.file={}", config_path.display()),
+                    format!("--storage.tsdb.path={}", data_path.display()),
+                    format!("--web.listen-address={addr}"),
+                ]
+            },
+            |addr| {
+                matches!(
+                    http_get(&client, &format!("http://{addr}/-/ready"), &[]),
+                    Ok((200, _))
+                )
+            },
+            &[],
+        );
+        ScrapingPrometheus {
+            url: format!("http://{addr}"),
+            prometheus,
+            client,
+            dir,
+        }
+    }
+
+    /// One instant query; `Err` carries the response (or transport error).
+    pub fn try_query(&self, query: &str) -> Result<Vec<Sample>, String> {
+        let url = format!("{}/api/v1/query", self.url);
+        let (status, body) = http_get(&self.client, &url, &[("query", query)])?;
+        parse_query_response(status, &body)
+    }
+
+    /// GET a path of the HTTP API: (status, body).
+    pub fn get(&self, path: &str) -> Result<(u16, String), String> {
+        http_get(&self.client, &format!("{}{path}", self.url), &[])
+    }
+
+    /// The tail of Prometheus' output, for panic messages.
+    pub fn diagnostics(&self) -> String {
+        self.prometheus.describe()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}

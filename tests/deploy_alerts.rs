@@ -63,9 +63,16 @@ fn promtool_checks_the_rules() {
         .arg(repo().join(RULES))
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains(&format!("SUCCESS: {} rules found", alerts().len())), "{text}");
+    assert!(
+        text.contains(&format!("SUCCESS: {} rules found", alerts().len())),
+        "{text}"
+    );
 }
 
 #[test]
@@ -75,7 +82,11 @@ fn promtool_unit_tests_fire_and_stay_quiet_for_every_alert() {
         .arg(repo().join("dashboards/alerts_test.yaml"))
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "{text}");
     // Every alert has a case where it fires and one where it does not.
     let tests = yaml("dashboards/alerts_test.yaml");
@@ -93,9 +104,15 @@ fn promtool_unit_tests_fire_and_stay_quiet_for_every_alert() {
         }
     }
     for a in alerts() {
-        let name = a["alert"].as_str().expect("alerting rules only").to_string();
+        let name = a["alert"]
+            .as_str()
+            .expect("alerting rules only")
+            .to_string();
         assert!(fires.contains(&name), "{name}: no firing case");
-        assert!(quiet.contains(&name), "{name}: no case where it stays quiet");
+        assert!(
+            quiet.contains(&name),
+            "{name}: no case where it stays quiet"
+        );
     }
 }
 
@@ -115,7 +132,10 @@ fn every_alert_has_a_runbook_section() {
         // The paragraph is real text, not a stub.
         let section = doc.split(&format!("## {name}\n")).nth(1).unwrap();
         let body = section.split("\n## ").next().unwrap();
-        assert!(body.split_whitespace().count() > 40, "{name}: runbook too short");
+        assert!(
+            body.split_whitespace().count() > 40,
+            "{name}: runbook too short"
+        );
         for key in ["severity"] {
             assert!(a["labels"][key].is_string(), "{name}: label {key}");
         }

@@ -23,7 +23,8 @@ fn files(dir: &str) -> Vec<PathBuf> {
 }
 
 fn load(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// Every `datasource` object anywhere in the dashboard.
@@ -50,19 +51,28 @@ fn grafana_dashboards_use_the_datasource_variable_and_cluster_and_node_variables
     for p in &dashboards {
         let at = p.file_name().unwrap().to_string_lossy().into_owned();
         let d = load(p);
-        assert!(uids.insert(d["uid"].as_str().unwrap().to_string()), "{at}: unique uid");
+        assert!(
+            uids.insert(d["uid"].as_str().unwrap().to_string()),
+            "{at}: unique uid"
+        );
         let vars = d["templating"]["list"].as_array().unwrap();
         let var = |n: &str| vars.iter().find(|v| v["name"] == n);
         let ds = var("datasource").unwrap_or_else(|| panic!("{at}: datasource variable"));
         assert_eq!(ds["type"], "datasource");
         assert_eq!(ds["query"], "prometheus");
         let cluster = var("cluster").unwrap_or_else(|| panic!("{at}: cluster variable"));
-        assert_eq!(cluster["allValue"], ".*", "{at}: single-cluster Prometheus has no cluster label");
+        assert_eq!(
+            cluster["allValue"], ".*",
+            "{at}: single-cluster Prometheus has no cluster label"
+        );
         let mut all = Vec::new();
         datasources(&d, &mut all);
         assert!(!all.is_empty());
         for x in all {
-            assert_eq!(x["uid"], "${datasource}", "{at}: hard-coded data source {x}");
+            assert_eq!(
+                x["uid"], "${datasource}",
+                "{at}: hard-coded data source {x}"
+            );
         }
         let exprs: Vec<&str> = d["panels"]
             .as_array()
@@ -73,12 +83,21 @@ fn grafana_dashboards_use_the_datasource_variable_and_cluster_and_node_variables
             .collect();
         assert!(!exprs.is_empty());
         for e in &exprs {
-            assert!(e.contains("cluster=~\"$cluster\""), "{at}: query ignores $cluster: {e}");
+            assert!(
+                e.contains("cluster=~\"$cluster\""),
+                "{at}: query ignores $cluster: {e}"
+            );
         }
         if var("node").is_some() {
-            assert!(exprs.iter().any(|e| e.contains("node=~\"$node\"")), "{at}: $node unused");
+            assert!(
+                exprs.iter().any(|e| e.contains("node=~\"$node\"")),
+                "{at}: $node unused"
+            );
         } else {
-            assert!(at.contains("self"), "{at}: a node variable (only the self-health board has none)");
+            assert!(
+                at.contains("self"),
+                "{at}: a node variable (only the self-health board has none)"
+            );
         }
         // Panels do not overlap and have titles.
         for p in d["panels"].as_array().unwrap() {
@@ -113,7 +132,13 @@ fn resource_labels(resource: &str) -> &'static [&'static str] {
     match resource {
         "k8s_cluster" => &["project_id", "location", "cluster_name"],
         "k8s_node" => &["project_id", "location", "cluster_name", "node_name"],
-        "k8s_pod" => &["project_id", "location", "cluster_name", "namespace_name", "pod_name"],
+        "k8s_pod" => &[
+            "project_id",
+            "location",
+            "cluster_name",
+            "namespace_name",
+            "pod_name",
+        ],
         other => panic!("{other}"),
     }
 }
@@ -124,8 +149,13 @@ fn terms(filter: &str) -> Vec<(String, String)> {
         .split_whitespace()
         .filter(|t| *t != "AND")
         .map(|t| {
-            let (k, v) = t.split_once('=').unwrap_or_else(|| panic!("term {t} in {filter}"));
-            (k.trim_end_matches('!').to_string(), v.trim_matches('"').to_string())
+            let (k, v) = t
+                .split_once('=')
+                .unwrap_or_else(|| panic!("term {t} in {filter}"));
+            (
+                k.trim_end_matches('!').to_string(),
+                v.trim_matches('"').to_string(),
+            )
         })
         .collect()
 }
@@ -154,8 +184,16 @@ fn cloud_monitoring_dashboards_filter_only_on_types_we_write() {
     for p in &dashboards {
         let at = p.file_name().unwrap().to_string_lossy().into_owned();
         let d = load(p);
-        assert!(d["displayName"].as_str().is_some_and(|s| !s.is_empty()), "{at}");
-        assert!(d["mosaicLayout"]["tiles"].as_array().is_some_and(|t| !t.is_empty()), "{at}");
+        assert!(
+            d["displayName"].as_str().is_some_and(|s| !s.is_empty()),
+            "{at}"
+        );
+        assert!(
+            d["mosaicLayout"]["tiles"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
+            "{at}"
+        );
         let mut filters = Vec::new();
         queries(&d, &mut filters);
         assert!(!filters.is_empty(), "{at}");
@@ -163,11 +201,12 @@ fn cloud_monitoring_dashboards_filter_only_on_types_we_write() {
             let filter = f["filter"].as_str().unwrap();
             let t = terms(filter);
             let get = |k: &str| t.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str());
-            let ty = get("metric.type").unwrap_or_else(|| panic!("{at}: no metric.type in {filter}"));
-            let (_, resource, labels) = written
-                .iter()
-                .find(|(w, _, _)| w == ty)
-                .unwrap_or_else(|| panic!("{at}: {ty} is not a type the Cloud Monitoring sink writes"));
+            let ty =
+                get("metric.type").unwrap_or_else(|| panic!("{at}: no metric.type in {filter}"));
+            let (_, resource, labels) =
+                written.iter().find(|(w, _, _)| w == ty).unwrap_or_else(|| {
+                    panic!("{at}: {ty} is not a type the Cloud Monitoring sink writes")
+                });
             assert_eq!(get("resource.type"), Some(*resource), "{at}: {filter}");
             let mut keys: Vec<String> = t.iter().map(|(k, _)| k.clone()).collect();
             keys.extend(
@@ -181,7 +220,10 @@ fn cloud_monitoring_dashboards_filter_only_on_types_we_write() {
                 if let Some(l) = k.strip_prefix("metric.label.") {
                     assert!(labels.contains(l), "{at}: {ty} has no label {l}");
                 } else if let Some(l) = k.strip_prefix("resource.label.") {
-                    assert!(resource_labels(resource).contains(&l), "{at}: {resource} has no label {l}");
+                    assert!(
+                        resource_labels(resource).contains(&l),
+                        "{at}: {resource} has no label {l}"
+                    );
                 } else {
                     assert!(k == "metric.type" || k == "resource.type", "{at}: {k}");
                 }
@@ -199,7 +241,9 @@ fn cloud_monitoring_dashboards_filter_only_on_types_we_write() {
 fn the_checker_rejects_a_type_we_do_not_write() {
     // gke-prober's own performance dashboard queried custom.googleapis.com/.../go_memstats_*,
     // which nothing writes any more; such a filter must not pass.
-    let t = terms(r#"metric.type="custom.googleapis.com/kube-prober/go_memstats_heap_objects" resource.type="k8s_container""#);
+    let t = terms(
+        r#"metric.type="custom.googleapis.com/kube-prober/go_memstats_heap_objects" resource.type="k8s_container""#,
+    );
     assert!(!written().iter().any(|(w, _, _)| *w == t[0].1));
     assert_eq!(t[1], ("resource.type".into(), "k8s_container".into()));
 }

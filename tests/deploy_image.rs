@@ -33,7 +33,10 @@ fn final_stage(text: &str) -> Vec<String> {
         cur.push_str(t);
         joined.push(std::mem::take(&mut cur));
     }
-    let last_from = joined.iter().rposition(|l| l.starts_with("FROM ")).expect("a FROM");
+    let last_from = joined
+        .iter()
+        .rposition(|l| l.starts_with("FROM "))
+        .expect("a FROM");
     joined[last_from..].to_vec()
 }
 
@@ -66,17 +69,26 @@ fn runtime_stage_matches_the_contract_the_manifests_rely_on() {
         "the runtime base carries glibc, libgcc and the CA bundle the sandbox test gives: {from}"
     );
     let user = format!("USER {0}:{0}", deploy::IMAGE_UID);
-    assert!(stage.contains(&user), "numeric non-root user {user}: {stage:?}");
+    assert!(
+        stage.contains(&user),
+        "numeric non-root user {user}: {stage:?}"
+    );
     assert!(
         stage.contains(&format!("ENTRYPOINT [\"{}\"]", deploy::IMAGE_BINARY)),
         "{stage:?}"
     );
     assert!(stage.iter().any(|l| l == "EXPOSE 2020"), "{stage:?}");
     assert!(
-        !stage.iter().any(|l| l.starts_with("VOLUME") || l.starts_with("RUN ")),
+        !stage
+            .iter()
+            .any(|l| l.starts_with("VOLUME") || l.starts_with("RUN ")),
         "nothing writable, nothing run in the runtime image: {stage:?}"
     );
-    let labels: String = stage.iter().filter(|l| l.starts_with("LABEL")).cloned().collect();
+    let labels: String = stage
+        .iter()
+        .filter(|l| l.starts_with("LABEL"))
+        .cloned()
+        .collect();
     for key in ["title", "description", "version", "revision", "licenses"] {
         assert!(
             labels.contains(&format!("org.opencontainers.image.{key}=")),
@@ -87,10 +99,29 @@ fn runtime_stage_matches_the_contract_the_manifests_rely_on() {
     for overlay in deploy::overlays() {
         for w in deploy::workloads(&deploy::render(&overlay)) {
             let pod = &w["spec"]["template"]["spec"];
-            assert_eq!(pod["securityContext"]["runAsUser"], deploy::IMAGE_UID, "{overlay}");
-            assert_eq!(pod["securityContext"]["runAsGroup"], deploy::IMAGE_UID, "{overlay}");
-            assert!(pod["containers"][0]["command"].is_null(), "{overlay}: the image's entrypoint");
-            assert_eq!(pod["containers"][0]["image"].as_str().unwrap().split(':').next(), Some("kube-prober"), "{overlay}");
+            assert_eq!(
+                pod["securityContext"]["runAsUser"],
+                deploy::IMAGE_UID,
+                "{overlay}"
+            );
+            assert_eq!(
+                pod["securityContext"]["runAsGroup"],
+                deploy::IMAGE_UID,
+                "{overlay}"
+            );
+            assert!(
+                pod["containers"][0]["command"].is_null(),
+                "{overlay}: the image's entrypoint"
+            );
+            assert_eq!(
+                pod["containers"][0]["image"]
+                    .as_str()
+                    .unwrap()
+                    .split(':')
+                    .next(),
+                Some("kube-prober"),
+                "{overlay}"
+            );
         }
     }
 }
@@ -98,7 +129,8 @@ fn runtime_stage_matches_the_contract_the_manifests_rely_on() {
 /// The build context holds what `cargo build` reads and nothing else (no target/, no .git).
 #[test]
 fn dockerignore_keeps_the_build_inputs_only() {
-    let text = std::fs::read_to_string(deploy::repo().join(".dockerignore")).expect(".dockerignore");
+    let text =
+        std::fs::read_to_string(deploy::repo().join(".dockerignore")).expect(".dockerignore");
     let rules: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -119,6 +151,9 @@ fn dockerignore_keeps_the_build_inputs_only() {
         assert!(kept.contains(&"examples/"));
     }
     for never in ["target", ".git", "tests"] {
-        assert!(!kept.iter().any(|k| k.starts_with(never)), "{never} stays out");
+        assert!(
+            !kept.iter().any(|k| k.starts_with(never)),
+            "{never} stays out"
+        );
     }
 }

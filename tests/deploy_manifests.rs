@@ -5,11 +5,11 @@
 //! with each workload's args and env as the kubelet would pass them, runs without a
 //! configuration error and turns ready.
 
-mod support;
 #[path = "support/apiserver.rs"]
 mod apiserver;
 #[path = "deploy_support/mod.rs"]
 mod deploy;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -62,7 +62,10 @@ fn every_overlay_renders_and_validates_strictly() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(out.status.success(), "{overlay}: kubernetes-validate failed:\n{report}");
+        assert!(
+            out.status.success(),
+            "{overlay}: kubernetes-validate failed:\n{report}"
+        );
         let passed = report.matches(" passed for resource ").count();
         assert_eq!(
             passed,
@@ -123,7 +126,10 @@ fn npm_models() -> PathBuf {
             .arg("@kubernetes-models/prometheus-operator@6")
             .status()
             .expect("npm is needed to install @kubernetes-models/prometheus-operator");
-        assert!(st.success(), "npm install @kubernetes-models/prometheus-operator failed");
+        assert!(
+            st.success(),
+            "npm install @kubernetes-models/prometheus-operator failed"
+        );
     }
     modules
 }
@@ -151,8 +157,14 @@ fn every_workload_is_hardened_probed_and_sized() {
             let at = format!("{overlay}: {} {}", kind(w), name(w));
             let pod = &w["spec"]["template"]["spec"];
             assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{at}");
-            assert!(pod["securityContext"]["runAsUser"].as_u64().unwrap_or(0) > 0, "{at}: numeric non-root uid");
-            assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault", "{at}");
+            assert!(
+                pod["securityContext"]["runAsUser"].as_u64().unwrap_or(0) > 0,
+                "{at}: numeric non-root uid"
+            );
+            assert_eq!(
+                pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+                "{at}"
+            );
             let containers = pod["containers"].as_array().unwrap();
             assert_eq!(containers.len(), 1, "{at}");
             assert!(pod["initContainers"].is_null(), "{at}");
@@ -161,44 +173,83 @@ fn every_workload_is_hardened_probed_and_sized() {
             assert_eq!(sc["runAsNonRoot"], true, "{at}");
             assert_eq!(sc["readOnlyRootFilesystem"], true, "{at}");
             assert_eq!(sc["allowPrivilegeEscalation"], false, "{at}");
-            assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{at}");
+            assert_eq!(
+                sc["capabilities"]["drop"],
+                serde_json::json!(["ALL"]),
+                "{at}"
+            );
             assert!(sc["capabilities"]["add"].is_null(), "{at}");
-            assert!(sc["privileged"].is_null() || sc["privileged"] == false, "{at}");
+            assert!(
+                sc["privileged"].is_null() || sc["privileged"] == false,
+                "{at}"
+            );
             assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{at}");
             assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{at}");
             assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{at}");
             for probe in ["livenessProbe", "readinessProbe"] {
-                assert_eq!(c[probe]["httpGet"]["port"], "http", "{at}: {probe} on the named port");
+                assert_eq!(
+                    c[probe]["httpGet"]["port"], "http",
+                    "{at}: {probe} on the named port"
+                );
             }
             for r in ["requests", "limits"] {
                 for res in ["cpu", "memory"] {
-                    assert!(c["resources"][r][res].is_string(), "{at}: resources.{r}.{res}");
+                    assert!(
+                        c["resources"][r][res].is_string(),
+                        "{at}: resources.{r}.{res}"
+                    );
                 }
             }
             let (args, env) = deploy::container_command(w, &downward);
-            let grace = pod["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
+            let grace = pod["terminationGracePeriodSeconds"]
+                .as_u64()
+                .expect("terminationGracePeriodSeconds");
             assert!(
                 Duration::from_secs(grace) > shutdown_timeout(&args),
                 "{at}: terminationGracePeriodSeconds {grace} must exceed --shutdown-timeout"
             );
             // The named port is the one --listen binds.
-            let listen = args.iter().find_map(|a| a.strip_prefix("--listen=")).expect("--listen");
+            let listen = args
+                .iter()
+                .find_map(|a| a.strip_prefix("--listen="))
+                .expect("--listen");
             let port = c["ports"][0]["containerPort"].as_u64().unwrap();
             assert_eq!(c["ports"][0]["name"], "http", "{at}");
-            assert!(listen.ends_with(&format!(":{port}")), "{at}: --listen {listen} vs containerPort {port}");
+            assert!(
+                listen.ends_with(&format!(":{port}")),
+                "{at}: --listen {listen} vs containerPort {port}"
+            );
             assert!(args.contains(&"--log-format=json".to_string()), "{at}");
             assert!(!c["image"].as_str().unwrap().is_empty(), "{at}");
             match kind(w) {
                 "Deployment" => {
                     assert_eq!(w["spec"]["replicas"], 2, "{at}");
                     assert!(args.contains(&"--role=cluster".into()), "{at}");
-                    assert!(pod["topologySpreadConstraints"].as_array().is_some_and(|t| !t.is_empty()), "{at}");
-                    let pdb = objs.iter().find(|o| kind(o) == "PodDisruptionBudget").expect("a PDB");
-                    assert_eq!(pdb["spec"]["selector"]["matchLabels"], w["spec"]["selector"]["matchLabels"], "{at}");
-                    let svc = objs.iter().find(|o| kind(o) == "Service" && name(o) == "kube-prober").expect("Service kube-prober");
+                    assert!(
+                        pod["topologySpreadConstraints"]
+                            .as_array()
+                            .is_some_and(|t| !t.is_empty()),
+                        "{at}"
+                    );
+                    let pdb = objs
+                        .iter()
+                        .find(|o| kind(o) == "PodDisruptionBudget")
+                        .expect("a PDB");
+                    assert_eq!(
+                        pdb["spec"]["selector"]["matchLabels"],
+                        w["spec"]["selector"]["matchLabels"],
+                        "{at}"
+                    );
+                    let svc = objs
+                        .iter()
+                        .find(|o| kind(o) == "Service" && name(o) == "kube-prober")
+                        .expect("Service kube-prober");
                     assert_eq!(svc["spec"]["ports"][0]["port"], 2020, "{at}");
                     assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http", "{at}");
-                    assert_eq!(svc["spec"]["selector"], w["spec"]["selector"]["matchLabels"], "{at}");
+                    assert_eq!(
+                        svc["spec"]["selector"], w["spec"]["selector"]["matchLabels"],
+                        "{at}"
+                    );
                     let has_node = objs.iter().any(|o| kind(o) == "DaemonSet");
                     assert_eq!(
                         args.contains(&"--gcm-node-series=false".into()),
@@ -206,9 +257,18 @@ fn every_workload_is_hardened_probed_and_sized() {
                         "{at}: --gcm-node-series=false exactly when the node DaemonSet is deployed"
                     );
                     let has_sink = args.iter().any(|a| a.starts_with("--sink="));
-                    assert_eq!(args.contains(&"--leader-elect=true".into()), has_sink, "{at}: leader election with a sink");
-                    let lease_role = objs.iter().any(|o| kind(o) == "Role" && name(o) == "kube-prober-leader-election");
-                    assert_eq!(lease_role, has_sink, "{at}: the Lease Role exactly when leader election runs");
+                    assert_eq!(
+                        args.contains(&"--leader-elect=true".into()),
+                        has_sink,
+                        "{at}: leader election with a sink"
+                    );
+                    let lease_role = objs
+                        .iter()
+                        .any(|o| kind(o) == "Role" && name(o) == "kube-prober-leader-election");
+                    assert_eq!(
+                        lease_role, has_sink,
+                        "{at}: the Lease Role exactly when leader election runs"
+                    );
                     for var in ["POD_NAME", "POD_NAMESPACE"] {
                         assert!(env.iter().any(|(k, _)| k == var), "{at}: {var}");
                     }
@@ -216,18 +276,36 @@ fn every_workload_is_hardened_probed_and_sized() {
                 "DaemonSet" => {
                     assert!(args.contains(&"--role=node".into()), "{at}");
                     assert!(args.contains(&"--procfs=/host/proc".into()), "{at}");
-                    assert_eq!(listen, "10.0.0.1:2021", "{at}: the node's IP, port 2021 (2020 is fluentbit's hostPort)");
+                    assert_eq!(
+                        listen, "10.0.0.1:2021",
+                        "{at}: the node's IP, port 2021 (2020 is fluentbit's hostPort)"
+                    );
                     assert_eq!(pod["hostNetwork"], true, "{at}");
                     assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet", "{at}");
-                    assert_eq!(pod["tolerations"], serde_json::json!([{"operator": "Exists"}]), "{at}");
+                    assert_eq!(
+                        pod["tolerations"],
+                        serde_json::json!([{"operator": "Exists"}]),
+                        "{at}"
+                    );
                     for (var, want) in [("NODE_NAME", "n"), ("NODE_IP", "10.0.0.1")] {
-                        assert!(env.contains(&(var.to_string(), want.to_string())), "{at}: {var} from the downward API");
+                        assert!(
+                            env.contains(&(var.to_string(), want.to_string())),
+                            "{at}: {var} from the downward API"
+                        );
                     }
                     let mounts = c["volumeMounts"].as_array().unwrap();
                     for (path, host) in [("/host/proc", "/proc"), ("/host/sys", "/sys")] {
-                        let m = mounts.iter().find(|m| m["mountPath"] == path).unwrap_or_else(|| panic!("{at}: {path}"));
+                        let m = mounts
+                            .iter()
+                            .find(|m| m["mountPath"] == path)
+                            .unwrap_or_else(|| panic!("{at}: {path}"));
                         assert_eq!(m["readOnly"], true, "{at}: {path} read-only");
-                        let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap();
+                        let vol = pod["volumes"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|v| v["name"] == m["name"])
+                            .unwrap();
                         assert_eq!(vol["hostPath"]["path"], host, "{at}");
                     }
                 }
@@ -248,7 +326,14 @@ async fn metadata_server() -> String {
     use axum::extract::Path as AxPath;
     use axum::http::HeaderMap;
     use axum::routing::get;
-    async fn md(AxPath(path): AxPath<String>, h: HeaderMap) -> (axum::http::StatusCode, [(&'static str, &'static str); 1], &'static str) {
+    async fn md(
+        AxPath(path): AxPath<String>,
+        h: HeaderMap,
+    ) -> (
+        axum::http::StatusCode,
+        [(&'static str, &'static str); 1],
+        &'static str,
+    ) {
         let ok = h.get("metadata-flavor").is_some_and(|v| v == "Google");
         let body = match path.as_str() {
             _ if !ok => "",
@@ -257,10 +342,22 @@ async fn metadata_server() -> String {
             "instance/attributes/cluster-name" => "prod-1",
             "instance/hostname" => "node-a.c.my-project.internal",
             "instance/zone" => "projects/1/zones/us-central1-b",
-            "instance/service-accounts/default/email" => "kube-prober@my-project.iam.gserviceaccount.com",
-            _ => return (axum::http::StatusCode::NOT_FOUND, [("Metadata-Flavor", "Google")], ""),
+            "instance/service-accounts/default/email" => {
+                "kube-prober@my-project.iam.gserviceaccount.com"
+            }
+            _ => {
+                return (
+                    axum::http::StatusCode::NOT_FOUND,
+                    [("Metadata-Flavor", "Google")],
+                    "",
+                );
+            }
         };
-        (axum::http::StatusCode::OK, [("Metadata-Flavor", "Google")], body)
+        (
+            axum::http::StatusCode::OK,
+            [("Metadata-Flavor", "Google")],
+            body,
+        )
     }
     let app = axum::Router::new().route("/computeMetadata/v1/{*path}", get(md));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -310,7 +407,10 @@ async fn manifest_args_and_env_start_the_binary_without_configuration_error() {
             env.push(("KUBECONFIG".into(), format!("{KUBECONFIG_DIR}/kubeconfig")));
             if args.iter().any(|a| a == "--sink=gcm") {
                 env.push(("GCE_METADATA_HOST".into(), metadata.clone()));
-                env.push(("KUBE_PROBER_GCM_ENDPOINT".into(), "http://127.0.0.1:9".into()));
+                env.push((
+                    "KUBE_PROBER_GCM_ENDPOINT".into(),
+                    "http://127.0.0.1:9".into(),
+                ));
                 env.push(("KUBE_PROBER_GCM_ANONYMOUS".into(), "true".into()));
             }
             let p = deploy::spawn_contained(&args, &env, &mounts);
@@ -320,7 +420,10 @@ async fn manifest_args_and_env_start_the_binary_without_configuration_error() {
                 if status == 200 {
                     break;
                 }
-                assert!(std::time::Instant::now() < deadline, "{at}: not ready: {body}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{at}: not ready: {body}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             // The runtime contract, as the kernel sees the process.
@@ -357,12 +460,15 @@ fn scrape_config_snippet_passes_promtool() {
     // Debian's Prometheus is built without Kubernetes service discovery, so promtool checks the
     // job with its kubernetes_sd_configs swapped for a static target; the relabelling (regexes,
     // actions, labels) is checked as written.
-    let file = deploy::repo().join("manifests/components/prometheus-annotations/scrape-config.yaml");
+    let file =
+        deploy::repo().join("manifests/components/prometheus-annotations/scrape-config.yaml");
     let mut cfg = deploy::yaml_docs(&std::fs::read_to_string(&file).unwrap()).remove(0);
     let jobs = cfg["scrape_configs"].as_array_mut().unwrap();
     assert_eq!(jobs.len(), 1);
     let job = jobs[0].as_object_mut().unwrap();
-    let sd = job.remove("kubernetes_sd_configs").expect("kubernetes_sd_configs");
+    let sd = job
+        .remove("kubernetes_sd_configs")
+        .expect("kubernetes_sd_configs");
     assert_eq!(sd[0]["role"], "pod");
     job.insert(
         "static_configs".into(),
@@ -433,7 +539,9 @@ fn load_watcher_drop_in_matches_the_scheduler_config() {
     let d = deploy::workloads(&objs)[0];
     let env = &d["spec"]["template"]["spec"]["containers"][0]["env"];
     assert!(
-        env.as_array().unwrap().iter().any(|e| e["name"] == "METRICS_PROVIDER_NAME" && e["value"] == "KubernetesMetricsServer"),
+        env.as_array().unwrap().iter().any(
+            |e| e["name"] == "METRICS_PROVIDER_NAME" && e["value"] == "KubernetesMetricsServer"
+        ),
         "load-watcher's environment"
     );
 }

@@ -12,13 +12,13 @@
 //! elected, no recent restarts) are checked on their query part (the expression without its
 //! final comparison), which must return data; the test prints which alert was checked how.
 
-mod support;
 #[path = "support/apiserver.rs"]
 mod apiserver;
 #[path = "deploy_support/mod.rs"]
 mod deploy;
 #[path = "support/prom.rs"]
 mod prom;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,9 @@ fn label_values_query(q: &str) -> String {
         .strip_prefix("label_values(")
         .and_then(|s| s.strip_suffix(')'))
         .unwrap_or_else(|| panic!("unsupported variable query {q}"));
-    let (selector, label) = inner.rsplit_once(',').expect("label_values(selector, label)");
+    let (selector, label) = inner
+        .rsplit_once(',')
+        .expect("label_values(selector, label)");
     format!("group by ({}) ({})", label.trim(), selector.trim())
 }
 
@@ -109,14 +111,24 @@ fn grafana_queries(path: &std::path::Path, node: &str) -> Vec<(String, String)> 
     let mut out = Vec::new();
     for v in d["templating"]["list"].as_array().unwrap() {
         if v["type"] == "query" {
-            let q = v["query"]["query"].as_str().or(v["query"].as_str()).unwrap();
-            out.push((format!("{file} variable {}", v["name"]), substitute(&label_values_query(q), node)));
+            let q = v["query"]["query"]
+                .as_str()
+                .or(v["query"].as_str())
+                .unwrap();
+            out.push((
+                format!("{file} variable {}", v["name"]),
+                substitute(&label_values_query(q), node),
+            ));
         }
     }
     for p in d["panels"].as_array().unwrap() {
         for t in p["targets"].as_array().unwrap() {
             out.push((
-                format!("{file} panel {:?} {}", p["title"].as_str().unwrap(), t["refId"].as_str().unwrap()),
+                format!(
+                    "{file} panel {:?} {}",
+                    p["title"].as_str().unwrap(),
+                    t["refId"].as_str().unwrap()
+                ),
                 substitute(t["expr"].as_str().unwrap(), node),
             ));
         }
@@ -135,23 +147,43 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
 
     let objs = deploy::render("otlp");
     let workloads = deploy::workloads(&objs);
-    let deployment = workloads.iter().find(|w| deploy::kind(w) == "Deployment").unwrap();
-    let daemonset = workloads.iter().find(|w| deploy::kind(w) == "DaemonSet").unwrap();
+    let deployment = workloads
+        .iter()
+        .find(|w| deploy::kind(w) == "Deployment")
+        .unwrap();
+    let daemonset = workloads
+        .iter()
+        .find(|w| deploy::kind(w) == "DaemonSet")
+        .unwrap();
     let cluster: Vec<support::Prober> = (0..2)
         .map(|i| start_role(deployment, &kc, i, &nodes[0], FAST))
         .collect();
     let node = start_role(daemonset, &kc, 0, &nodes[0], FAST);
     let host = deploy::spawn(
         &[
-            "--role=host", "--listen=127.0.0.1:0", "--log-format=json", "--tick-interval=1s",
-            "--metrics-provider=Prometheus", "--metrics-provider-address=http://127.0.0.1:9",
-            "--interval=1s", "--timeout=1s",
+            "--role=host",
+            "--listen=127.0.0.1:0",
+            "--log-format=json",
+            "--tick-interval=1s",
+            "--metrics-provider=Prometheus",
+            "--metrics-provider-address=http://127.0.0.1:9",
+            "--interval=1s",
+            "--timeout=1s",
         ]
         .map(String::from),
         &[],
     );
-    let targets: Vec<String> = cluster.iter().map(|p| p.addr.clone()).chain([host.addr.clone(), "127.0.0.1:9".into()]).collect();
-    let quoted = |t: &[String]| t.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(", ");
+    let targets: Vec<String> = cluster
+        .iter()
+        .map(|p| p.addr.clone())
+        .chain([host.addr.clone(), "127.0.0.1:9".into()])
+        .collect();
+    let quoted = |t: &[String]| {
+        t.iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let scrape = format!(
         "  - job_name: kube-prober\n    static_configs:\n      - targets: [{}]\n        labels: {{cluster: {CLUSTER}}}\n  - job_name: kube-system/kube-prober-node\n    static_configs:\n      - targets: ['{}']\n        labels: {{cluster: {CLUSTER}}}\n",
         quoted(&targets),
@@ -162,18 +194,27 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
 
     let mut queries: Vec<(String, String)> = Vec::new();
     let selected = format!("({}|{})", nodes[0], nodes[1]);
-    let mut files: Vec<_> = std::fs::read_dir(deploy::repo().join("dashboards/grafana")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(deploy::repo().join("dashboards/grafana"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     assert_eq!(files.len(), 3, "three Grafana dashboards");
     for f in &files {
         queries.extend(grafana_queries(f, &selected));
     }
-    let alert_rules: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&rules).unwrap()).unwrap();
+    let alert_rules: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&rules).unwrap()).unwrap();
     let alerts: Vec<(String, String)> = alert_rules["groups"][0]["rules"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["alert"].as_str().unwrap().to_string(), r["expr"].as_str().unwrap().to_string()))
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap().to_string(),
+                r["expr"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
 
     // Poll until every query answers (rate() needs two scrapes; sinks push every 2 s).
@@ -195,14 +236,20 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
         let mut still = Vec::new();
         for (alert, expr) in alert_pending {
             match prometheus.try_query(&expr) {
-                Ok(s) if !s.is_empty() => alert_report.push(format!("{alert}: expression returns {} series (would fire after `for`)", s.len())),
+                Ok(s) if !s.is_empty() => alert_report.push(format!(
+                    "{alert}: expression returns {} series (would fire after `for`)",
+                    s.len()
+                )),
                 Err(e) if e.contains("bad_data") => panic!("{alert}: `{expr}` does not parse: {e}"),
                 _ => {
                     let part = query_part(&expr).unwrap_or_else(|| expr.clone());
                     let got = prometheus.try_query(&part).map(|s| s.len()).unwrap_or(0);
                     // Give the firing form a few seconds first (rates need data).
                     if got > 0 && Instant::now() + Duration::from_secs(45) > deadline {
-                        alert_report.push(format!("{alert}: condition false here; query part `{}` returns {got} series", part.replace('\n', " ")));
+                        alert_report.push(format!(
+                            "{alert}: condition false here; query part `{}` returns {got} series",
+                            part.replace('\n', " ")
+                        ));
                     } else {
                         still.push((alert, expr));
                     }
@@ -216,8 +263,16 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
         if Instant::now() > deadline {
             panic!(
                 "queries with no data after 60 s:\n{}\nalerts with no data in expression or query part:\n{}\n{}",
-                pending.iter().map(|(a, q)| format!("{a}: {q}")).collect::<Vec<_>>().join("\n"),
-                alert_pending.iter().map(|(a, q)| format!("{a}: {q}")).collect::<Vec<_>>().join("\n"),
+                pending
+                    .iter()
+                    .map(|(a, q)| format!("{a}: {q}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                alert_pending
+                    .iter()
+                    .map(|(a, q)| format!("{a}: {q}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
                 prometheus.diagnostics()
             );
         }
@@ -228,9 +283,18 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
     loop {
         let (_, body) = prometheus.get("/api/v1/rules").unwrap();
         let v: Value = serde_json::from_str(&body).unwrap();
-        let rules: Vec<&Value> = v["data"]["groups"].as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
+        let rules: Vec<&Value> = v["data"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap())
+            .collect();
         assert_eq!(rules.len(), alerts.len(), "{body}");
-        let bad: Vec<String> = rules.iter().filter(|r| r["health"] != "ok").map(|r| format!("{} {} {}", r["name"], r["health"], r["lastError"])).collect();
+        let bad: Vec<String> = rules
+            .iter()
+            .filter(|r| r["health"] != "ok")
+            .map(|r| format!("{} {} {}", r["name"], r["health"], r["lastError"]))
+            .collect();
         if bad.is_empty() {
             break;
         }
@@ -238,7 +302,11 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     alert_report.sort();
-    eprintln!("{} dashboard queries returned data; alerts:\n{}", queries.len(), alert_report.join("\n"));
+    eprintln!(
+        "{} dashboard queries returned data; alerts:\n{}",
+        queries.len(),
+        alert_report.join("\n")
+    );
     // The scenario's faults show where they should.
     let not_ready = prometheus.try_query(&substitute("max by (node) (kube_prober_node_condition{condition=\"Ready\", status!=\"True\"}) == 1", "")).unwrap();
     assert_eq!(not_ready.len(), 1);
@@ -250,8 +318,14 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
 
 #[test]
 fn query_part_strips_the_final_comparison() {
-    assert_eq!(query_part("sum by (lease) (kube_prober_leader) < 1").as_deref(), Some("sum by (lease) (kube_prober_leader)"));
+    assert_eq!(
+        query_part("sum by (lease) (kube_prober_leader) < 1").as_deref(),
+        Some("sum by (lease) (kube_prober_leader)")
+    );
     assert_eq!(query_part("a / b\n  > 0.5\n").as_deref(), Some("a / b"));
     assert_eq!(query_part("a < b"), None);
-    assert_eq!(label_values_query("label_values(kube_prober_build_info, cluster)"), "group by (cluster) (kube_prober_build_info)");
+    assert_eq!(
+        label_values_query("label_values(kube_prober_build_info, cluster)"),
+        "group by (cluster) (kube_prober_build_info)"
+    );
 }

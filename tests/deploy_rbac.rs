@@ -6,11 +6,11 @@
 //! ServiceAccount: every request is allowed, and every verb on every resource of every rule is
 //! used by some request.
 
-mod support;
 #[path = "support/apiserver.rs"]
 mod apiserver;
 #[path = "deploy_support/mod.rs"]
 mod deploy;
+mod support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -26,8 +26,10 @@ use support::get;
 /// (/api, /apis and their versions): kube-prober's ClusterRole grants no nonResourceURLs.
 fn allowed_by_default_roles(a: &RequestAttributes) -> bool {
     a.verb == "get"
-        && (matches!(a.path.as_str(), "/healthz" | "/livez" | "/readyz" | "/version" | "/api" | "/apis")
-            || a.path.starts_with("/api/")
+        && (matches!(
+            a.path.as_str(),
+            "/healthz" | "/livez" | "/readyz" | "/version" | "/api" | "/apis"
+        ) || a.path.starts_with("/api/")
             || a.path.starts_with("/apis/"))
 }
 
@@ -60,7 +62,11 @@ fn check(role: &str, grants: &[Grant], requests: &[RequestAttributes]) {
             denied.insert(format!("non-resource {} {}", a.verb, a.path));
         }
     }
-    assert!(denied.is_empty(), "{role}: requests the manifests' RBAC would deny:\n{}", denied.into_iter().collect::<Vec<_>>().join("\n"));
+    assert!(
+        denied.is_empty(),
+        "{role}: requests the manifests' RBAC would deny:\n{}",
+        denied.into_iter().collect::<Vec<_>>().join("\n")
+    );
     let mut unused = Vec::new();
     for g in grants {
         for group in &g.groups {
@@ -73,13 +79,20 @@ fn check(role: &str, grants: &[Grant], requests: &[RequestAttributes]) {
                         ..g.clone()
                     };
                     if !requests.iter().any(|a| allows(&narrowed, a)) {
-                        unused.push(format!("{} ns={:?}: {verb} {group}/{resource} {:?}", g.source, g.namespace, g.resource_names));
+                        unused.push(format!(
+                            "{} ns={:?}: {verb} {group}/{resource} {:?}",
+                            g.source, g.namespace, g.resource_names
+                        ));
                     }
                 }
             }
         }
     }
-    assert!(unused.is_empty(), "{role}: rules no request needs (least privilege):\n{}", unused.join("\n"));
+    assert!(
+        unused.is_empty(),
+        "{role}: rules no request needs (least privilege):\n{}",
+        unused.join("\n")
+    );
 }
 
 /// The stand-in's requests as RBAC attributes, deduplicated.
@@ -97,7 +110,13 @@ fn counter(body: &str, family: &str, label: (&str, &str)) -> f64 {
 }
 
 /// The role's processes, started from the workload's container as the manifest gives it.
-fn start_workload(w: &Value, api: &apiserver::ApiServer, kubeconfig: &str, replicas: usize, node: &str) -> Vec<support::Prober> {
+fn start_workload(
+    w: &Value,
+    api: &apiserver::ApiServer,
+    kubeconfig: &str,
+    replicas: usize,
+    node: &str,
+) -> Vec<support::Prober> {
     (0..replicas)
         .map(|i| {
             let downward = Downward {
@@ -124,7 +143,10 @@ fn start_workload(w: &Value, api: &apiserver::ApiServer, kubeconfig: &str, repli
             // Fast probes and elections so every probe and every Lease verb happen within seconds.
             env.push(("KUBE_PROBER_PROBE_INTERVAL".into(), "1s".into()));
             env.push(("KUBE_PROBER_PROBE_TIMEOUT".into(), "1s".into()));
-            env.push(("KUBE_PROBER_LEADER_ELECT_RETRY_PERIOD".into(), "500ms".into()));
+            env.push((
+                "KUBE_PROBER_LEADER_ELECT_RETRY_PERIOD".into(),
+                "500ms".into(),
+            ));
             let _ = api;
             deploy::spawn(&args, &env)
         })
@@ -148,7 +170,9 @@ async fn prove(overlay: &str) {
     let objs = deploy::render(overlay);
     for w in deploy::workloads(&objs) {
         let role = format!("{overlay}: {} {}", kind(w), name(w));
-        let sa = w["spec"]["template"]["spec"]["serviceAccountName"].as_str().expect("serviceAccountName");
+        let sa = w["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .expect("serviceAccountName");
         let grants = deploy::grants(&objs, namespace(w), sa);
         let api = apiserver::start().await;
         let nodes = deploy::populate(&api);
@@ -160,7 +184,15 @@ async fn prove(overlay: &str) {
         for p in &procs {
             wait_ready(p, &role).await;
         }
-        let (args, _) = deploy::container_command(w, &Downward { pod_name: String::new(), pod_namespace: String::new(), node_name: String::new(), host_ip: String::new() });
+        let (args, _) = deploy::container_command(
+            w,
+            &Downward {
+                pod_name: String::new(),
+                pod_namespace: String::new(),
+                node_name: String::new(),
+                host_ip: String::new(),
+            },
+        );
         let cluster = kind(w) == "Deployment";
         let elects = args.iter().any(|a| a == "--leader-elect=true");
         // Every probe of the role has run (the cluster role's probes are the ones that call the
@@ -169,11 +201,20 @@ async fn prove(overlay: &str) {
         for p in &procs {
             loop {
                 let (_, body) = get(&p.url("/metrics")).await;
-                let probes: &[&str] = if cluster { &["metrics_server", "apiserver_readyz", "cluster_dns"] } else { &["kubelet_healthz", "addon_http"] };
-                if probes.iter().all(|probe| counter(&body, "kube_prober_probe_runs_total", ("probe", probe)) >= 1.0) {
+                let probes: &[&str] = if cluster {
+                    &["metrics_server", "apiserver_readyz", "cluster_dns"]
+                } else {
+                    &["kubelet_healthz", "addon_http"]
+                };
+                if probes.iter().all(|probe| {
+                    counter(&body, "kube_prober_probe_runs_total", ("probe", probe)) >= 1.0
+                }) {
                     break;
                 }
-                assert!(Instant::now() < deadline, "{role}: probes did not all run:\n{body}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{role}: probes did not all run:\n{body}"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -183,13 +224,21 @@ async fn prove(overlay: &str) {
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
                 let lease: Option<Lease> = api.get(ns, "kube-prober");
-                let renewed = lease.as_ref().and_then(|l| l.spec.as_ref()).is_some_and(|s| {
-                    s.holder_identity.is_some() && s.renew_time.is_some() && s.acquire_time != s.renew_time
-                });
+                let renewed = lease
+                    .as_ref()
+                    .and_then(|l| l.spec.as_ref())
+                    .is_some_and(|s| {
+                        s.holder_identity.is_some()
+                            && s.renew_time.is_some()
+                            && s.acquire_time != s.renew_time
+                    });
                 if renewed {
                     break;
                 }
-                assert!(Instant::now() < deadline, "{role}: no leader renewed the Lease: {lease:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{role}: no leader renewed the Lease: {lease:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -199,12 +248,22 @@ async fn prove(overlay: &str) {
         }
         if elects {
             let lease: Lease = api.get(namespace(w), "kube-prober").expect("the Lease");
-            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-            assert!(holder.is_empty(), "{role}: the Lease was released at shutdown, holder {holder:?}");
+            let holder = lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default();
+            assert!(
+                holder.is_empty(),
+                "{role}: the Lease was released at shutdown, holder {holder:?}"
+            );
         }
         let requests = attributes(&api);
         check(&role, &grants, &requests);
-        eprintln!("{role}: {} distinct requests allowed by {} rules, every rule used", requests.len(), grants.len());
+        eprintln!(
+            "{role}: {} distinct requests allowed by {} rules, every rule used",
+            requests.len(),
+            grants.len()
+        );
     }
 }
 
@@ -243,25 +302,71 @@ fn the_checker_finds_denied_requests_and_unused_rules() {
     };
     let list = req("GET", "/api/v1/pods", None);
     let watch = req("GET", "/api/v1/pods", Some("watch=true&resourceVersion=1"));
-    assert_eq!((list.verb.as_str(), list.resource.as_str()), ("list", "pods"));
+    assert_eq!(
+        (list.verb.as_str(), list.resource.as_str()),
+        ("list", "pods")
+    );
     assert_eq!(watch.verb, "watch");
     let get_one = req("GET", "/api/v1/namespaces/kube-system/pods/p1", None);
-    assert_eq!((get_one.verb.as_str(), get_one.namespace.as_str(), get_one.name.as_str()), ("get", "kube-system", "p1"));
-    let lease = req("PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-prober", None);
-    assert_eq!((lease.verb.as_str(), lease.group.as_str(), lease.resource.as_str()), ("update", "coordination.k8s.io", "leases"));
+    assert_eq!(
+        (
+            get_one.verb.as_str(),
+            get_one.namespace.as_str(),
+            get_one.name.as_str()
+        ),
+        ("get", "kube-system", "p1")
+    );
+    let lease = req(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-prober",
+        None,
+    );
+    assert_eq!(
+        (
+            lease.verb.as_str(),
+            lease.group.as_str(),
+            lease.resource.as_str()
+        ),
+        ("update", "coordination.k8s.io", "leases")
+    );
     let status = req("PATCH", "/api/v1/nodes/n1/status", None);
-    assert_eq!((status.resource.as_str(), status.subresource.as_str()), ("nodes", "status"));
+    assert_eq!(
+        (status.resource.as_str(), status.subresource.as_str()),
+        ("nodes", "status")
+    );
     assert!(req("GET", "/readyz", None).path == "/readyz");
     // Allowed and complete.
-    check("ok", std::slice::from_ref(&grant), &[list.clone(), watch.clone()]);
+    check(
+        "ok",
+        std::slice::from_ref(&grant),
+        &[list.clone(), watch.clone()],
+    );
     // A get is denied.
-    let denied = std::panic::catch_unwind(|| check("deny", std::slice::from_ref(&grant), &[list.clone(), watch.clone(), get_one.clone()]));
+    let denied = std::panic::catch_unwind(|| {
+        check(
+            "deny",
+            std::slice::from_ref(&grant),
+            &[list.clone(), watch.clone(), get_one.clone()],
+        )
+    });
     assert!(denied.is_err());
     // watch granted but never used.
-    let unused = std::panic::catch_unwind(|| check("unused", std::slice::from_ref(&grant), std::slice::from_ref(&list)));
+    let unused = std::panic::catch_unwind(|| {
+        check(
+            "unused",
+            std::slice::from_ref(&grant),
+            std::slice::from_ref(&list),
+        )
+    });
     assert!(unused.is_err());
     // A namespaced grant does not allow a cluster-wide list.
-    let ns_grant = Grant { namespace: Some("kube-system".into()), ..grant };
+    let ns_grant = Grant {
+        namespace: Some("kube-system".into()),
+        ..grant
+    };
     assert!(!allows(&ns_grant, &list));
-    assert!(allows(&ns_grant, &req("GET", "/api/v1/namespaces/kube-system/pods", None)));
+    assert!(allows(
+        &ns_grant,
+        &req("GET", "/api/v1/namespaces/kube-system/pods", None)
+    ));
 }

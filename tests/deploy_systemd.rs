@@ -50,9 +50,20 @@ fn systemd_analyze() -> &'static str {
 fn unit_verifies_and_scores_ok() {
     let dir = tempfile::tempdir().unwrap();
     let unit = unit_for_this_build(dir.path());
-    let out = Command::new(systemd_analyze()).arg("verify").arg(&unit).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.trim().is_empty(), "systemd-analyze verify:\n{text}");
+    let out = Command::new(systemd_analyze())
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.trim().is_empty(),
+        "systemd-analyze verify:\n{text}"
+    );
 
     let out = Command::new(systemd_analyze())
         .args(["security", "--offline=yes", "--no-pager"])
@@ -62,10 +73,18 @@ fn unit_verifies_and_scores_ok() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let score: f64 = text
         .lines()
-        .find_map(|l| l.split("Overall exposure level for kube-prober.service: ").nth(1))
+        .find_map(|l| {
+            l.split("Overall exposure level for kube-prober.service: ")
+                .nth(1)
+        })
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no exposure score in:\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no exposure score in:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
     eprintln!("systemd-analyze security --offline=yes: exposure {score}");
     assert!(score <= 2.0, "exposure {score} > 2.0:\n{text}");
 }
@@ -73,7 +92,12 @@ fn unit_verifies_and_scores_ok() {
 #[test]
 fn unit_is_hardened_as_documented() {
     let s = settings(&unit_text());
-    let get = |k: &str| s.iter().filter(|(x, _)| x == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+    let get = |k: &str| {
+        s.iter()
+            .filter(|(x, _)| x == k)
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
     for (k, v) in [
         ("DynamicUser", "yes"),
         ("ProtectSystem", "strict"),
@@ -86,7 +110,10 @@ fn unit_is_hardened_as_documented() {
         assert_eq!(get(k), vec![v], "{k}");
     }
     assert!(get("User").is_empty(), "no fixed user: DynamicUser");
-    assert!(get("ReadWritePaths").is_empty() && get("StateDirectory").is_empty(), "nothing writable");
+    assert!(
+        get("ReadWritePaths").is_empty() && get("StateDirectory").is_empty(),
+        "nothing writable"
+    );
     let exec = get("ExecStart")[0];
     assert!(exec.starts_with(INSTALLED), "{exec}");
     assert!(exec.contains("--role=host"));
@@ -96,7 +123,10 @@ fn unit_is_hardened_as_documented() {
         .map(|v| humantime::parse_duration(v).unwrap())
         .unwrap_or(Duration::from_secs(10));
     let stop = humantime::parse_duration(get("TimeoutStopSec")[0]).unwrap();
-    assert!(stop > shutdown, "TimeoutStopSec {stop:?} must exceed --shutdown-timeout {shutdown:?}");
+    assert!(
+        stop > shutdown,
+        "TimeoutStopSec {stop:?} must exceed --shutdown-timeout {shutdown:?}"
+    );
 }
 
 /// The ExecStart arguments are the binary's (listen moved to a free loopback port).

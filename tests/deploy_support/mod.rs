@@ -22,7 +22,12 @@ pub fn repo() -> PathBuf {
 pub fn overlays() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo().join("manifests/overlays"))
         .expect("manifests/overlays")
-        .map(|e| e.expect("dir entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     names.sort();
     assert!(!names.is_empty(), "no overlays");
@@ -102,7 +107,10 @@ pub struct Downward {
 /// A container's args and env as the kubelet would hand them over: `fieldRef`s resolved from
 /// `downward`, `$(VAR)` references in args and env values expanded from the env before them
 /// (Kubernetes' rules: an unknown reference is left as written, `$$` escapes).
-pub fn container_command(workload: &Value, downward: &Downward) -> (Vec<String>, Vec<(String, String)>) {
+pub fn container_command(
+    workload: &Value,
+    downward: &Downward,
+) -> (Vec<String>, Vec<(String, String)>) {
     let c = &workload["spec"]["template"]["spec"]["containers"][0];
     let mut env: Vec<(String, String)> = Vec::new();
     for e in c["env"].as_array().into_iter().flatten() {
@@ -118,7 +126,10 @@ pub fn container_command(workload: &Value, downward: &Downward) -> (Vec<String>,
                 other => panic!("{}: fieldRef {other} not known to the test", name(workload)),
             }
         } else {
-            panic!("{}: env {key} has neither value nor fieldRef", name(workload));
+            panic!(
+                "{}: env {key} has neither value nor fieldRef",
+                name(workload)
+            );
         };
         env.push((key, value));
     }
@@ -195,8 +206,17 @@ pub struct Mount {
 pub fn host_mounts(workload: &Value) -> Vec<Mount> {
     let pod = &workload["spec"]["template"]["spec"];
     let mut out = Vec::new();
-    for m in pod["containers"][0]["volumeMounts"].as_array().into_iter().flatten() {
-        assert_eq!(m["readOnly"], true, "{}: only read-only mounts", name(workload));
+    for m in pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert_eq!(
+            m["readOnly"],
+            true,
+            "{}: only read-only mounts",
+            name(workload)
+        );
         let vol = pod["volumes"]
             .as_array()
             .into_iter()
@@ -230,9 +250,19 @@ pub fn bwrap() -> PathBuf {
 /// is set. The network namespace is shared so the process reaches the stand-ins on 127.0.0.1.
 pub fn sandbox_command(args: &[String], env: &[(String, String)], mounts: &[Mount]) -> Command {
     let mut cmd = Command::new(bwrap());
-    cmd.args(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"])
-        .args(["--uid", &IMAGE_UID.to_string(), "--gid", &IMAGE_UID.to_string()])
-        .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"]);
+    cmd.args([
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+    ])
+    .args([
+        "--uid",
+        &IMAGE_UID.to_string(),
+        "--gid",
+        &IMAGE_UID.to_string(),
+    ])
+    .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"]);
     // distroless/cc also carries the CA bundle, which the kube client's rustls loads at start
     // (without any, building the client fails even for a plain-HTTP API server).
     for dir in ["/lib", "/lib64", "/usr/lib", "/etc/ssl/certs"] {
@@ -368,7 +398,13 @@ pub fn grants(objs: &[Value], sa_namespace: &str, sa_name: &str) -> Vec<Grant> {
                     && name(o) == role_name
                     && (role_kind == "ClusterRole" || Some(namespace(o)) == binding_ns.as_deref())
             })
-            .unwrap_or_else(|| panic!("{} {} binds a missing {role_kind} {role_name}", kind(b), name(b)));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} {} binds a missing {role_kind} {role_name}",
+                    kind(b),
+                    name(b)
+                )
+            });
         for r in role["rules"].as_array().into_iter().flatten() {
             out.push(Grant {
                 source: format!("{role_kind}/{role_name}"),
@@ -431,11 +467,16 @@ pub fn contained_pid(bwrap_pid: u32) -> u32 {
         if comm.trim() == "kube-prober" {
             return pid;
         }
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
         for t in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            queue.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            queue.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
         }
     }
     panic!("no kube-prober process under bwrap {bwrap_pid}")
@@ -461,8 +502,12 @@ pub fn contained_facts(pid: u32) -> (u32, u64, Vec<String>, Vec<String>) {
     let inside = map
         .lines()
         .filter_map(|l| {
-            let f: Vec<u32> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            (f.len() == 3 && host_uid >= f[1] && host_uid < f[1] + f[2]).then(|| f[0] + host_uid - f[1])
+            let f: Vec<u32> = l
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (f.len() == 3 && host_uid >= f[1] && host_uid < f[1] + f[2])
+                .then(|| f[0] + host_uid - f[1])
         })
         .next()
         .expect("the process's uid is mapped");
@@ -472,9 +517,17 @@ pub fn contained_facts(pid: u32) -> (u32, u64, Vec<String>, Vec<String>) {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let (point, opts) = (*f.get(4)?, *f.get(5)?);
-            let fstype = f.iter().skip_while(|x| **x != "-").nth(1).copied().unwrap_or("");
+            let fstype = f
+                .iter()
+                .skip_while(|x| **x != "-")
+                .nth(1)
+                .copied()
+                .unwrap_or("");
             // /proc and /dev are the runtime's, as in every container; the rest must be read-only.
-            let runtime = point == "/proc" || point.starts_with("/proc/") || point == "/dev" || point.starts_with("/dev/");
+            let runtime = point == "/proc"
+                || point.starts_with("/proc/")
+                || point == "/dev"
+                || point.starts_with("/dev/");
             (!runtime && opts.split(',').any(|o| o == "rw")).then(|| format!("{point} ({fstype})"))
         })
         .collect();
@@ -484,7 +537,9 @@ pub fn contained_facts(pid: u32) -> (u32, u64, Vec<String>, Vec<String>) {
         .filter(|kv| !kv.is_empty())
         .map(|kv| {
             let kv = String::from_utf8_lossy(kv);
-            kv.split_once('=').map(|(k, _)| k.to_string()).unwrap_or_else(|| kv.into_owned())
+            kv.split_once('=')
+                .map(|(k, _)| k.to_string())
+                .unwrap_or_else(|| kv.into_owned())
         })
         .collect();
     (inside, cap_eff, writable, names)
@@ -519,7 +574,10 @@ pub fn populate(api: &crate::apiserver::ApiServer) -> Vec<String> {
     });
     api.upsert(&sick);
     let mut cordoned = nodes[2].clone();
-    cordoned.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+    cordoned
+        .spec
+        .get_or_insert_with(Default::default)
+        .unschedulable = Some(true);
     api.upsert(&cordoned);
     let pods: Vec<Pod> = api.objects::<Pod>();
     let mut addon_pod = pods

@@ -448,10 +448,10 @@ impl Logged {
         let resource = rest.first().copied().unwrap_or_default();
         let name = rest.get(1).copied().unwrap_or_default();
         let subresource = rest.get(2..).map(|s| s.join("/")).unwrap_or_default();
-        let watch = self.query.as_deref().is_some_and(|q| {
-            q.split('&')
-                .any(|kv| kv == "watch=true" || kv == "watch=1")
-        });
+        let watch = self
+            .query
+            .as_deref()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
         let verb = match (method_verb, name.is_empty()) {
             ("get", true) if watch => "watch",
             ("get", true) => "list",

@@ -2,3 +2,4 @@
 
 pub mod server;
 pub mod watcher;
+pub mod tls;

@@ -2,4 +2,5 @@
 
 pub mod server;
 pub mod watcher;
+pub mod auth;
 pub mod tls;

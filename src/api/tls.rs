@@ -26,6 +26,9 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::sink::names;
+use crate::sink::series::Labels;
+
 /// Where the listener's certificate, key and (optional) client CA come from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TlsSettings {
@@ -50,6 +53,20 @@ pub struct ClientCertUser {
 pub struct TlsStats {
     pub reloads_ok: AtomicU64,
     pub reloads_failed: AtomicU64,
+}
+
+impl TlsStats {
+    /// The rows this layer adds to `/metrics`.
+    pub fn families(&self) -> Vec<(&'static names::Family, Vec<(Labels<'static>, f64)>)> {
+        let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        vec![(
+            &names::TLS_RELOADS,
+            vec![
+                (vec![("result", "success")], v(&self.reloads_ok)),
+                (vec![("result", "error")], v(&self.reloads_failed)),
+            ],
+        )]
+    }
 }
 
 fn provider() -> Arc<CryptoProvider> {

@@ -316,8 +316,8 @@ async fn serve_security(
             value: settings.cert_file.display().to_string(),
             reason,
         })?;
-        tls_config = Some(
-            tls::server_config(store.clone()).map_err(|reason| Error::Config {
+        tls_config = Some(tls::server_config(store.clone()).map_err(|reason| {
+            Error::Config {
                 option: "--client-ca-file",
                 value: settings
                     .client_ca_file
@@ -325,8 +325,8 @@ async fn serve_security(
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
                 reason,
-            })?,
-        );
+            }
+        })?);
         security.tls_stats = Some(store.stats.clone());
         reloader = Some(store.spawn_reloader(cancel.clone()));
     }
@@ -336,7 +336,9 @@ async fn serve_security(
             None => kubeclient::client(cfg.kubeconfig.as_deref()).await?,
         };
         if cfg.serve.tls.is_none() {
-            tracing::warn!("--auth kubernetes without TLS: bearer tokens cross the network in clear text; set --tls-cert-file and --tls-key-file");
+            tracing::warn!(
+                "--auth kubernetes without TLS: bearer tokens cross the network in clear text; set --tls-cert-file and --tls-key-file"
+            );
         }
         security.auth = Some(Arc::new(auth::Authorizer::new(client, settings.clone())));
     }

@@ -596,11 +596,7 @@ impl Config {
             "none" | "" => false,
             "kubernetes" => true,
             _ => {
-                return Err(invalid(
-                    "--auth",
-                    &auth_s,
-                    "expected none or kubernetes",
-                ));
+                return Err(invalid("--auth", &auth_s, "expected none or kubernetes"));
             }
         };
         let ttl_s = cli
@@ -626,7 +622,7 @@ impl Config {
                 ));
             }
         }
-        let auth = kubernetes.then(|| crate::api::auth::AuthSettings {
+        let auth = kubernetes.then_some(crate::api::auth::AuthSettings {
             cache_ttl,
             cache_capacity: crate::api::auth::CACHE_CAPACITY,
             review_timeout: crate::api::auth::REVIEW_TIMEOUT,
@@ -1082,6 +1078,56 @@ mod tests {
 
     fn err(cli: Cli, file: FileConfig) -> String {
         Config::resolve(cli, file).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn serve_flags() {
+        fn cli(f: impl FnOnce(&mut Cli)) -> Cli {
+            let mut c = Cli::default();
+            f(&mut c);
+            c
+        }
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.serve.tls, None);
+        assert_eq!(c.serve.auth, None);
+        let file = FileConfig::parse(
+            "tls_cert_file: /t/tls.crt\ntls_key_file: /t/tls.key\nauth: Kubernetes\nauth_cache_ttl: 30s\nclient_ca_file: /t/ca.crt\ntls_reload_interval: 5s\n",
+        )
+        .unwrap();
+        let c = Config::resolve(Cli::default(), file).unwrap();
+        let tls = c.serve.tls.unwrap();
+        assert_eq!(tls.cert_file, PathBuf::from("/t/tls.crt"));
+        assert_eq!(tls.client_ca_file, Some(PathBuf::from("/t/ca.crt")));
+        assert_eq!(tls.reload_interval, Duration::from_secs(5));
+        assert_eq!(c.serve.auth.unwrap().cache_ttl, Duration::from_secs(30));
+        let e = err(
+            cli(|c| c.tls_cert_file = Some("/t/tls.crt".into())),
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--tls-cert-file") && e.contains("both or neither"),
+            "{e}"
+        );
+        let e = err(cli(|c| c.auth = Some("rbac".into())), FileConfig::default());
+        assert!(e.contains("--auth") && e.contains("'rbac'"), "{e}");
+        let e = err(
+            cli(|c| c.auth_cache_ttl = Some("soon".into())),
+            FileConfig::default(),
+        );
+        assert!(e.contains("--auth-cache-ttl"), "{e}");
+        let e = err(
+            cli(|c| c.tls_reload_interval = Some("100ms".into())),
+            FileConfig::default(),
+        );
+        assert!(e.contains("--tls-reload-interval"), "{e}");
+        let e = err(
+            cli(|c| {
+                c.client_ca_file = Some("/t/ca.crt".into());
+                c.auth = Some("kubernetes".into());
+            }),
+            FileConfig::default(),
+        );
+        assert!(e.contains("need TLS"), "{e}");
     }
 
     #[test]

@@ -4,20 +4,20 @@
 //! (401/403/200/503, caching, client certificates, open health endpoints), and a real
 //! Prometheus scraping over HTTPS with a bearer token.
 
-mod support;
 #[path = "support/apiserver.rs"]
 mod apiserver;
+mod support;
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use apiserver::ApiServer;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
 use rustls::pki_types::{CertificateDer, ServerName};
-use apiserver::ApiServer;
 use support::{Prober, run_binary};
 
 // ---------------------------------------------------------------------------------------------
@@ -51,7 +51,9 @@ fn server_leaf(ca: &Ca) -> Leaf {
     let key = KeyPair::generate().unwrap();
     let mut params =
         CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    params.distinguished_name.push(DnType::CommonName, "kube-prober");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-prober");
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
     Leaf {
@@ -66,9 +68,7 @@ fn client_leaf(ca: &Ca, cn: &str, orgs: &[&str]) -> Leaf {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name.push(DnType::CommonName, cn);
     for o in orgs {
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, *o);
+        params.distinguished_name.push(DnType::OrganizationName, *o);
     }
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
@@ -150,11 +150,7 @@ fn https_client(ca_pem: &str, identity: Option<&Leaf>) -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(10))
-        .tls_backend_preconfigured(client_config(
-            ca_pem,
-            rustls::DEFAULT_VERSIONS,
-            identity,
-        ))
+        .tls_backend_preconfigured(client_config(ca_pem, rustls::DEFAULT_VERSIONS, identity))
         .build()
         .unwrap()
 }
@@ -165,7 +161,8 @@ async fn served_certificate(
     ca_pem: &str,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> (Vec<u8>, rustls::ProtocolVersion) {
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca_pem, versions, None)));
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(client_config(ca_pem, versions, None)));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let tls = connector
         .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
@@ -326,7 +323,10 @@ async fn tls_1_1_is_refused() {
     // A fatal alert record (21): handshake_failure (40) as rustls sends it when no offered
     // version is supported, or protocol_version (70); never a ServerHello (22).
     assert!(!answer.is_empty(), "the server closed without an alert");
-    assert_eq!(answer[0], 0x15, "expected an alert record, got {answer:02x?}");
+    assert_eq!(
+        answer[0], 0x15,
+        "expected an alert record, got {answer:02x?}"
+    );
     assert_eq!(answer.get(5), Some(&2), "fatal: {answer:02x?}");
     assert!(
         matches!(answer.get(6), Some(40 | 70)),
@@ -366,7 +366,12 @@ async fn rotated_files_are_picked_up_and_a_bad_pair_keeps_the_old_one() {
             )
         }
     };
-    assert_eq!(served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS).await.0, first.der);
+    assert_eq!(
+        served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS)
+            .await
+            .0,
+        first.der
+    );
     assert_eq!(reloads("success").await, Some(0.0));
 
     // A new certificate with the old key: not a pair. Counted once, the old one stays.
@@ -376,23 +381,42 @@ async fn rotated_files_are_picked_up_and_a_bad_pair_keeps_the_old_one() {
         reloads("error").await == Some(1.0)
     })
     .await;
-    assert_eq!(served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS).await.0, first.der);
+    assert_eq!(
+        served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS)
+            .await
+            .0,
+        first.der
+    );
     // Key not PEM at all: a second distinct bad pair.
     write_atomic(&f.key, "garbage");
-    eventually(Duration::from_secs(10), "the garbage key counted", || async {
-        reloads("error").await == Some(2.0)
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the garbage key counted",
+        || async { reloads("error").await == Some(2.0) },
+    )
     .await;
-    assert_eq!(served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS).await.0, first.der);
+    assert_eq!(
+        served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS)
+            .await
+            .0,
+        first.der
+    );
 
     // The matching key arrives: the new pair is served, without a restart.
     write_atomic(&f.key, &second.key);
     eventually(Duration::from_secs(10), "the new pair served", || async {
-        served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS).await.0 == second.der
+        served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS)
+            .await
+            .0
+            == second.der
     })
     .await;
     assert_eq!(reloads("success").await, Some(1.0));
-    assert_eq!(reloads("error").await, Some(2.0), "an unchanged bad pair is not recounted");
+    assert_eq!(
+        reloads("error").await,
+        Some(2.0),
+        "an unchanged bad pair is not recounted"
+    );
     drop(f);
 }
 
@@ -423,7 +447,15 @@ fn tls_and_auth_flags_are_checked_at_start() {
             ],
             "set --auth kubernetes",
         ),
-        (&["--tls-cert-file", cert, "--tls-key-file", "/nonexistent/tls.key"], "reading /nonexistent/tls.key"),
+        (
+            &[
+                "--tls-cert-file",
+                cert,
+                "--tls-key-file",
+                "/nonexistent/tls.key",
+            ],
+            "reading /nonexistent/tls.key",
+        ),
     ];
     for (args, expected) in cases {
         let mut all = vec!["--role", "host", "--listen", "127.0.0.1:0"];
@@ -551,7 +583,10 @@ async fn bearer_tokens_get_401_403_or_200_and_health_stays_open() {
     assert_eq!(status(&c, &url("/watcher/health"), None).await, 401);
 
     // Known but not allowed: 403.
-    assert_eq!(status(&c, &url("/metrics"), Some("nobody-token")).await, 403);
+    assert_eq!(
+        status(&c, &url("/metrics"), Some("nobody-token")).await,
+        403
+    );
     assert_eq!(status(&c, &url("/watcher"), Some("prom-token")).await, 403);
 
     // Allowed: 200, the body as without auth.
@@ -560,10 +595,22 @@ async fn bearer_tokens_get_401_403_or_200_and_health_stays_open() {
 
     // Trimaran's rule (a group, with RBAC's trailing wildcard) opens /watcher and its health.
     api.allow("system:authenticated", "/watcher*", "get");
-    assert_ne!(status(&c, &url("/watcher"), Some("nobody-token")).await, 403);
-    assert_ne!(status(&c, &url("/watcher"), Some("nobody-token")).await, 401);
-    assert_ne!(status(&c, &url("/watcher/health"), Some("nobody-token")).await, 401);
-    assert_ne!(status(&c, &url("/watcher/health"), Some("nobody-token")).await, 403);
+    assert_ne!(
+        status(&c, &url("/watcher"), Some("nobody-token")).await,
+        403
+    );
+    assert_ne!(
+        status(&c, &url("/watcher"), Some("nobody-token")).await,
+        401
+    );
+    assert_ne!(
+        status(&c, &url("/watcher/health"), Some("nobody-token")).await,
+        401
+    );
+    assert_ne!(
+        status(&c, &url("/watcher/health"), Some("nobody-token")).await,
+        403
+    );
     // ... with the verb from the method: POST is `create`, which the rule does not grant.
     let post = c
         .post(url("/watcher"))
@@ -577,11 +624,18 @@ async fn bearer_tokens_get_401_403_or_200_and_health_stays_open() {
     let asked = api.access_reviews_asked();
     assert!(asked.contains(&(
         "system:serviceaccount:monitoring:prometheus".into(),
-        vec!["system:serviceaccounts".into(), "system:authenticated".into()],
+        vec![
+            "system:serviceaccounts".into(),
+            "system:authenticated".into()
+        ],
         "/metrics".into(),
         "get".into()
     )));
-    assert!(asked.iter().any(|(u, _, p, v)| u == "nobody" && p == "/watcher" && v == "create"));
+    assert!(
+        asked
+            .iter()
+            .any(|(u, _, p, v)| u == "nobody" && p == "/watcher" && v == "create")
+    );
 
     // Every decision is counted.
     let body = metrics_with(&c, &url("/metrics"), "prom-token").await;
@@ -593,7 +647,11 @@ async fn bearer_tokens_get_401_403_or_200_and_health_stays_open() {
     };
     assert_eq!(n("/metrics", "unauthenticated"), Some(5.0), "{body}");
     assert_eq!(n("/metrics", "forbidden"), Some(1.0));
-    assert_eq!(n("/metrics", "allowed"), Some(2.0), "this scrape counts too");
+    assert_eq!(
+        n("/metrics", "allowed"),
+        Some(2.0),
+        "this scrape counts too"
+    );
     assert_eq!(n("/watcher", "unauthenticated"), Some(1.0));
     assert_eq!(n("/watcher", "forbidden"), Some(2.0));
     assert_eq!(n("/watcher", "allowed"), Some(2.0));
@@ -612,20 +670,33 @@ async fn answers_are_cached_within_the_ttl() {
         metrics_with(&c, &p.url("/metrics"), "prom-token").await;
     }
     assert_eq!(api.token_reviews(), 1, "one TokenReview for three requests");
-    assert_eq!(api.access_reviews(), 1, "one SubjectAccessReview for three requests");
+    assert_eq!(
+        api.access_reviews(),
+        1,
+        "one SubjectAccessReview for three requests"
+    );
     // Negative answers are cached too.
     for _ in 0..3 {
-        assert_eq!(status(&c, &p.url("/metrics"), Some("wrong-token")).await, 401);
+        assert_eq!(
+            status(&c, &p.url("/metrics"), Some("wrong-token")).await,
+            401
+        );
     }
     assert_eq!(api.token_reviews(), 2);
     let body = metrics_with(&c, &p.url("/metrics"), "prom-token").await;
     assert_eq!(
-        sample(&body, "kube_prober_http_auth_cache_hits_total{review=\"token\"}"),
+        sample(
+            &body,
+            "kube_prober_http_auth_cache_hits_total{review=\"token\"}"
+        ),
         Some(5.0),
         "{body}"
     );
     assert_eq!(
-        sample(&body, "kube_prober_http_auth_reviews_total{review=\"token\",result=\"ok\"}"),
+        sample(
+            &body,
+            "kube_prober_http_auth_reviews_total{review=\"token\",result=\"ok\"}"
+        ),
         Some(2.0)
     );
 }
@@ -675,7 +746,10 @@ async fn a_failing_api_server_gives_503_and_is_counted() {
     }
     assert_eq!(status(&c, &p.url("/healthz"), None).await, 200);
     api.fail_reviews(None);
-    assert_eq!(status(&c, &p.url("/metrics"), Some("nobody-token")).await, 403);
+    assert_eq!(
+        status(&c, &p.url("/metrics"), Some("nobody-token")).await,
+        403
+    );
     let body = metrics_with(&c, &p.url("/metrics"), "prom-token").await;
     assert_eq!(
         sample(
@@ -686,7 +760,10 @@ async fn a_failing_api_server_gives_503_and_is_counted() {
         "{body}"
     );
     assert_eq!(
-        sample(&body, "kube_prober_http_auth_reviews_total{review=\"token\",result=\"error\"}"),
+        sample(
+            &body,
+            "kube_prober_http_auth_reviews_total{review=\"token\",result=\"error\"}"
+        ),
         Some(2.0)
     );
 }
@@ -707,9 +784,17 @@ async fn an_unreachable_api_server_gives_503() {
     let p = start_with_auth(&kubeconfig, &[]);
     let c = plain_client();
     for path in ["/metrics", "/watcher", "/watcher/health"] {
-        assert_eq!(status(&c, &p.url(path), Some("prom-token")).await, 503, "{path}");
+        assert_eq!(
+            status(&c, &p.url(path), Some("prom-token")).await,
+            503,
+            "{path}"
+        );
     }
-    assert_eq!(status(&c, &p.url("/metrics"), None).await, 401, "no token: no review needed");
+    assert_eq!(
+        status(&c, &p.url("/metrics"), None).await,
+        401,
+        "no token: no review needed"
+    );
     assert_eq!(status(&c, &p.url("/healthz"), None).await, 200);
     let ready = status(&c, &p.url("/readyz"), None).await;
     assert!(ready == 200 || ready == 503, "/readyz stays open: {ready}");
@@ -752,7 +837,10 @@ async fn client_certificates_name_the_user_and_groups() {
 
     let other = client_leaf(&client_ca, "other", &[]);
     let c_other = https_client(&server_ca.pem, Some(&other));
-    assert_eq!(status(&c_other, &format!("{base}/metrics"), None).await, 403);
+    assert_eq!(
+        status(&c_other, &format!("{base}/metrics"), None).await,
+        403
+    );
 
     // No certificate: a bearer token still works over the same listener.
     let c_none = https_client(&server_ca.pem, None);
@@ -825,7 +913,10 @@ async fn prometheus_scrapes_over_tls_with_a_bearer_token() {
     let log = std::fs::File::create(f.dir.path().join("prometheus.log")).unwrap();
     let prom = std::process::Command::new("prometheus")
         .arg(format!("--config.file={}", config_path.display()))
-        .arg(format!("--storage.tsdb.path={}", f.dir.path().join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            f.dir.path().join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -858,17 +949,17 @@ async fn prometheus_scrapes_over_tls_with_a_bearer_token() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&last) else {
             continue;
         };
-        let targets = v["data"]["activeTargets"].as_array().cloned().unwrap_or_default();
+        let targets = v["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let health = |job: &str| {
-            targets
-                .iter()
-                .find(|t| t["labels"]["job"] == job)
-                .map(|t| {
-                    (
-                        t["health"].as_str().unwrap_or("").to_string(),
-                        t["lastError"].as_str().unwrap_or("").to_string(),
-                    )
-                })
+            targets.iter().find(|t| t["labels"]["job"] == job).map(|t| {
+                (
+                    t["health"].as_str().unwrap_or("").to_string(),
+                    t["lastError"].as_str().unwrap_or("").to_string(),
+                )
+            })
         };
         if let (Some(with), Some(without)) = (health("kube-prober"), health("no-token"))
             && with.0 != "unknown"

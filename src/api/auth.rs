@@ -11,7 +11,7 @@
 //! 3. Both answers are cached for `--auth-cache-ttl` in bounded caches (tokens by their SHA-256,
 //!    never the token itself); a review that fails (API server unreachable, times out, refuses
 //!    our own ServiceAccount) is never cached and answers 503, counted, so a scraper retries
-//!    instead of taking it as a verdict. (kube-rbac-proxy answers 401 or 500 there.)
+//!    instead of taking it as a verdict. (kube-rbac-proxy answers 401 when its TokenReview fails.)
 //!
 //! Every decision is counted in `kube_prober_http_auth_decisions_total{path,decision}`, every
 //! review sent in `kube_prober_http_auth_reviews_total{review,result}`, every answer from the
@@ -19,9 +19,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -275,23 +275,25 @@ impl Authorizer {
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
         let pp = PostParams::default();
-        let answer =
-            match tokio::time::timeout(self.settings.review_timeout, api.create(&pp, &review))
-                .await
-            {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    self.review_done(TOKEN, false);
-                    return Err(Unavailable(format!("TokenReview: {e}")));
-                }
-                Err(_) => {
-                    self.review_done(TOKEN, false);
-                    return Err(Unavailable(format!(
-                        "TokenReview: no answer within {:?}",
-                        self.settings.review_timeout
-                    )));
-                }
-            };
+        let answer = match tokio::time::timeout(
+            self.settings.review_timeout,
+            api.create(&pp, &review),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                self.review_done(TOKEN, false);
+                return Err(Unavailable(format!("TokenReview: {e}")));
+            }
+            Err(_) => {
+                self.review_done(TOKEN, false);
+                return Err(Unavailable(format!(
+                    "TokenReview: no answer within {:?}",
+                    self.settings.review_timeout
+                )));
+            }
+        };
         self.review_done(TOKEN, true);
         let status = answer.status.unwrap_or_default();
         let user = match (status.authenticated, status.user) {
@@ -348,25 +350,29 @@ impl Authorizer {
         };
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let pp = PostParams::default();
-        let answer =
-            match tokio::time::timeout(self.settings.review_timeout, api.create(&pp, &review))
-                .await
-            {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    self.review_done(ACCESS, false);
-                    return Err(Unavailable(format!("SubjectAccessReview: {e}")));
-                }
-                Err(_) => {
-                    self.review_done(ACCESS, false);
-                    return Err(Unavailable(format!(
-                        "SubjectAccessReview: no answer within {:?}",
-                        self.settings.review_timeout
-                    )));
-                }
-            };
+        let answer = match tokio::time::timeout(
+            self.settings.review_timeout,
+            api.create(&pp, &review),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                self.review_done(ACCESS, false);
+                return Err(Unavailable(format!("SubjectAccessReview: {e}")));
+            }
+            Err(_) => {
+                self.review_done(ACCESS, false);
+                return Err(Unavailable(format!(
+                    "SubjectAccessReview: no answer within {:?}",
+                    self.settings.review_timeout
+                )));
+            }
+        };
         self.review_done(ACCESS, true);
-        let allowed = answer.status.is_some_and(|s| s.allowed && s.denied != Some(true));
+        let allowed = answer
+            .status
+            .is_some_and(|s| s.allowed && s.denied != Some(true));
         self.access
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -562,13 +568,9 @@ mod tests {
         s.decide(0, Decision::Forbidden);
         let fams = s.families();
         assert_eq!(fams[0].1.len(), 12);
-        assert!(
-            fams[0]
-                .1
-                .iter()
-                .any(|(l, v)| l == &vec![("path", "/metrics"), ("decision", "forbidden")]
-                    && *v == 1.0)
-        );
+        assert!(fams[0].1.iter().any(|(l, v)| l
+            == &vec![("path", "/metrics"), ("decision", "forbidden")]
+            && *v == 1.0));
         assert_eq!(s.decisions("/metrics", Decision::Forbidden), 1);
     }
 }

@@ -117,7 +117,10 @@ impl CertStore {
     /// Re-reads the files; swaps the pair in when they changed and form a good pair. Returns
     /// whether a new pair is now served.
     pub fn reload(&self) -> bool {
-        let (cert, key) = match (read(&self.settings.cert_file), read(&self.settings.key_file)) {
+        let (cert, key) = match (
+            read(&self.settings.cert_file),
+            read(&self.settings.key_file),
+        ) {
             (Ok(c), Ok(k)) => (c, k),
             (Err(e), _) | (_, Err(e)) => {
                 // A file briefly missing mid-rotation is retried at the next interval; it is
@@ -127,10 +130,7 @@ impl CertStore {
             }
         };
         {
-            let mut seen = self
-                .last_seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner());
             if seen.0 == cert && seen.1 == key {
                 return false;
             }
@@ -160,7 +160,10 @@ impl CertStore {
     }
 
     /// Compares the files with the served pair every `reload_interval` until `cancel`.
-    pub fn spawn_reloader(self: &Arc<Self>, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_reloader(
+        self: &Arc<Self>,
+        cancel: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(store.settings.reload_interval);
@@ -181,7 +184,12 @@ impl CertStore {
 
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap_or_else(|p| p.into_inner()).clone())
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
     }
 }
 
@@ -234,7 +242,11 @@ pub fn client_cert_user(der: &[u8]) -> Option<ClientCertUser> {
         .filter(|a| a.oid == CN)
         .find_map(text)
         .filter(|u| !u.is_empty())?;
-    let groups = subject.iter().filter(|a| a.oid == O).filter_map(text).collect();
+    let groups = subject
+        .iter()
+        .filter(|a| a.oid == O)
+        .filter_map(text)
+        .collect();
     Some(ClientCertUser { user, groups })
 }
 
@@ -311,6 +323,77 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cert_with(dn: &[(rcgen::DnType, &str)]) -> (String, String, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (t, v) in dn {
+            params.distinguished_name.push(t.clone(), *v);
+        }
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+    }
+
+    #[test]
+    fn the_subject_names_user_and_groups() {
+        let (_, _, der) = cert_with(&[
+            (rcgen::DnType::CommonName, "system:node:n1"),
+            (rcgen::DnType::OrganizationName, "system:nodes"),
+        ]);
+        assert_eq!(
+            client_cert_user(&der),
+            Some(ClientCertUser {
+                user: "system:node:n1".into(),
+                groups: vec!["system:nodes".into()],
+            })
+        );
+        let (_, _, der) = cert_with(&[(rcgen::DnType::OrganizationName, "x")]);
+        assert_eq!(client_cert_user(&der), None, "no CN: no user");
+        assert_eq!(client_cert_user(b"\x30\x03\x02\x01\x01"), None);
+        assert_eq!(client_cert_user(&[]), None);
+    }
+
+    #[test]
+    fn a_pair_must_match() {
+        let (cert_a, key_a, _) = cert_with(&[(rcgen::DnType::CommonName, "a")]);
+        let (_, key_b, _) = cert_with(&[(rcgen::DnType::CommonName, "b")]);
+        assert!(load_pair(cert_a.as_bytes(), key_a.as_bytes()).is_ok());
+        let e = load_pair(cert_a.as_bytes(), key_b.as_bytes()).unwrap_err();
+        assert!(e.contains("do not form a pair"), "{e}");
+        let e = load_pair(b"", key_a.as_bytes()).unwrap_err();
+        assert!(e.contains("no CERTIFICATE"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_new_pair_keeps_the_old_one_and_is_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_a, key_a, der_a) = cert_with(&[(rcgen::DnType::CommonName, "a")]);
+        let (cert_b, key_b, der_b) = cert_with(&[(rcgen::DnType::CommonName, "b")]);
+        let settings = TlsSettings {
+            cert_file: dir.path().join("tls.crt"),
+            key_file: dir.path().join("tls.key"),
+            client_ca_file: None,
+            reload_interval: Duration::from_secs(1),
+        };
+        std::fs::write(&settings.cert_file, &cert_a).unwrap();
+        std::fs::write(&settings.key_file, &key_a).unwrap();
+        let store = CertStore::load(settings.clone()).unwrap();
+        let served = |s: &CertStore| s.current.read().unwrap().cert[0].to_vec();
+        assert!(!store.reload(), "unchanged files: nothing to do");
+        std::fs::write(&settings.cert_file, &cert_b).unwrap();
+        assert!(!store.reload());
+        assert!(!store.reload(), "the same bad pair again");
+        assert_eq!(store.stats.reloads_failed.load(Ordering::Relaxed), 1);
+        assert_eq!(served(&store), der_a);
+        std::fs::remove_file(&settings.key_file).unwrap();
+        assert!(!store.reload(), "a missing file mid-rotation");
+        assert_eq!(store.stats.reloads_failed.load(Ordering::Relaxed), 1);
+        std::fs::write(&settings.key_file, &key_b).unwrap();
+        assert!(store.reload());
+        assert_eq!(served(&store), der_b);
+        assert_eq!(store.stats.reloads_ok.load(Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn bad_pem_is_a_clear_error() {

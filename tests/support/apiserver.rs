@@ -3705,7 +3705,11 @@ async fn access_review(State(reviews): State<ReviewsShared>, body: Bytes) -> Res
         return status(400, "BadRequest", "not a SubjectAccessReview");
     };
     let Some(attrs) = review.spec.non_resource_attributes.clone() else {
-        return status(400, "BadRequest", "only nonResourceAttributes are served here");
+        return status(
+            400,
+            "BadRequest",
+            "only nonResourceAttributes are served here",
+        );
     };
     let user = review.spec.user.clone().unwrap_or_default();
     let groups = review.spec.groups.clone().unwrap_or_default();

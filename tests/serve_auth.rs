@@ -262,6 +262,22 @@ async fn tls_with_a_test_ca_on_tls_1_3_and_1_2() {
         r.as_ref().map_or(true, |r| r.status().as_u16() != 200),
         "plain HTTP must not be served: {r:?}"
     );
+
+    // A client that connects and never says hello holds up neither others nor shutdown.
+    let silent = std::net::TcpStream::connect(&p.addr).unwrap();
+    let (der, _) = served_certificate(&p.addr, &ca.pem, rustls::DEFAULT_VERSIONS).await;
+    assert_eq!(der, leaf.der);
+    let started = Instant::now();
+    let code = tokio::task::spawn_blocking(move || p.terminate())
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "SIGTERM ends a TLS server cleanly");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "shutdown waited on an idle handshake: {:?}",
+        started.elapsed()
+    );
+    drop(silent);
     drop(f);
 }
 

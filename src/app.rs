@@ -111,6 +111,7 @@ async fn run_until_with(
     } else {
         None
     };
+    let auth_kube_client = kube_client.clone();
     if provider_kind == MetricsProvider::Host && !cfg.procfs.is_dir() {
         return Err(Error::Config {
             option: "--procfs",
@@ -150,6 +151,9 @@ async fn run_until_with(
         addr: cfg.listen.to_string(),
         source,
     })?;
+
+    let (tls_config, security, tls_reloader) =
+        serve_security(&cfg, auth_kube_client, &cancel).await?;
 
     let provider: Arc<dyn Provider> = store.clone();
     let mut watch_tasks = Vec::new();
@@ -230,15 +234,24 @@ async fn run_until_with(
         published: rx,
         stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
     };
-    let app = server::router(state);
+    let auth_on = security.auth.is_some();
+    let app = server::router_with(state, security);
     let server_cancel = cancel.clone();
+    let tls_on = tls_config.is_some();
     let mut server_task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(server_cancel.cancelled_owned())
-            .await
+        match tls_config {
+            Some(tls) => crate::api::tls::serve(listener, app, tls, server_cancel).await,
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(server_cancel.cancelled_owned())
+                    .await
+            }
+        }
     });
     tracing::info!(
         addr = %local,
+        tls = tls_on,
+        auth = if auth_on { "kubernetes" } else { "none" },
         node = %node_name,
         usage_source,
         "listening"
@@ -256,6 +269,9 @@ async fn run_until_with(
     // Sinks make their final push from the last snapshot (bounded), then the Lease goes.
     sinks.shutdown().await;
     let _ = tick_task.await;
+    if let Some(t) = tls_reloader {
+        let _ = t.await;
+    }
     let server_result = match server_result {
         Some(r) => Some(r),
         None => match tokio::time::timeout(cfg.shutdown_timeout, &mut server_task).await {
@@ -277,6 +293,56 @@ async fn run_until_with(
             Ok(())
         }
     }
+}
+
+/// The listener's TLS configuration (with its certificate reloader) and auth layer, from
+/// `--tls-*`, `--client-ca-file` and `--auth`. Files that cannot be used are config errors.
+async fn serve_security(
+    cfg: &Config,
+    kube_client: Option<kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<(
+    Option<Arc<rustls::ServerConfig>>,
+    server::Security,
+    Option<JoinHandle<()>>,
+)> {
+    use crate::api::{auth, tls};
+    let mut security = server::Security::default();
+    let mut tls_config = None;
+    let mut reloader = None;
+    if let Some(settings) = &cfg.serve.tls {
+        let store = tls::CertStore::load(settings.clone()).map_err(|reason| Error::Config {
+            option: "--tls-cert-file",
+            value: settings.cert_file.display().to_string(),
+            reason,
+        })?;
+        tls_config = Some(tls::server_config(store.clone()).map_err(|reason| {
+            Error::Config {
+                option: "--client-ca-file",
+                value: settings
+                    .client_ca_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                reason,
+            }
+        })?);
+        security.tls_stats = Some(store.stats.clone());
+        reloader = Some(store.spawn_reloader(cancel.clone()));
+    }
+    if let Some(settings) = &cfg.serve.auth {
+        let client = match kube_client {
+            Some(c) => c,
+            None => kubeclient::client(cfg.kubeconfig.as_deref()).await?,
+        };
+        if cfg.serve.tls.is_none() {
+            tracing::warn!(
+                "--auth kubernetes without TLS: bearer tokens cross the network in clear text; set --tls-cert-file and --tls-key-file"
+            );
+        }
+        security.auth = Some(Arc::new(auth::Authorizer::new(client, settings.clone())));
+    }
+    Ok((tls_config, security, reloader))
 }
 
 /// Makes a snapshot every `interval` (every 200 ms until the first ready one) and publishes it.

@@ -404,6 +404,35 @@ pub struct Cli {
     #[arg(long, env = "POD_NAME", value_name = "ID")]
     pub leader_elect_identity: Option<String>,
 
+    /// Serve over TLS with this certificate (PEM, chain allowed); needs --tls-key-file. Re-read
+    /// when it changes.
+    #[arg(long, env = "KUBE_PROBER_TLS_CERT_FILE", value_name = "PATH")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, env = "KUBE_PROBER_TLS_KEY_FILE", value_name = "PATH")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// How often the TLS files are checked for a new pair. [default: 10s]
+    #[arg(long, env = "KUBE_PROBER_TLS_RELOAD_INTERVAL", value_name = "DURATION")]
+    pub tls_reload_interval: Option<String>,
+
+    /// Verify client certificates against these CAs (PEM); a verified certificate's CN and O are
+    /// the user and groups for --auth kubernetes. Needs TLS and --auth kubernetes.
+    #[arg(long, env = "KUBE_PROBER_CLIENT_CA_FILE", value_name = "PATH")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Guard /metrics, /watcher and /watcher/health: `none`, or `kubernetes` (bearer tokens
+    /// checked with a TokenReview, access with a SubjectAccessReview, like kube-rbac-proxy).
+    /// [default: none]
+    #[arg(long, env = "KUBE_PROBER_AUTH", value_name = "MODE")]
+    pub auth: Option<String>,
+
+    /// How long TokenReview and SubjectAccessReview answers are reused; 0s turns caching off.
+    /// [default: 2m]
+    #[arg(long, env = "KUBE_PROBER_AUTH_CACHE_TTL", value_name = "DURATION")]
+    pub auth_cache_ttl: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

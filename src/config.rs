@@ -81,6 +81,12 @@ pub struct FileConfig {
     pub leader_elect_renew_deadline: Option<String>,
     pub leader_elect_retry_period: Option<String>,
     pub leader_elect_identity: Option<String>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_reload_interval: Option<String>,
+    pub client_ca_file: Option<PathBuf>,
+    pub auth: Option<String>,
+    pub auth_cache_ttl: Option<String>,
 }
 
 /// A push output.
@@ -139,6 +145,18 @@ pub struct LeaderSettings {
     pub renew_deadline: Duration,
     pub retry_period: Duration,
 }
+
+/// How the HTTP server is guarded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    /// `None`: plain HTTP.
+    pub tls: Option<crate::api::tls::TlsSettings>,
+    /// `None`: `/metrics` and `/watcher*` are open (`--auth none`).
+    pub auth: Option<crate::api::auth::AuthSettings>,
+}
+
+pub const DEFAULT_TLS_RELOAD_INTERVAL: &str = "10s";
+pub const DEFAULT_AUTH_CACHE_TTL: &str = "2m";
 
 /// The push outputs and their shared schedule.
 #[derive(Debug, Clone, PartialEq)]
@@ -276,6 +294,7 @@ pub struct Config {
     pub addon_keys: Vec<AddonKeys>,
     pub probes: ProbesConfig,
     pub sinks: SinksConfig,
+    pub serve: ServeConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -378,6 +397,7 @@ impl Config {
     /// Merges flags (already holding their environment fallbacks) over the file, and validates.
     pub fn resolve(mut cli: Cli, mut file: FileConfig) -> Result<Self> {
         let usage = Self::resolve_usage(&mut cli, &mut file)?;
+        let serve = Self::resolve_serve(&mut cli, &mut file)?;
         let sinks = Self::resolve_sinks(&mut cli, &mut file)?;
         let probes = Self::resolve_probes(&mut cli, &mut file)?;
         let ns_s = cli
@@ -514,7 +534,100 @@ impl Config {
             addon_keys,
             probes,
             sinks,
+            serve,
         })
+    }
+
+    fn resolve_serve(cli: &mut Cli, file: &mut FileConfig) -> Result<ServeConfig> {
+        let secs = Duration::from_secs;
+        let path_opt = |p: Option<PathBuf>, option: &'static str| -> Result<Option<PathBuf>> {
+            match p {
+                Some(p) if p.as_os_str().is_empty() => Err(invalid(option, "", "empty path")),
+                p => Ok(p),
+            }
+        };
+        let cert = path_opt(
+            cli.tls_cert_file.take().or(file.tls_cert_file.take()),
+            "--tls-cert-file",
+        )?;
+        let key = path_opt(
+            cli.tls_key_file.take().or(file.tls_key_file.take()),
+            "--tls-key-file",
+        )?;
+        let client_ca = path_opt(
+            cli.client_ca_file.take().or(file.client_ca_file.take()),
+            "--client-ca-file",
+        )?;
+        let reload_s = cli
+            .tls_reload_interval
+            .take()
+            .or(file.tls_reload_interval.take())
+            .unwrap_or_else(|| DEFAULT_TLS_RELOAD_INTERVAL.into());
+        let reload_interval = duration("--tls-reload-interval", &reload_s, secs(1), secs(3600))?;
+        let tls = match (cert, key) {
+            (None, None) => None,
+            (Some(c), None) => {
+                return Err(invalid(
+                    "--tls-cert-file",
+                    &c.display().to_string(),
+                    "needs --tls-key-file too (both or neither)",
+                ));
+            }
+            (None, Some(k)) => {
+                return Err(invalid(
+                    "--tls-key-file",
+                    &k.display().to_string(),
+                    "needs --tls-cert-file too (both or neither)",
+                ));
+            }
+            (Some(cert_file), Some(key_file)) => Some(crate::api::tls::TlsSettings {
+                cert_file,
+                key_file,
+                client_ca_file: client_ca.clone(),
+                reload_interval,
+            }),
+        };
+        let auth_s = cli
+            .auth
+            .take()
+            .or(file.auth.take())
+            .unwrap_or_else(|| "none".into());
+        let kubernetes = match auth_s.trim().to_ascii_lowercase().as_str() {
+            "none" | "" => false,
+            "kubernetes" => true,
+            _ => {
+                return Err(invalid("--auth", &auth_s, "expected none or kubernetes"));
+            }
+        };
+        let ttl_s = cli
+            .auth_cache_ttl
+            .take()
+            .or(file.auth_cache_ttl.take())
+            .unwrap_or_else(|| DEFAULT_AUTH_CACHE_TTL.into());
+        let cache_ttl = duration("--auth-cache-ttl", &ttl_s, Duration::ZERO, secs(3600))?;
+        if let Some(ca) = &client_ca {
+            let ca = ca.display().to_string();
+            if tls.is_none() {
+                return Err(invalid(
+                    "--client-ca-file",
+                    &ca,
+                    "client certificates need TLS: set --tls-cert-file and --tls-key-file",
+                ));
+            }
+            if !kubernetes {
+                return Err(invalid(
+                    "--client-ca-file",
+                    &ca,
+                    "a client certificate names a user to authorize: set --auth kubernetes",
+                ));
+            }
+        }
+        let auth = kubernetes.then_some(crate::api::auth::AuthSettings {
+            cache_ttl,
+            cache_capacity: crate::api::auth::CACHE_CAPACITY,
+            review_timeout: crate::api::auth::REVIEW_TIMEOUT,
+        });
+        Ok(ServeConfig { tls, auth })
     }
 
     fn resolve_sinks(cli: &mut Cli, file: &mut FileConfig) -> Result<SinksConfig> {
@@ -965,6 +1078,56 @@ mod tests {
 
     fn err(cli: Cli, file: FileConfig) -> String {
         Config::resolve(cli, file).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn serve_flags() {
+        fn cli(f: impl FnOnce(&mut Cli)) -> Cli {
+            let mut c = Cli::default();
+            f(&mut c);
+            c
+        }
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.serve.tls, None);
+        assert_eq!(c.serve.auth, None);
+        let file = FileConfig::parse(
+            "tls_cert_file: /t/tls.crt\ntls_key_file: /t/tls.key\nauth: Kubernetes\nauth_cache_ttl: 30s\nclient_ca_file: /t/ca.crt\ntls_reload_interval: 5s\n",
+        )
+        .unwrap();
+        let c = Config::resolve(Cli::default(), file).unwrap();
+        let tls = c.serve.tls.unwrap();
+        assert_eq!(tls.cert_file, PathBuf::from("/t/tls.crt"));
+        assert_eq!(tls.client_ca_file, Some(PathBuf::from("/t/ca.crt")));
+        assert_eq!(tls.reload_interval, Duration::from_secs(5));
+        assert_eq!(c.serve.auth.unwrap().cache_ttl, Duration::from_secs(30));
+        let e = err(
+            cli(|c| c.tls_cert_file = Some("/t/tls.crt".into())),
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--tls-cert-file") && e.contains("both or neither"),
+            "{e}"
+        );
+        let e = err(cli(|c| c.auth = Some("rbac".into())), FileConfig::default());
+        assert!(e.contains("--auth") && e.contains("'rbac'"), "{e}");
+        let e = err(
+            cli(|c| c.auth_cache_ttl = Some("soon".into())),
+            FileConfig::default(),
+        );
+        assert!(e.contains("--auth-cache-ttl"), "{e}");
+        let e = err(
+            cli(|c| c.tls_reload_interval = Some("100ms".into())),
+            FileConfig::default(),
+        );
+        assert!(e.contains("--tls-reload-interval"), "{e}");
+        let e = err(
+            cli(|c| {
+                c.client_ca_file = Some("/t/ca.crt".into());
+                c.auth = Some("kubernetes".into());
+            }),
+            FileConfig::default(),
+        );
+        assert!(e.contains("need TLS"), "{e}");
     }
 
     #[test]

@@ -81,13 +81,48 @@ impl AppState {
 
 /// The router with every endpoint.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    router_with(state, Security::default())
+}
+
+/// What guards the server: the auth layer on the protected paths, and the counters of auth and
+/// TLS shown on `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// `--auth kubernetes`: in front of `/metrics`, `/watcher` and `/watcher/health`.
+    pub auth: Option<Arc<super::auth::Authorizer>>,
+    pub tls_stats: Option<Arc<super::tls::TlsStats>>,
+}
+
+/// The server's own counters, rendered on every scrape.
+#[derive(Debug, Clone, Default)]
+struct ServerStats {
+    auth: Option<Arc<super::auth::AuthStats>>,
+    tls: Option<Arc<super::tls::TlsStats>>,
+}
+
+/// The router with every endpoint, `/metrics` and `/watcher*` behind `security.auth` when set;
+/// `/healthz` and `/readyz` stay open.
+pub fn router_with(state: AppState, security: Security) -> Router {
+    let stats = ServerStats {
+        auth: security.auth.as_ref().map(|a| a.stats.clone()),
+        tls: security.tls_stats.clone(),
+    };
+    let mut protected = Router::new()
         .route("/metrics", get(metrics))
         .route("/watcher", any(watcher_handler))
-        .route("/watcher/health", any(watcher_health))
+        .route("/watcher/health", any(watcher_health));
+    if let Some(auth) = security.auth {
+        protected = protected.route_layer(axum::middleware::from_fn_with_state(
+            auth,
+            super::auth::require,
+        ));
+    }
+    Router::new()
+        .merge(protected)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .layer(axum::Extension(stats))
         .with_state(state)
 }
 
@@ -119,7 +154,12 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
-async fn metrics(State(st): State<AppState>, method: Method, headers: HeaderMap) -> Response {
+async fn metrics(
+    State(st): State<AppState>,
+    axum::Extension(stats): axum::Extension<ServerStats>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
     let p = st.current();
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let head = match format {
@@ -142,19 +182,28 @@ async fn metrics(State(st): State<AppState>, method: Method, headers: HeaderMap)
         header::VARY,
         HeaderValue::from_static("Accept, Accept-Encoding"),
     );
-    let mut chunks = [head, tail];
+    let mut families = Vec::new();
+    if let Some(a) = &stats.auth {
+        families.extend(a.families());
+    }
+    if let Some(t) = &stats.tls {
+        families.extend(t.families());
+    }
+    let server = Bytes::from(prometheus::render_families(&families, format));
+    let mut chunks = [head, server, tail];
     if accepts_gzip(&headers) {
         let mut enc = flate2::write::GzEncoder::new(
-            Vec::with_capacity((chunks[0].len() + chunks[1].len()) / 4),
+            Vec::with_capacity((chunks[0].len() + chunks[1].len() + chunks[2].len()) / 4),
             flate2::Compression::fast(),
         );
         // Writing into a Vec cannot fail; fall back to the plain body if it somehow does.
         let gz = enc
             .write_all(&chunks[0])
             .and_then(|()| enc.write_all(&chunks[1]))
+            .and_then(|()| enc.write_all(&chunks[2]))
             .and_then(|()| enc.finish());
         if let Ok(gz) = gz {
-            chunks = [Bytes::from(gz), Bytes::new()];
+            chunks = [Bytes::from(gz), Bytes::new(), Bytes::new()];
             resp_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
     }

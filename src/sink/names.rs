@@ -386,6 +386,38 @@ pub const ALL: &[Family] = &[
     SNAPSHOT_AGE,
 ];
 
+/// `--auth kubernetes`: requests to the protected paths by outcome.
+pub const HTTP_AUTH_DECISIONS: Family = counter(
+    "kube_prober_http_auth_decisions",
+    "Requests to /metrics, /watcher and /watcher/health by path and decision (allowed; unauthenticated: 401; forbidden: 403; unavailable: 503, the API server did not answer a review).",
+    None,
+);
+pub const HTTP_AUTH_REVIEWS: Family = counter(
+    "kube_prober_http_auth_reviews",
+    "TokenReviews (review=token) and SubjectAccessReviews (review=access) sent to the API server, by result (ok: an answer; error: none, or an error status).",
+    None,
+);
+pub const HTTP_AUTH_CACHE_HITS: Family = counter(
+    "kube_prober_http_auth_cache_hits",
+    "Reviews answered from the cache (--auth-cache-ttl) instead of the API server.",
+    None,
+);
+/// TLS on the listener.
+pub const TLS_RELOADS: Family = counter(
+    "kube_prober_tls_reloads",
+    "Changed --tls-cert-file/--tls-key-file pairs by result (success: now served; error: rejected, the previous pair is still served).",
+    None,
+);
+
+/// Families the HTTP server renders from its own counters on every scrape of `/metrics` (only
+/// when TLS or auth is on); not in snapshots, so the push outputs do not carry them.
+pub const SERVER: &[Family] = &[
+    HTTP_AUTH_DECISIONS,
+    HTTP_AUTH_REVIEWS,
+    HTTP_AUTH_CACHE_HITS,
+    TLS_RELOADS,
+];
+
 /// One gke-prober metric and where its data is here: the Cloud Monitoring output writes
 /// `<prefix>/<suffix>` with gke-prober's label keys, so its dashboards keep working.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -250,6 +250,22 @@ pub fn render_tail(snap: &Snapshot, now: SystemTime, format: Format) -> String {
     w.out
 }
 
+/// Families kept outside the snapshot (the server's own counters, [`names::SERVER`]), rendered
+/// on each scrape; placed before [`render_tail`], which ends an OpenMetrics body.
+pub fn render_families(
+    families: &[(&'static Family, Vec<(Labels<'_>, f64)>)],
+    format: Format,
+) -> String {
+    let mut w = Writer {
+        out: String::with_capacity(1024),
+        format,
+    };
+    for (family, rows) in families {
+        w.family(family, rows);
+    }
+    w.out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

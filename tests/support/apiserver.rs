@@ -9,6 +9,9 @@
 //! - the discovery documents (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>/<version>`)
 //!   and the health endpoints (`/readyz`, `/livez`, `/healthz`: `ok`, or 500 after
 //!   [`ApiServer::set_healthy`]`(false)`);
+//! - authentication.k8s.io/v1 TokenReview and authorization.k8s.io/v1 SubjectAccessReview
+//!   (create only) against configurable known tokens and allowed (subject, path, verb) rules
+//!   ([`ApiServer::add_token`], [`ApiServer::allow`]), each review counted;
 //! - a `Status` JSON 404 for anything else.
 //!
 //! Protocol behaviour kept faithful to kube-apiserver:
@@ -1610,6 +1613,8 @@ pub struct ApiServer {
     pub url: String,
     pub addr: SocketAddr,
     state: Shared,
+    /// TokenReview and SubjectAccessReview (see the "Authentication and authorization" section).
+    reviews: ReviewsShared,
     task: tokio::task::JoinHandle<()>,
     background: Mutex<Vec<tokio::task::AbortHandle>>,
 }
@@ -1643,7 +1648,8 @@ pub async fn start_with(options: Options) -> ApiServer {
         .unwrap_or_else(|e| panic!("bind {}: {e}", options.listen));
     let addr = listener.local_addr().unwrap();
     let url = format!("http://{addr}");
-    let app = router(state.clone());
+    let reviews = ReviewsShared::default();
+    let app = with_reviews(router(state.clone()), reviews.clone());
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -1651,6 +1657,7 @@ pub async fn start_with(options: Options) -> ApiServer {
         url,
         addr,
         state,
+        reviews,
         task,
         background: Mutex::default(),
     }
@@ -3713,4 +3720,149 @@ fn fnv64(s: &str) -> u64 {
 /// A stable per-name number for uids.
 fn fnv(s: &str) -> u64 {
     fnv64(s) & 0xffff_ffff_ffff
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication and authorization: TokenReview and SubjectAccessReview (create)
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewStatus, UserInfo};
+use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessReviewStatus};
+
+pub const TOKEN_REVIEWS_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+pub const ACCESS_REVIEWS_PATH: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// What the review endpoints know and how often they were asked.
+#[derive(Debug, Default)]
+pub struct Reviews {
+    /// token -> (user, groups)
+    tokens: HashMap<String, (String, Vec<String>)>,
+    /// (user or group, non-resource path, verb) that are allowed. A path ending in `*` matches
+    /// the prefix, verb `*` any verb, as RBAC's nonResourceURLs.
+    rules: Vec<(String, String, String)>,
+    token_reviews: usize,
+    access_reviews: usize,
+    /// The SubjectAccessReviews received, as (user, groups, path, verb).
+    asked: Vec<(String, Vec<String>, String, String)>,
+    /// Answer every review with this status code instead (counted all the same).
+    failing: Option<u16>,
+}
+
+type ReviewsShared = Arc<Mutex<Reviews>>;
+
+fn with_reviews(app: Router, reviews: ReviewsShared) -> Router {
+    let reviews_router = Router::new()
+        .route(TOKEN_REVIEWS_PATH, axum::routing::post(token_review))
+        .route(ACCESS_REVIEWS_PATH, axum::routing::post(access_review))
+        .with_state(reviews);
+    app.merge(reviews_router)
+}
+
+async fn token_review(State(reviews): State<ReviewsShared>, body: Bytes) -> Response {
+    let Ok(mut review) = serde_json::from_slice::<TokenReview>(&body) else {
+        return status(400, "BadRequest", "not a TokenReview");
+    };
+    let mut r = reviews.lock().unwrap_or_else(|p| p.into_inner());
+    r.token_reviews += 1;
+    if let Some(code) = r.failing {
+        return status(code, "InternalError", "injected review failure");
+    }
+    let known = r.tokens.get(&review.spec.token).cloned();
+    review.status = Some(match known {
+        Some((user, groups)) => TokenReviewStatus {
+            authenticated: Some(true),
+            user: Some(UserInfo {
+                username: Some(user.clone()),
+                uid: Some(format!("uid-{user}")),
+                groups: Some(groups),
+                extra: None,
+            }),
+            ..Default::default()
+        },
+        None => TokenReviewStatus {
+            authenticated: Some(false),
+            error: Some("invalid bearer token".into()),
+            ..Default::default()
+        },
+    });
+    json(StatusCode::CREATED, &review)
+}
+
+async fn access_review(State(reviews): State<ReviewsShared>, body: Bytes) -> Response {
+    let Ok(mut review) = serde_json::from_slice::<SubjectAccessReview>(&body) else {
+        return status(400, "BadRequest", "not a SubjectAccessReview");
+    };
+    let Some(attrs) = review.spec.non_resource_attributes.clone() else {
+        return status(
+            400,
+            "BadRequest",
+            "only nonResourceAttributes are served here",
+        );
+    };
+    let user = review.spec.user.clone().unwrap_or_default();
+    let groups = review.spec.groups.clone().unwrap_or_default();
+    let path = attrs.path.unwrap_or_default();
+    let verb = attrs.verb.unwrap_or_default();
+    let mut r = reviews.lock().unwrap_or_else(|p| p.into_inner());
+    r.access_reviews += 1;
+    if let Some(code) = r.failing {
+        return status(code, "InternalError", "injected review failure");
+    }
+    r.asked
+        .push((user.clone(), groups.clone(), path.clone(), verb.clone()));
+    let allowed = r.rules.iter().any(|(subject, p, v)| {
+        (subject == &user || groups.contains(subject))
+            && (p == &path || p.strip_suffix('*').is_some_and(|pre| path.starts_with(pre)))
+            && (v == &verb || v == "*")
+    });
+    review.status = Some(SubjectAccessReviewStatus {
+        allowed,
+        reason: Some(if allowed {
+            "allowed by a stand-in rule".into()
+        } else {
+            "no stand-in rule allows it".into()
+        }),
+        ..Default::default()
+    });
+    json(StatusCode::CREATED, &review)
+}
+
+impl ApiServer {
+    fn reviews(&self) -> MutexGuard<'_, Reviews> {
+        self.reviews.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A bearer token the TokenReview endpoint accepts, for `user` in `groups`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        self.reviews().tokens.insert(
+            token.into(),
+            (user.into(), groups.iter().map(|g| g.to_string()).collect()),
+        );
+    }
+
+    /// Lets `subject` (a user or group) `verb` the non-resource URL `path`.
+    pub fn allow(&self, subject: &str, path: &str, verb: &str) {
+        self.reviews()
+            .rules
+            .push((subject.into(), path.into(), verb.into()));
+    }
+
+    /// Answers every TokenReview and SubjectAccessReview with `code` (`None`: answer again).
+    pub fn fail_reviews(&self, code: Option<u16>) {
+        self.reviews().failing = code;
+    }
+
+    /// TokenReviews received so far.
+    pub fn token_reviews(&self) -> usize {
+        self.reviews().token_reviews
+    }
+
+    /// SubjectAccessReviews received so far.
+    pub fn access_reviews(&self) -> usize {
+        self.reviews().access_reviews
+    }
+
+    /// The SubjectAccessReviews received, as (user, groups, path, verb).
+    pub fn access_reviews_asked(&self) -> Vec<(String, Vec<String>, String, String)> {
+        self.reviews().asked.clone()
+    }
 }

@@ -849,7 +849,8 @@ impl ClusterState {
         self.rv_tx.send_replace(rv);
     }
 
-    /// Ends every open watch stream now (cleanly, as when the server's watch timeout expires).
+    /// Ends every open watch stream now (cleanly, as when the server's watch timeout expires):
+    /// no event written after this call goes out on a stream opened before it.
     pub fn drop_watches(&mut self) {
         self.epoch_tx.send_modify(|e| *e += 1);
     }
@@ -2239,6 +2240,12 @@ impl WatchCursor {
             let state = self.state.clone();
             let out = {
                 let st = lock(&state);
+                // Checked under the lock `drop_watches` takes: a stream open before it never
+                // carries an event written after it (without this, a write racing the drop
+                // could still go out on the old stream).
+                if self.dropped() {
+                    return None;
+                }
                 self.drain(&st)
             };
             if !out.is_empty() {
@@ -2260,6 +2267,9 @@ impl WatchCursor {
                     let state = self.state.clone();
                     let out = {
                         let st = lock(&state);
+                        if self.dropped() {
+                            return None;
+                        }
                         let mut out = self.drain(&st);
                         if out.is_empty() && !self.finished {
                             self.last_rv = self.last_rv.max(st.resource_version);
@@ -2274,6 +2284,11 @@ impl WatchCursor {
                 }
             }
         }
+    }
+
+    /// Whether [`ClusterState::drop_watches`] ended this stream (or the server is gone).
+    fn dropped(&self) -> bool {
+        self.epoch_rx.has_changed().unwrap_or(true)
     }
 
     /// The lines for the events newer than `last_rv`, or the 410 if some were dropped from the

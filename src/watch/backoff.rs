@@ -7,13 +7,15 @@
 //!   `NewReflectorWithOptions`). kube-runtime's own backoff is reset by every `Ok` item, and the
 //!   watcher yields `Event::Init` before each relist, so consecutive LIST failures never grew.
 //! - [`paced`]: a kube client that honours `Retry-After` on 429 and 503: once the API server
-//!   has asked to wait, no request through that client leaves before the time it named
-//!   (capped at [`MAX_RETRY_AFTER`]). Requests are not retried here; the caller's own loop
+//!   has asked to wait, no request for the same API group through that client leaves before
+//!   the time it named (capped at [`MAX_RETRY_AFTER`]; per group, so an aggregated API's 503,
+//!   metrics.k8s.io for one, does not hold back the core watches or the leader Lease). Requests are not retried here; the caller's own loop
 //!   (the reflector backoff, a fetcher's interval) decides when to try again, and the wait
 //!   makes that try no earlier than the server asked. The same wrapper tells a reflector about
 //!   every WATCH request it sends, which is how re-watches after a cleanly closed stream (no
 //!   event at all from kube-runtime) are counted.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -124,36 +126,52 @@ pub fn retry_after(status: StatusCode, headers: &http::HeaderMap) -> Option<Dura
     Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
-/// Shared between a [`paced`] client's clones: the earliest time the next request may leave.
+/// Shared between a [`paced`] client's clones: per API group, the earliest time the next
+/// request may leave.
 #[derive(Default)]
 pub struct Pacing {
-    not_before: Mutex<Option<Instant>>,
+    not_before: Mutex<HashMap<String, Instant>>,
     on_watch: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Pacing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pacing")
-            .field("not_before", &self.not_before())
+            .field("not_before", &self.not_before)
             .finish_non_exhaustive()
     }
 }
 
 impl Pacing {
-    /// Until when the server asked this client to wait, if that is still ahead.
-    pub fn not_before(&self) -> Option<Instant> {
-        let at = *self.not_before.lock().unwrap_or_else(|p| p.into_inner());
-        at.filter(|t| *t > Instant::now())
+    /// Until when the server asked this client to wait before requests to `path`'s API group,
+    /// if that is still ahead.
+    pub fn not_before(&self, path: &str) -> Option<Instant> {
+        let g = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(api_group(path)).copied().filter(|t| *t > Instant::now())
     }
 
-    fn observe(&self, status: StatusCode, headers: &http::HeaderMap) {
+    fn observe(&self, path: &str, status: StatusCode, headers: &http::HeaderMap) {
         if let Some(wait) = retry_after(status, headers) {
             let until = Instant::now() + wait;
             let mut g = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
-            *g = Some(g.map_or(until, |t| t.max(until)));
+            let now = Instant::now();
+            g.retain(|_, t| *t > now);
+            let at = g.entry(api_group(path).to_string()).or_insert(until);
+            *at = (*at).max(until);
             tracing::debug!(status = status.as_u16(), ?wait, "API server asked to wait (Retry-After)");
         }
     }
+}
+
+/// `/api` for the core group, `/apis/<group>` for the others, the first segment otherwise.
+fn api_group(path: &str) -> &str {
+    let mut ends = path.match_indices('/').map(|(i, _)| i).skip(1);
+    let end = if path.starts_with("/apis/") {
+        ends.nth(1)
+    } else {
+        ends.next()
+    };
+    &path[..end.unwrap_or(path.len())]
 }
 
 fn is_watch(req: &Request<Body>) -> bool {
@@ -185,7 +203,8 @@ impl tower_service::Service<Request<Body>> for Paced {
         let inner = self.inner.clone();
         let pacing = self.pacing.clone();
         Box::pin(async move {
-            if let Some(at) = pacing.not_before() {
+            let path = req.uri().path().to_string();
+            if let Some(at) = pacing.not_before(&path) {
                 tokio::time::sleep_until(at).await;
             }
             if is_watch(&req)
@@ -194,7 +213,7 @@ impl tower_service::Service<Request<Body>> for Paced {
                 f();
             }
             let res = inner.send(req).await?;
-            pacing.observe(res.status(), res.headers());
+            pacing.observe(&path, res.status(), res.headers());
             Ok(res)
         })
     }
@@ -207,7 +226,7 @@ pub fn paced(
 ) -> (kube::Client, Arc<Pacing>) {
     let ns = client.default_namespace().to_string();
     let pacing = Arc::new(Pacing {
-        not_before: Mutex::new(None),
+        not_before: Mutex::new(HashMap::new()),
         on_watch,
     });
     let svc = Paced {
@@ -268,6 +287,16 @@ mod tests {
         let min = ds.iter().min().copied().unwrap_or_default();
         let max = ds.iter().max().copied().unwrap_or_default();
         assert!(max - min > Duration::from_millis(400), "{min:?}..{max:?}");
+    }
+
+    #[test]
+    fn gates_are_per_api_group() {
+        assert_eq!(api_group("/api/v1/namespaces/x/pods"), "/api");
+        assert_eq!(api_group("/apis/metrics.k8s.io/v1beta1/nodes"), "/apis/metrics.k8s.io");
+        assert_eq!(api_group("/apis/apps/v1/daemonsets"), "/apis/apps");
+        assert_eq!(api_group("/apis"), "/apis");
+        assert_eq!(api_group("/version"), "/version");
+        assert_eq!(api_group(""), "");
     }
 
     #[test]

@@ -95,7 +95,13 @@ async fn setup() -> ApiServer {
     .await
 }
 
-fn start(api: &ApiServer) -> (Arc<Store>, CancellationToken, Vec<tokio::task::JoinHandle<()>>) {
+fn start(
+    api: &ApiServer,
+) -> (
+    Arc<Store>,
+    CancellationToken,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let store = Arc::new(Store::new());
     let cancel = CancellationToken::new();
     let (_stores, tasks) = spawn(
@@ -207,9 +213,12 @@ async fn list_failures_back_off_growing_and_honour_retry_after() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!store.snapshot(SystemTime::now()).sources_synced);
 
-    let (cs, _) = until(&store, "nodes listed after the faults", Duration::from_secs(30), |cs| {
-        cs.nodes.len() == 2
-    })
+    let (cs, _) = until(
+        &store,
+        "nodes listed after the faults",
+        Duration::from_secs(30),
+        |cs| cs.nodes.len() == 2,
+    )
     .await;
     let converged = started.elapsed();
     assert_eq!(node_names(&cs), ["n1", "n2"]);
@@ -226,11 +235,20 @@ async fn list_failures_back_off_growing_and_honour_retry_after() {
     // Lower bounds are exact (a timer never fires early); upper bounds allow 2 s of scheduling
     // slack on a loaded machine over the jittered maximum (2× the base).
     let tol = Duration::from_millis(5);
-    assert!(gaps[0] + tol >= Duration::from_secs(2), "Retry-After: 2 honoured: {gaps:?}");
+    assert!(
+        gaps[0] + tol >= Duration::from_secs(2),
+        "Retry-After: 2 honoured: {gaps:?}"
+    );
     assert!(gaps[0] < Duration::from_millis(1600 + 2000), "{gaps:?}");
-    assert!(gaps[1] + tol >= Duration::from_millis(1600), "grown to 1.6 s: {gaps:?}");
+    assert!(
+        gaps[1] + tol >= Duration::from_millis(1600),
+        "grown to 1.6 s: {gaps:?}"
+    );
     assert!(gaps[1] < Duration::from_millis(3200 + 2000), "{gaps:?}");
-    assert!(gaps[2] + tol >= Duration::from_millis(3200), "grown to 3.2 s: {gaps:?}");
+    assert!(
+        gaps[2] + tol >= Duration::from_millis(3200),
+        "grown to 3.2 s: {gaps:?}"
+    );
     assert!(gaps[2] < Duration::from_millis(6400 + 2000), "{gaps:?}");
 
     let (restarts, relists) = counts(&store, "watch_nodes");

@@ -313,10 +313,17 @@ mod tests {
         let (addr, st) = serve(vec![(500, Some("5"))]).await;
         assert_eq!(get(&addr).await.status, StatusCode::OK);
         let g = gaps(&st.lock().unwrap().1);
-        assert!(g[0] < Duration::from_secs(1), "a 500's Retry-After is not ours to honour: {g:?}");
+        assert!(
+            g[0] < Duration::from_secs(1),
+            "a 500's Retry-After is not ours to honour: {g:?}"
+        );
 
         let (addr, st) = serve(vec![(429, Some("3600"))]).await;
         assert_eq!(get(&addr).await.status, StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(st.lock().unwrap().1.len(), 1, "no retry before the hour is up");
+        assert_eq!(
+            st.lock().unwrap().1.len(),
+            1,
+            "no retry before the hour is up"
+        );
     }
 }

@@ -147,7 +147,9 @@ impl Pacing {
     /// if that is still ahead.
     pub fn not_before(&self, path: &str) -> Option<Instant> {
         let g = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
-        g.get(api_group(path)).copied().filter(|t| *t > Instant::now())
+        g.get(api_group(path))
+            .copied()
+            .filter(|t| *t > Instant::now())
     }
 
     fn observe(&self, path: &str, status: StatusCode, headers: &http::HeaderMap) {
@@ -158,7 +160,11 @@ impl Pacing {
             g.retain(|_, t| *t > now);
             let at = g.entry(api_group(path).to_string()).or_insert(until);
             *at = (*at).max(until);
-            tracing::debug!(status = status.as_u16(), ?wait, "API server asked to wait (Retry-After)");
+            tracing::debug!(
+                status = status.as_u16(),
+                ?wait,
+                "API server asked to wait (Retry-After)"
+            );
         }
     }
 }
@@ -175,10 +181,9 @@ fn api_group(path: &str) -> &str {
 }
 
 fn is_watch(req: &Request<Body>) -> bool {
-    req.uri().query().is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == "watch=true" || kv == "watch=1")
-    })
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
 }
 
 /// A tower service over a kube client that waits out `Retry-After` before each request.
@@ -245,7 +250,10 @@ mod tests {
         let mut b = ReflectorBackoff::default();
         let t0 = Instant::now();
         let bases: Vec<u64> = (0..9)
-            .map(|i| b.next_delay_with(t0 + Duration::from_secs(i), 0.0).as_millis() as u64)
+            .map(|i| {
+                b.next_delay_with(t0 + Duration::from_secs(i), 0.0)
+                    .as_millis() as u64
+            })
             .collect();
         assert_eq!(
             bases,
@@ -253,7 +261,10 @@ mod tests {
         );
         // Jitter up to twice the base: the longest pause lies in [30 s, 60 s).
         let d = b.next_delay_with(t0 + Duration::from_secs(10), 0.999);
-        assert!(d >= Duration::from_secs(59) && d < Duration::from_secs(60), "{d:?}");
+        assert!(
+            d >= Duration::from_secs(59) && d < Duration::from_secs(60),
+            "{d:?}"
+        );
     }
 
     #[test]
@@ -282,8 +293,10 @@ mod tests {
                 c.next_delay(t0)
             })
             .collect();
-        assert!(ds.iter().all(|d| *d >= Duration::from_millis(800)
-            && *d < Duration::from_millis(1600)));
+        assert!(
+            ds.iter()
+                .all(|d| *d >= Duration::from_millis(800) && *d < Duration::from_millis(1600))
+        );
         let min = ds.iter().min().copied().unwrap_or_default();
         let max = ds.iter().max().copied().unwrap_or_default();
         assert!(max - min > Duration::from_millis(400), "{min:?}..{max:?}");
@@ -292,7 +305,10 @@ mod tests {
     #[test]
     fn gates_are_per_api_group() {
         assert_eq!(api_group("/api/v1/namespaces/x/pods"), "/api");
-        assert_eq!(api_group("/apis/metrics.k8s.io/v1beta1/nodes"), "/apis/metrics.k8s.io");
+        assert_eq!(
+            api_group("/apis/metrics.k8s.io/v1beta1/nodes"),
+            "/apis/metrics.k8s.io"
+        );
         assert_eq!(api_group("/apis/apps/v1/daemonsets"), "/apis/apps");
         assert_eq!(api_group("/apis"), "/apis");
         assert_eq!(api_group("/version"), "/version");

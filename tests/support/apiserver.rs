@@ -1706,7 +1706,9 @@ impl ApiServer {
 
     /// Answers the next requests of `verb` on `kind` with `faults`, one each, in order.
     pub fn fail_in_turn(&self, kind: Kind, verb: Verb, faults: Vec<Fault>) {
-        self.state().fault_queues.insert((kind, verb), faults.into());
+        self.state()
+            .fault_queues
+            .insert((kind, verb), faults.into());
     }
 
     /// See [`ClusterState::cut_watches`].
@@ -2349,7 +2351,9 @@ impl WatchCursor {
         let epoch = *self.epoch_rx.borrow();
         if !self.cut && !self.finished && epoch == self.cut_epoch.load(Ordering::SeqCst) {
             self.cut = true;
-            return Some(Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"na"));
+            return Some(Bytes::from_static(
+                b"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"na",
+            ));
         }
         None
     }

@@ -146,6 +146,20 @@ async fn until(
     }
 }
 
+/// Waits until `n` watch streams are open: a watcher whose LIST is done may not have sent its
+/// WATCH yet, and a fault injected before that would miss it.
+async fn watches_open(api: &ApiServer, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.open_watches() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{} watches open, not {n}",
+            api.open_watches()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn node_names(cs: &ClusterState) -> Vec<String> {
     let mut v: Vec<_> = cs.nodes.iter().map(|n| n.name.clone()).collect();
     v.sort();
@@ -283,6 +297,7 @@ async fn cut_dropped_and_expired_watches_end_equal_to_the_server() {
     // Cut mid-event (half an event line, then the body fails). kube-client ends the stream
     // on the unexpected EOF as it does on a clean close ("resumable"), so the watchers
     // re-watch at once from their resource version (no relist) and count it as `closed`.
+    watches_open(&api, 2).await;
     api.cut_watches();
     api.upsert(&pod("p1", "n1", 1));
     api.upsert(&pod("p3", "n3", 0));
@@ -305,6 +320,7 @@ async fn cut_dropped_and_expired_watches_end_equal_to_the_server() {
 
     // Dropped cleanly, and the next two WATCH requests for nodes answered 500: the re-watch
     // backs off (0.8–1.6 s, then 1.6–3.2 s) and resumes from its resource version.
+    watches_open(&api, 2).await;
     api.fail_in_turn(
         Kind::of::<Node>(),
         Verb::Watch,
@@ -357,6 +373,7 @@ async fn cut_dropped_and_expired_watches_end_equal_to_the_server() {
 
     // History compacted, streams dropped: the resumed watch gets 410, the watcher relists and
     // a deletion it never saw as an event (p1, n1) is gone after the relist.
+    watches_open(&api, 2).await;
     let expired_at = Instant::now();
     api.compact();
     api.drop_watches();

@@ -107,7 +107,9 @@ async fn run_until_with(
     let needs_kube =
         choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
     let kube_client = if needs_kube {
-        Some(kubeclient::client(choice.kubeconfig.as_deref()).await?)
+        Some(kubeclient::honour_retry_after(
+            kubeclient::client(choice.kubeconfig.as_deref()).await?,
+        ))
     } else {
         None
     };

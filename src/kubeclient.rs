@@ -35,3 +35,9 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
     config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| kube_err("building the Kubernetes client", e))
 }
+
+/// `client` with a `Retry-After` gate: after a 429 or 503 naming a time, no request to the same
+/// API group leaves before it (see [`crate::watch::backoff::paced`]).
+pub fn honour_retry_after(client: kube::Client) -> kube::Client {
+    crate::watch::backoff::paced(client, None).0
+}

@@ -33,7 +33,8 @@ pub struct Published {
     pub watcher: Option<WatcherBodies>,
     /// `/watcher/health`: whether the usage source behind `/watcher` is healthy.
     pub watcher_healthy: bool,
-    /// `/readyz`: a tick has been made after every source's first run.
+    /// `/readyz`: a tick has been made after every watcher's first successful list and every
+    /// other source's first run ([`crate::model::SourceStatus::synced`]).
     pub ready: bool,
 }
 
@@ -283,20 +284,28 @@ async fn readyz(State(st): State<AppState>) -> Response {
     if p.ready {
         return (StatusCode::OK, "ready\n").into_response();
     }
-    let waiting: Vec<&str> = p
-        .snapshot
-        .sources
-        .values()
-        .filter(|s| s.runs == 0)
-        .map(|s| s.name.as_str())
-        .collect();
+    let waiting = |watchers: bool| {
+        p.snapshot
+            .sources
+            .values()
+            .filter(|s| !s.synced() && s.needs_success == watchers)
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let msg = if p.snapshot.tick == 0 {
         "not ready: no snapshot yet\n".to_string()
     } else {
-        format!(
-            "not ready: waiting for the first run of: {}\n",
-            waiting.join(", ")
-        )
+        // Watchers wait for a successful list; other sources for any run.
+        let parts: Vec<String> = [
+            (waiting(true), "the first successful list of"),
+            (waiting(false), "the first run of"),
+        ]
+        .into_iter()
+        .filter(|(names, _)| !names.is_empty())
+        .map(|(names, what)| format!("{what}: {names}"))
+        .collect();
+        format!("not ready: waiting for {}\n", parts.join("; "))
     };
     (StatusCode::SERVICE_UNAVAILABLE, msg).into_response()
 }

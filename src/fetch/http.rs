@@ -1,6 +1,7 @@
 //! The HTTP side every remote backend shares: TLS (CA file, insecure skip-verify), a bearer
 //! token from a value or a file (re-read on every request, so rotated tokens are picked up),
-//! retries with backoff on transport errors, 429 and 5xx, and a hard limit on body size.
+//! retries with backoff on transport errors, 429 and 5xx (no earlier than a 429's or 503's
+//! `Retry-After`), and a hard limit on body size.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -147,26 +148,33 @@ impl HttpBackend {
                 req = req.header(header, token_value(t));
             }
             let last = tries > self.cfg.retries;
+            let mut wait = pause;
             match self.once(what, req).await {
-                Ok(a)
+                Ok((a, asked))
                     if (a.status.is_server_error()
                         || a.status == StatusCode::TOO_MANY_REQUESTS)
-                        && !last =>
+                        && !last
+                        && asked.is_none_or(|d| d <= MAX_RETRY_AFTER) =>
                 {
-                    tracing::debug!(what, status = a.status.as_u16(), tries, "retrying");
+                    // The server's `Retry-After` (429/503) wins over a shorter pause of ours.
+                    wait = wait.max(asked.unwrap_or_default());
+                    tracing::debug!(what, status = a.status.as_u16(), tries, ?wait, "retrying");
                 }
-                Ok(a) => return Ok(a),
+                // Asked to wait longer than we retry for: the answer goes back as it is, and
+                // the source's next run tries again.
+                Ok((a, _)) => return Ok(a),
                 Err(e @ Error::Http { .. }) if !last => {
                     tracing::debug!(what, error = %e, tries, "retrying");
                 }
                 Err(e) => return Err(e),
             }
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(wait).await;
             pause = pause.saturating_mul(2);
         }
     }
 
-    async fn once(&self, what: &str, req: RequestBuilder) -> Result<Answer> {
+    /// One try: the answer and the `Retry-After` it asked for (429 and 503, in seconds).
+    async fn once(&self, what: &str, req: RequestBuilder) -> Result<(Answer, Option<Duration>)> {
         let mut resp = req.send().await.map_err(|e| {
             let kind = if e.is_timeout() {
                 "timed out"
@@ -178,6 +186,7 @@ impl HttpBackend {
             http_err(what, format!("{kind}: {e}"))
         })?;
         let status = resp.status();
+        let asked = retry_after(status, resp.headers());
         let limit = self.cfg.max_body_bytes;
         if resp.content_length().is_some_and(|n| n > limit as u64) {
             return Err(http_err(
@@ -199,11 +208,33 @@ impl HttpBackend {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Answer {
-            status,
-            body: body.freeze(),
-        })
+        Ok((
+            Answer {
+                status,
+                body: body.freeze(),
+            },
+            asked,
+        ))
     }
+}
+
+/// The longest `Retry-After` a retry waits for; a longer one ends the retries.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// `Retry-After` in seconds on a 429 or 503 (the form Prometheus, SignalFx and the API server
+/// send; an HTTP date is ignored and the usual pause applies).
+fn retry_after(status: StatusCode, headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs))
 }
 
 /// `Authorization: Bearer <token>`.
@@ -214,4 +245,85 @@ pub fn bearer(token: &str) -> String {
 /// The token as it is (e.g. `X-SF-Token`).
 pub fn plain(token: &str) -> String {
     token.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    type Answers = Arc<Mutex<(VecDeque<(u16, Option<&'static str>)>, Vec<Instant>)>>;
+
+    /// A server on 127.0.0.1 answering `answers` in turn (then 200), noting when each request came.
+    async fn serve(answers: Vec<(u16, Option<&'static str>)>) -> (String, Answers) {
+        let state: Answers = Arc::new(Mutex::new((answers.into(), Vec::new())));
+        let s = state.clone();
+        let app = axum::Router::new().fallback(move || {
+            let s = s.clone();
+            async move {
+                let mut g = s.lock().unwrap();
+                g.1.push(Instant::now());
+                let (code, ra) = g.0.pop_front().unwrap_or((200, None));
+                let mut r = axum::response::Response::new(axum::body::Body::from("x"));
+                *r.status_mut() = axum::http::StatusCode::from_u16(code).unwrap();
+                if let Some(ra) = ra {
+                    r.headers_mut()
+                        .insert("retry-after", axum::http::HeaderValue::from_static(ra));
+                }
+                r
+            }
+        });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        (format!("http://{addr}"), state)
+    }
+
+    fn gaps(times: &[Instant]) -> Vec<Duration> {
+        times.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    async fn get(address: &str) -> Answer {
+        let mut cfg = HttpConfig::new(address);
+        cfg.backoff = Duration::from_millis(50);
+        let b = HttpBackend::new(cfg).unwrap();
+        let url = b.url("/x");
+        b.send("test", "Authorization", bearer, |c| c.get(&url))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn retry_after_on_429_and_503_is_waited_for() {
+        let (addr, st) = serve(vec![(429, Some("1")), (503, Some("1"))]).await;
+        let a = get(&addr).await;
+        assert_eq!(a.status, StatusCode::OK);
+        let g = gaps(&st.lock().unwrap().1);
+        assert_eq!(g.len(), 2, "{g:?}");
+        for d in g {
+            // Our own pause would be 50 then 100 ms; the server asked for 1 s each time.
+            assert!(d >= Duration::from_millis(990), "retried after {d:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_500_keeps_the_own_pause_and_a_too_long_retry_after_ends_the_retries() {
+        let (addr, st) = serve(vec![(500, Some("5"))]).await;
+        assert_eq!(get(&addr).await.status, StatusCode::OK);
+        let g = gaps(&st.lock().unwrap().1);
+        assert!(
+            g[0] < Duration::from_secs(1),
+            "a 500's Retry-After is not ours to honour: {g:?}"
+        );
+
+        let (addr, st) = serve(vec![(429, Some("3600"))]).await;
+        assert_eq!(get(&addr).await.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            st.lock().unwrap().1.len(),
+            1,
+            "no retry before the hour is up"
+        );
+    }
 }

@@ -99,6 +99,27 @@ pub struct SourceStatus {
     /// Whether the newest run succeeded.
     pub up: bool,
     pub last_error: Option<String>,
+    /// The Kubernetes resource a watcher follows (`nodes`, `pods`, ...); `None` for others.
+    pub resource: Option<String>,
+    /// Readiness waits for a successful run of this source (the watchers), not just any run.
+    pub needs_success: bool,
+    /// New WATCH requests without a relist, by why the previous watch ended.
+    pub watch_restarts: BTreeMap<String, u64>,
+    /// Lists after the first, by reason.
+    pub relists: BTreeMap<String, u64>,
+}
+
+impl SourceStatus {
+    /// Whether readiness may stop waiting for this source: a watcher once it has listed
+    /// successfully, any other source once it has run at all (a failed run shows on
+    /// `/watcher/health` and the self-metrics instead of taking the pod out of its Service).
+    pub fn synced(&self) -> bool {
+        if self.needs_success {
+            self.last_success.is_some()
+        } else {
+            self.runs > 0
+        }
+    }
 }
 
 /// Latest outcome of one probe against one target, plus counters.
@@ -137,7 +158,7 @@ pub struct Snapshot {
     pub tick: u64,
     /// How long the previous tick took (snapshot plus rendering).
     pub last_tick_duration: Duration,
-    /// True once every registered source has finished at least one run.
+    /// True once every registered source is [`SourceStatus::synced`].
     pub sources_synced: bool,
     pub cluster: ClusterInfo,
     /// What the Kubernetes watchers derived (cluster and node roles); shared, not copied.

@@ -63,6 +63,22 @@ pub trait SourceRecorder: Send + Sync {
         duration: Duration,
         outcome: RunOutcome,
     );
+    /// Announce a watcher of the Kubernetes `resource` (`nodes`, `pods`, ...): readiness waits
+    /// for its first successful list, not just any run.
+    fn register_watch(&self, source: &str, resource: &str) {
+        let _ = resource;
+        self.register_source(source);
+    }
+    /// A watcher opened a new WATCH without relisting, because the previous one ended for
+    /// `reason` (`closed`: the server ended the stream; `error`: it failed or could not start).
+    fn record_watch_restart(&self, source: &str, reason: &str) {
+        let _ = (source, reason);
+    }
+    /// A watcher listed again after its first list, for `reason` (`expired`: 410 Gone;
+    /// `list_failed`: the previous list failed; `no_resource_version`).
+    fn record_relist(&self, source: &str, reason: &str) {
+        let _ = (source, reason);
+    }
 }
 
 /// Self-telemetry of the outputs that push.

@@ -91,7 +91,7 @@ impl Store {
             .iter()
             .map(|(name, st)| (name.clone(), node_load(name, st)))
             .collect();
-        let sources_synced = inner.sources.values().all(|s| s.runs > 0);
+        let sources_synced = inner.sources.values().all(SourceStatus::synced);
         Snapshot {
             generated_at: now,
             tick: inner.ticks,
@@ -302,6 +302,33 @@ impl SourceRecorder for Store {
                 st.last_error = Some(message);
             }
         }
+    }
+
+    fn register_watch(&self, source: &str, resource: &str) {
+        let mut inner = self.lock();
+        let st = Self::source_mut(&mut inner, source);
+        st.resource = Some(resource.to_string());
+        st.needs_success = true;
+    }
+
+    fn record_watch_restart(&self, source: &str, reason: &str) {
+        let mut inner = self.lock();
+        let st = Self::source_mut(&mut inner, source);
+        *st.watch_restarts.entry(reason.to_string()).or_default() += 1;
+    }
+
+    fn record_relist(&self, source: &str, reason: &str) {
+        let mut inner = self.lock();
+        let st = Self::source_mut(&mut inner, source);
+        *st.relists.entry(reason.to_string()).or_default() += 1;
+    }
+}
+
+impl Store {
+    fn source_mut<'a>(inner: &'a mut Inner, source: &str) -> &'a mut SourceStatus {
+        let st = inner.sources.entry(source.to_string()).or_default();
+        st.name = source.to_string();
+        st
     }
 }
 

@@ -264,6 +264,16 @@ pub const SOURCE_LAST_SUCCESS: Family = gauge(
     "Unix time of the newest successful run of each source (absent before the first).",
     Some("seconds"),
 );
+pub const WATCH_RESTARTS: Family = counter(
+    "kube_prober_watch_restarts",
+    "WATCH requests a Kubernetes watcher sent again without relisting, by resource and why the previous watch ended (closed, error).",
+    None,
+);
+pub const WATCH_RELISTS: Family = counter(
+    "kube_prober_watch_relists",
+    "Lists a Kubernetes watcher made after its first, by resource and reason (expired, list_failed, no_resource_version).",
+    None,
+);
 
 pub const SINK_PUSHES: Family = counter(
     "kube_prober_sink_pushes",
@@ -372,6 +382,8 @@ pub const ALL: &[Family] = &[
     SOURCE_DROPPED_VALUES,
     SOURCE_LAST_RUN_DURATION,
     SOURCE_LAST_SUCCESS,
+    WATCH_RESTARTS,
+    WATCH_RELISTS,
     SINK_PUSHES,
     SINK_FAILURES,
     SINK_SKIPPED_TICKS,

@@ -458,6 +458,23 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
         &names::SOURCE_LAST_SUCCESS,
         &per_source(|s| s.last_success.map(unix_seconds)),
     );
+    let by_resource =
+        |f: fn(&crate::model::SourceStatus) -> &std::collections::BTreeMap<String, u64>| {
+            snap.sources
+                .values()
+                .filter_map(|s| s.resource.as_deref().map(|r| (r, f(s))))
+                .flat_map(|(resource, m)| {
+                    m.iter().map(move |(reason, n)| {
+                        (
+                            vec![("resource", resource), ("reason", reason.as_str())],
+                            *n as f64,
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+    w.family(&names::WATCH_RESTARTS, &by_resource(|s| &s.watch_restarts));
+    w.family(&names::WATCH_RELISTS, &by_resource(|s| &s.relists));
 
     let per_sink = |f: fn(&crate::model::SinkStatus) -> Option<f64>| {
         snap.sinks

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
 use crate::model::{ClusterState, PodFacts};
 use crate::provider::{Provider, RunOutcome};
@@ -215,12 +216,120 @@ pub fn trim_deployment(d: &mut Deployment, keys: &[String]) {
     d.status = None;
 }
 
-/// Starts one reflector; each completed (re)list counts as a run of `source`, each watch error
-/// as a failed run (the watcher backs off and retries by itself).
-fn reflect<K>(
-    api: Api<K>,
-    wc: watcher::Config,
+/// One watcher's bookkeeping: relists and WATCH restarts by reason, and the client-go pause
+/// after each failure. Fed by the watcher's events and by its client (every WATCH request), so
+/// a stream the server closed cleanly, which kube-runtime reopens without any event, is
+/// counted too.
+struct WatchBook {
     source: &'static str,
+    provider: Arc<dyn Provider>,
+    state: std::sync::Mutex<BookState>,
+}
+
+#[derive(Default)]
+struct BookState {
+    /// `Event::Init`s seen: the first is the initial list, every later one a relist.
+    inits: u64,
+    /// A list just completed: the next WATCH is its first, not a restart.
+    after_list: bool,
+    restart_reason: Option<&'static str>,
+    relist_reason: Option<&'static str>,
+    backoff: ReflectorBackoff,
+}
+
+impl WatchBook {
+    fn new(source: &'static str, resource: &'static str, provider: Arc<dyn Provider>) -> Arc<Self> {
+        provider.source().register_watch(source, resource);
+        Arc::new(WatchBook {
+            source,
+            provider,
+            state: Default::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BookState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `client` with a `Retry-After` gate that reports this watcher's WATCH requests.
+    fn client(self: &Arc<Self>, client: kube::Client) -> kube::Client {
+        let book = self.clone();
+        paced(client, Some(Box::new(move || book.on_watch_request()))).0
+    }
+
+    fn on_init(&self) {
+        let mut st = self.lock();
+        if st.inits > 0 {
+            let reason = st.relist_reason.take().unwrap_or("unknown");
+            tracing::info!(source = self.source, reason, "relisting");
+            self.provider.source().record_relist(self.source, reason);
+        }
+        st.inits += 1;
+    }
+
+    fn on_listed(&self) {
+        let mut st = self.lock();
+        st.after_list = true;
+        st.restart_reason = None;
+    }
+
+    fn on_watch_request(&self) {
+        let mut st = self.lock();
+        if std::mem::take(&mut st.after_list) {
+            return;
+        }
+        let reason = st.restart_reason.take().unwrap_or("closed");
+        tracing::debug!(source = self.source, reason, "watch restarted");
+        self.provider
+            .source()
+            .record_watch_restart(self.source, reason);
+    }
+
+    /// Counts the failure as a failed run, notes what the watcher will do next (relist or
+    /// re-watch) and returns the pause before polling it again.
+    fn on_error(&self, e: &watcher::Error) -> Duration {
+        let mut st = self.lock();
+        match e {
+            watcher::Error::InitialListFailed(_) => st.relist_reason = Some("list_failed"),
+            watcher::Error::NoResourceVersion => st.relist_reason = Some("no_resource_version"),
+            watcher::Error::WatchError(status) if status.code == 410 => {
+                st.relist_reason = Some("expired")
+            }
+            watcher::Error::WatchError(_)
+            | watcher::Error::WatchStartFailed(_)
+            | watcher::Error::WatchFailed(_) => st.restart_reason = Some("error"),
+        }
+        let pause = st.backoff.next_delay(tokio::time::Instant::now());
+        drop(st);
+        tracing::warn!(source = self.source, error = %e, ?pause, "watch failed; retrying after a pause");
+        self.provider.source().record_source_run(
+            self.source,
+            SystemTime::now(),
+            Duration::ZERO,
+            RunOutcome::Failed {
+                reason: "kube".into(),
+                message: e.to_string(),
+            },
+        );
+        pause
+    }
+}
+
+/// Waits `pause` unless cancelled first; false when cancelled.
+async fn pause_or_cancel(pause: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(pause) => true,
+    }
+}
+
+/// Starts one reflector; each completed (re)list counts as a run of `source`, each watch error
+/// as a failed run, followed by client-go's pause (see [`super::backoff`]).
+fn reflect<K>(
+    api: impl FnOnce(kube::Client) -> Api<K>,
+    client: kube::Client,
+    wc: watcher::Config,
+    (source, resource): (&'static str, &'static str),
     trim: impl FnMut(&mut K) + Send + 'static,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
@@ -230,9 +339,8 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    provider.source().register_source(source);
-    let stream = watcher::watcher(api, wc)
-        .default_backoff()
+    let book = WatchBook::new(source, resource, provider.clone());
+    let stream = watcher::watcher(api(book.client(client)), wc)
         .modify(trim)
         .reflect(writer);
     let task = tokio::spawn(async move {
@@ -245,8 +353,12 @@ where
             };
             match ev {
                 None => break,
-                Some(Ok(Event::Init)) => listing = Instant::now(),
+                Some(Ok(Event::Init)) => {
+                    book.on_init();
+                    listing = Instant::now();
+                }
                 Some(Ok(Event::InitDone)) => {
+                    book.on_listed();
                     let took = listing.elapsed();
                     tracing::debug!(source, ?took, "listed");
                     provider.source().record_source_run(
@@ -258,16 +370,10 @@ where
                 }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
-                    tracing::warn!(source, error = %e, "watch failed; retrying with backoff");
-                    provider.source().record_source_run(
-                        source,
-                        SystemTime::now(),
-                        Duration::ZERO,
-                        RunOutcome::Failed {
-                            reason: "kube".into(),
-                            message: e.to_string(),
-                        },
-                    );
+                    let pause = book.on_error(&e);
+                    if !pause_or_cancel(pause, &cancel).await {
+                        break;
+                    }
                 }
             }
         }
@@ -321,7 +427,7 @@ impl Interner {
 /// Watches pods into a [`PodIndex`]: a relist builds a fresh map and swaps it in at
 /// `InitDone`, so deleted pods never linger; each list is a run of `watch_pods`.
 fn index_pods(
-    api: Api<Pod>,
+    client: kube::Client,
     wc: watcher::Config,
     derive: DeriveConfig,
     provider: Arc<dyn Provider>,
@@ -334,8 +440,8 @@ fn index_pods(
         live: live.clone(),
         synced,
     };
-    provider.source().register_source(SOURCE);
-    let stream = watcher::watcher(api, wc).default_backoff();
+    let book = WatchBook::new(SOURCE, "pods", provider.clone());
+    let stream = watcher::watcher(Api::<Pod>::all(book.client(client)), wc);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut building: Option<PodMap> = None;
@@ -365,6 +471,7 @@ fn index_pods(
             match ev {
                 None => break,
                 Some(Ok(Event::Init)) => {
+                    book.on_init();
                     listing = Instant::now();
                     building = Some(std::collections::HashMap::new());
                     // Names no pod uses any more go with the old map.
@@ -375,6 +482,7 @@ fn index_pods(
                     building.get_or_insert_with(Default::default).insert(k, v);
                 }
                 Some(Ok(Event::InitDone)) => {
+                    book.on_listed();
                     let mut fresh = building.take().unwrap_or_default();
                     fresh.shrink_to_fit();
                     // Swap under the lock, drop the old map after it.
@@ -396,16 +504,12 @@ fn index_pods(
                     lock().remove(&key(&p));
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(source = SOURCE, error = %e, "watch failed; retrying with backoff");
-                    provider.source().record_source_run(
-                        SOURCE,
-                        SystemTime::now(),
-                        Duration::ZERO,
-                        RunOutcome::Failed {
-                            reason: "kube".into(),
-                            message: e.to_string(),
-                        },
-                    );
+                    // A failed relist leaves the last complete map in place.
+                    building = None;
+                    let pause = book.on_error(&e);
+                    if !pause_or_cancel(pause, &cancel).await {
+                        break;
+                    }
                 }
             }
         }
@@ -422,29 +526,25 @@ pub fn spawn(
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
     let mut tasks = Vec::new();
-    let (node_wc, pod_wc, pods_api) = match &cfg.scope {
-        Scope::Cluster { .. } => (
-            watcher::Config::default(),
-            watcher::Config::default(),
-            Api::<Pod>::all(client.clone()),
-        ),
+    let (node_wc, pod_wc) = match &cfg.scope {
+        Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
         Scope::Node { name } => (
             watcher::Config::default().fields(&format!("metadata.name={name}")),
             watcher::Config::default().fields(&format!("spec.nodeName={name}")),
-            Api::<Pod>::all(client.clone()),
         ),
     };
     let (nodes, t) = reflect(
-        Api::<Node>::all(client.clone()),
+        Api::<Node>::all,
+        client.clone(),
         node_wc,
-        "watch_nodes",
+        ("watch_nodes", "nodes"),
         trim_node,
         provider.clone(),
         cancel.clone(),
     );
     tasks.push(t);
     let (pods, t) = index_pods(
-        pods_api,
+        client.clone(),
         pod_wc,
         cfg.derive.clone(),
         provider.clone(),
@@ -455,9 +555,10 @@ pub fn spawn(
     if let Scope::Cluster { namespaces } = &cfg.scope {
         for ns in namespaces {
             let (s, t) = reflect(
-                Api::<DaemonSet>::namespaced(client.clone(), ns),
+                |c| Api::<DaemonSet>::namespaced(c, ns),
+                client.clone(),
                 watcher::Config::default(),
-                "watch_daemonsets",
+                ("watch_daemonsets", "daemonsets"),
                 {
                     let keys = keys.clone();
                     move |d: &mut DaemonSet| trim_daemonset(d, &keys)
@@ -468,9 +569,10 @@ pub fn spawn(
             daemonsets.push(s);
             tasks.push(t);
             let (s, t) = reflect(
-                Api::<Deployment>::namespaced(client.clone(), ns),
+                |c| Api::<Deployment>::namespaced(c, ns),
+                client.clone(),
                 watcher::Config::default(),
-                "watch_deployments",
+                ("watch_deployments", "deployments"),
                 {
                     let keys = keys.clone();
                     move |d: &mut Deployment| trim_deployment(d, &keys)

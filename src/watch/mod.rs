@@ -1,5 +1,6 @@
 //! Kubernetes sources: pure derivation of facts from API objects (`derive`); the reflectors
 //! that feed it come next.
 
+pub mod backoff;
 pub mod cluster;
 pub mod derive;

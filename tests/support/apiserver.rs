@@ -58,11 +58,10 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::ops::{Bound, ControlFlow};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -565,6 +564,8 @@ pub struct ClusterState {
     pub faults: HashMap<Kind, Fault>,
     /// Faults for one verb of a kind; checked before `faults`.
     pub verb_faults: HashMap<(Kind, Verb), Fault>,
+    /// Faults answered in turn, one per request, for one verb of a kind; checked first.
+    pub fault_queues: HashMap<(Kind, Verb), VecDeque<Fault>>,
     pub requests: Vec<Logged>,
     /// The global resource version (etcd's revision), bumped by every write.
     pub resource_version: u64,
@@ -579,6 +580,11 @@ pub struct ClusterState {
     stores: Vec<KindStore>,
     rv_tx: watch::Sender<u64>,
     epoch_tx: watch::Sender<u64>,
+    /// The epoch whose start ends streams with a cut (half an event, then a failed body) rather
+    /// than cleanly; see [`ApiServer::cut_watches`].
+    cut_epoch: Arc<AtomicU64>,
+    /// When each request in `requests` came.
+    request_times: Vec<Instant>,
     open_watches: Arc<AtomicUsize>,
 }
 
@@ -593,6 +599,7 @@ impl ClusterState {
         ClusterState {
             faults: HashMap::new(),
             verb_faults: HashMap::new(),
+            fault_queues: HashMap::new(),
             requests: Vec::new(),
             resource_version: 1,
             latency: Duration::ZERO,
@@ -603,6 +610,8 @@ impl ClusterState {
             stores: Kind::ALL.iter().map(|_| KindStore::default()).collect(),
             rv_tx: watch::channel(1).0,
             epoch_tx: watch::channel(0).0,
+            cut_epoch: Arc::new(AtomicU64::new(u64::MAX)),
+            request_times: Vec::new(),
             open_watches: Arc::default(),
         }
     }
@@ -939,9 +948,19 @@ impl ClusterState {
         self.rv_tx.send_replace(rv);
     }
 
-    /// Ends every open watch stream now (cleanly, as when the server's watch timeout expires).
+    /// Ends every open watch stream now (cleanly, as when the server's watch timeout expires):
+    /// no event written after this call goes out on a stream opened before it.
     pub fn drop_watches(&mut self) {
         self.epoch_tx.send_modify(|e| *e += 1);
+    }
+
+    /// Ends every open watch stream now by breaking it: half an event line, then the body
+    /// fails (as a connection lost mid-event). As with `drop_watches`, no write made after
+    /// this call goes out on a stream opened before it.
+    pub fn cut_watches(&mut self) {
+        let next = *self.epoch_tx.borrow() + 1;
+        self.cut_epoch.store(next, Ordering::SeqCst);
+        self.epoch_tx.send_replace(next);
     }
 
     /// Sets how many events are kept per kind; trims now.
@@ -953,6 +972,7 @@ impl ClusterState {
     }
 
     fn log(&mut self, method: &Method, uri: &Uri) {
+        self.request_times.push(Instant::now());
         self.requests.push(Logged {
             method: method.clone(),
             path: uri.path().to_string(),
@@ -962,6 +982,11 @@ impl ClusterState {
 
     /// The injected failure for this request, if any (and counts it down).
     fn take_fault(&mut self, kind: Kind, verb: Verb) -> Option<ApiError> {
+        if let Some(q) = self.fault_queues.get_mut(&(kind, verb))
+            && let Some(fault) = q.pop_front()
+        {
+            return Some(fault.error());
+        }
         if let Some(fault) = self.verb_faults.get_mut(&(kind, verb)) {
             let error = fault.error();
             if use_up(fault) {
@@ -1773,6 +1798,28 @@ impl ApiServer {
         self.state().drop_watches();
     }
 
+    /// Answers the next requests of `verb` on `kind` with `faults`, one each, in order.
+    pub fn fail_in_turn(&self, kind: Kind, verb: Verb, faults: Vec<Fault>) {
+        self.state()
+            .fault_queues
+            .insert((kind, verb), faults.into());
+    }
+
+    /// See [`ClusterState::cut_watches`].
+    pub fn cut_watches(&self) {
+        self.state().cut_watches();
+    }
+
+    /// Every request so far with the time it came.
+    pub fn timed_requests(&self) -> Vec<(Instant, Logged)> {
+        let st = self.state();
+        st.request_times
+            .iter()
+            .copied()
+            .zip(st.requests.iter().cloned())
+            .collect()
+    }
+
     /// Watch streams open now.
     pub fn open_watches(&self) -> usize {
         self.state().open_watches.load(Ordering::SeqCst)
@@ -1805,6 +1852,7 @@ impl ApiServer {
         let mut st = self.state();
         st.faults.remove(&kind);
         st.verb_faults.retain(|(k, _), _| *k != kind);
+        st.fault_queues.retain(|(k, _), _| *k != kind);
     }
 
     /// Makes `/readyz`, `/livez` and `/healthz` answer `ok` (true) or 500 (false).
@@ -2209,6 +2257,9 @@ struct WatchCursor {
     epoch_rx: watch::Receiver<u64>,
     pending: VecDeque<Bytes>,
     finished: bool,
+    cut_epoch: Arc<AtomicU64>,
+    /// The stream was cut: its next item is the body error.
+    cut: bool,
     _open: OpenWatch,
 }
 
@@ -2264,6 +2315,8 @@ fn start_watch(state: &Shared, route: Route, q: &Query) -> Response {
         epoch_rx,
         pending: VecDeque::new(),
         finished: false,
+        cut_epoch: st.cut_epoch.clone(),
+        cut: false,
         _open: OpenWatch(open),
     };
     match start_rv {
@@ -2306,8 +2359,15 @@ fn start_watch(state: &Shared, route: Route, q: &Query) -> Response {
     }
     drop(st);
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        if c.cut {
+            if c.finished {
+                return None;
+            }
+            c.finished = true;
+            return Some((Err(std::io::Error::other("watch cut mid-event")), c));
+        }
         let chunk = c.next_chunk().await?;
-        Some((Ok::<Bytes, Infallible>(chunk), c))
+        Some((Ok::<Bytes, std::io::Error>(chunk), c))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -2323,16 +2383,22 @@ impl WatchCursor {
             if let Some(chunk) = self.pending.pop_front() {
                 return Some(chunk);
             }
-            if self.finished
-                || self.epoch_rx.has_changed().unwrap_or(true)
-                || Instant::now() >= self.deadline
-            {
+            if self.dropped() {
+                return self.ended();
+            }
+            if self.finished || Instant::now() >= self.deadline {
                 return None;
             }
             self.rv_rx.borrow_and_update();
             let state = self.state.clone();
             let out = {
                 let st = lock(&state);
+                // Checked under the lock `drop_watches` takes: a stream open before it never
+                // carries an event written after it (without this, a write racing the drop
+                // could still go out on the old stream).
+                if self.dropped() {
+                    return self.ended();
+                }
                 self.drain(&st)
             };
             if !out.is_empty() {
@@ -2348,12 +2414,15 @@ impl WatchCursor {
                         return None;
                     }
                 }
-                _ = self.epoch_rx.changed() => return None,
+                _ = self.epoch_rx.changed() => return self.ended(),
                 _ = tokio::time::sleep_until(self.deadline) => return None,
                 _ = tokio::time::sleep_until(bookmark_at), if self.bookmarks => {
                     let state = self.state.clone();
                     let out = {
                         let st = lock(&state);
+                        if self.dropped() {
+                            return self.ended();
+                        }
                         let mut out = self.drain(&st);
                         if out.is_empty() && !self.finished {
                             self.last_rv = self.last_rv.max(st.resource_version);
@@ -2368,6 +2437,24 @@ impl WatchCursor {
                 }
             }
         }
+    }
+
+    /// How a stream ends once [`Self::dropped`]: cleanly, or after `cut_watches` with half an
+    /// event line followed by a body error.
+    fn ended(&mut self) -> Option<Bytes> {
+        let epoch = *self.epoch_rx.borrow();
+        if !self.cut && !self.finished && epoch == self.cut_epoch.load(Ordering::SeqCst) {
+            self.cut = true;
+            return Some(Bytes::from_static(
+                b"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"na",
+            ));
+        }
+        None
+    }
+
+    /// Whether [`ClusterState::drop_watches`] ended this stream (or the server is gone).
+    fn dropped(&self) -> bool {
+        self.epoch_rx.has_changed().unwrap_or(true)
     }
 
     /// The lines for the events newer than `last_rv`, or the 410 if some were dropped from the

@@ -287,6 +287,18 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         "s",
         G,
     ),
+    m(
+        &names::WATCH_RESTARTS,
+        "kube_prober.watch.restarts",
+        "{restart}",
+        C,
+    ),
+    m(
+        &names::WATCH_RELISTS,
+        "kube_prober.watch.relists",
+        "{list}",
+        C,
+    ),
     m(&names::SINK_PUSHES, "kube_prober.sink.pushes", "{push}", C),
     m(
         &names::SINK_FAILURES,

@@ -140,11 +140,21 @@ async fn run_until_with(
         location: identity.location.clone().unwrap_or_default(),
     });
 
+    // A port in use or not allowed is the user's to fix: a config error (exit 2) naming --listen.
     let listener = TcpListener::bind(cfg.listen)
         .await
-        .map_err(|source| Error::Listen {
-            addr: cfg.listen.to_string(),
-            source,
+        .map_err(|e| Error::Config {
+            option: "--listen",
+            value: cfg.listen.to_string(),
+            reason: match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    format!("cannot listen: {e} (another process holds this port; stop it or choose another --listen)")
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    format!("cannot listen: {e} (ports below 1024 need CAP_NET_BIND_SERVICE)")
+                }
+                _ => format!("cannot listen: {e}"),
+            },
         })?;
     let local = listener.local_addr().map_err(|source| Error::Listen {
         addr: cfg.listen.to_string(),

@@ -217,10 +217,12 @@ fn a_closed_stderr_neither_panics_nor_blocks_sigterm() {
         .stderr(Stdio::from(OwnedFd::from(writer)))
         .spawn()
         .unwrap();
-    let healthy = wait_healthy(&mut child, Duration::from_secs(20));
-    let code = terminate(&mut child, Duration::from_secs(10));
-    healthy.unwrap();
-    assert_eq!(code, Ok(0));
+    if let Err(e) = wait_healthy(&mut child, Duration::from_secs(20)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{e}");
+    }
+    assert_eq!(terminate(&mut child, Duration::from_secs(10)), Ok(0));
 }
 
 #[test]
@@ -255,11 +257,13 @@ fn a_stderr_nobody_reads_neither_blocks_serving_nor_sigterm() {
         .stderr(Stdio::from(OwnedFd::from(writer)))
         .spawn()
         .unwrap();
-    let healthy = wait_healthy(&mut child, Duration::from_secs(20));
-    let code = terminate(&mut child, Duration::from_secs(10));
+    if let Err(e) = wait_healthy(&mut child, Duration::from_secs(20)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{e}");
+    }
+    assert_eq!(terminate(&mut child, Duration::from_secs(10)), Ok(0));
     drop(reader);
-    healthy.unwrap();
-    assert_eq!(code, Ok(0));
 }
 
 #[test]

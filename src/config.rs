@@ -274,12 +274,25 @@ pub struct UsageConfig {
 }
 
 impl FileConfig {
-    /// Reads and parses a config file.
+    /// Reads and parses a config file (at most [`MAX_CONFIG_FILE_BYTES`]).
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigFile {
+        use std::io::Read;
+        let io_err = |e: std::io::Error| Error::ConfigFile {
             path: path.to_path_buf(),
             reason: e.to_string(),
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(io_err)?
+            .take(MAX_CONFIG_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io_err)?;
+        if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+            return Err(Error::ConfigFile {
+                path: path.to_path_buf(),
+                reason: format!("larger than {MAX_CONFIG_FILE_BYTES} bytes"),
+            });
+        }
         Self::parse(&text).map_err(|reason| Error::ConfigFile {
             path: path.to_path_buf(),
             reason,
@@ -291,9 +304,29 @@ impl FileConfig {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
+        // The YAML parser takes quadratic time in flow nesting (100,000 `[` took a minute):
+        // refuse what no config needs before it starts.
+        let mut depth = 0usize;
+        for b in text.bytes() {
+            match b {
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if depth > MAX_CONFIG_NESTING {
+                return Err(format!(
+                    "brackets nested deeper than {MAX_CONFIG_NESTING} levels"
+                ));
+            }
+        }
         serde_yaml_ng::from_str(text).map_err(|e| suggest_in_serde_message(e.to_string()))
     }
 }
+
+/// A config file larger than this is an error (a real one is a few kilobytes).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
+/// Flow collections (`[`, `{`) nested deeper than this are an error.
+pub const MAX_CONFIG_NESTING: usize = 64;
 
 /// Everything the program runs with.
 #[derive(Debug, Clone, PartialEq)]

@@ -82,6 +82,16 @@ pub fn parse_filter(level: &str) -> Result<EnvFilter> {
             continue;
         }
         let word = directive.rsplit_once('=').map_or(directive, |(_, lvl)| lvl);
+        if word.trim().is_empty() {
+            return Err(Error::Config {
+                option: "--log-level",
+                value: level.to_string(),
+                reason: format!(
+                    "`{directive}` has no level (valid levels: {})",
+                    LEVELS.join(", ")
+                ),
+            });
+        }
         if !is_level(word) {
             return Err(unknown_level(level, word));
         }

@@ -16,7 +16,7 @@ use kube_prober::config::{Config, FileConfig};
 use kube_prober::fetch::procfs;
 use kube_prober::fetch::prometheus::{parse_vector, strip_port};
 use kube_prober::fetch::signalfx::{parse_metadata, parse_window};
-use kube_prober::quantity::parse_quantity;
+use kube_prober::quantity::{MAX_MAGNITUDE, parse_quantity};
 use kube_prober::watch::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
     pod_facts,
@@ -52,6 +52,9 @@ fn quantity_like() -> impl Strategy<Value = String> {
         "[0-9.eEiKMGTPn+-]{0,30}",
         any::<String>(),
         Just("1e999999999999999999999999".to_string()),
+        "[1-9]e30[0-8]",
+        Just("1e308".to_string()),
+        "[1-9]e1[89]",
         Just("9".repeat(400) + "Ei"),
     ]
 }
@@ -71,7 +74,7 @@ proptest! {
     #[test]
     fn quantity_never_panics_and_is_finite(s in quantity_like()) {
         if let Ok(v) = parse_quantity(&s) {
-            prop_assert!(v.is_finite(), "{s:?} -> {v}");
+            prop_assert!(v.is_finite() && v.abs() <= MAX_MAGNITUDE, "{s:?} -> {v}");
         }
     }
 
@@ -99,6 +102,10 @@ proptest! {
             n as f64 / pow10((-e) as u32) as f64
         };
         let got = parse_quantity(&text);
+        if want > MAX_MAGNITUDE {
+            prop_assert!(got.is_err(), "{} -> {:?}", text, got);
+            return Ok(());
+        }
         prop_assert_eq!(got.clone(), Ok(want), "{}", text);
         if negative {
             prop_assert_eq!(parse_quantity(&format!("-{text}")), Ok(-want));
@@ -109,7 +116,12 @@ proptest! {
     fn binary_quantities_are_exact(m in 0u64..(1 << 40), p in 1i32..=6) {
         let sfx = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][(p - 1) as usize];
         let want = m as f64 * 2f64.powi(10 * p);
-        prop_assert_eq!(parse_quantity(&format!("{m}{sfx}")), Ok(want));
+        let got = parse_quantity(&format!("{m}{sfx}"));
+        if want > MAX_MAGNITUDE {
+            prop_assert!(got.is_err());
+        } else {
+            prop_assert_eq!(got, Ok(want));
+        }
     }
 
     // --------------------------------------------------------------------------------------
@@ -595,7 +607,8 @@ fn node_json() -> impl Strategy<Value = Value> {
 fn pod_json() -> impl Strategy<Value = Value> {
     (
         meta_json(),
-        opt("[a-z0-9-]{0,8}"),
+        // Few node names, so pods share nodes and their sums are exercised.
+        opt(prop_oneof!["[ab]", "[a-z0-9-]{0,8}"]),
         opt(prop_oneof![
             "Pending",
             "Running",
@@ -744,4 +757,34 @@ fn absurd_cpu_numbers_and_counts_are_errors() {
     assert!(procfs::parse_stat(b"cpu99999999999 1 2 3 4\n").is_err());
     assert!(procfs::parse_stat(b"cpu 18446744073709551616 1 2 3\n").is_err());
     assert!(procfs::parse_meminfo(b"MemTotal: 18446744073709551615 kB\nMemFree: 1 kB\n").is_err());
+}
+
+/// Found here: two pods requesting 1e308 cores each summed to infinity on their node. Such a
+/// quantity is now an error (Kubernetes caps quantities at 2^63-1), the pods are skipped.
+#[test]
+fn pods_requesting_absurd_amounts_never_sum_to_infinity() {
+    let pod = |name: &str| {
+        serde_json::from_value::<Pod>(json!({
+            "metadata": {"name": name, "namespace": "x"},
+            "spec": {"nodeName": "a", "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "1e308", "memory": "1e308"}}},
+            ]},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap()
+    };
+    let cfg = DeriveConfig::default();
+    let e = pod_facts(&pod("p1"), &cfg).unwrap_err();
+    assert!(e.contains("x/p1") && e.contains("out of range"), "{e}");
+    let facts: Vec<_> = [pod("p1"), pod("p2")]
+        .iter()
+        .filter_map(|p| pod_facts(p, &cfg).ok())
+        .collect();
+    for (node, sums) in node_pod_sums(&facts) {
+        assert!(
+            sums.requests.cpu_cores.is_finite() && sums.requests.memory_bytes.is_finite(),
+            "{node}: {:?}",
+            sums.requests
+        );
+    }
 }

@@ -1243,8 +1243,14 @@ mod tests {
     #[test]
     fn typos_get_a_did_you_mean() {
         assert_eq!(did_you_mean("lisen", ["role", "listen"]), Some("listen"));
-        assert_eq!(did_you_mean("hots", ["cluster", "node", "host"]), Some("host"));
-        assert_eq!(did_you_mean("tick-interval", ["tick_interval"]), Some("tick_interval"));
+        assert_eq!(
+            did_you_mean("hots", ["cluster", "node", "host"]),
+            Some("host")
+        );
+        assert_eq!(
+            did_you_mean("tick-interval", ["tick_interval"]),
+            Some("tick_interval")
+        );
         assert_eq!(did_you_mean("verbose", crate::telemetry::LEVELS), None);
         assert_eq!(did_you_mean("", ["a"]), None);
         assert_eq!(did_you_mean("zzzzzzzzzz", ["listen"]), None);
@@ -1290,7 +1296,10 @@ mod tests {
             },
             FileConfig::default(),
         );
-        assert!(e.contains("--log-level") && e.contains("did you mean `debug`?"), "{e}");
+        assert!(
+            e.contains("--log-level") && e.contains("did you mean `debug`?"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -62,7 +62,9 @@ pub fn parse_quantity(s: &str) -> Result<f64, String> {
             .map_err(|_| bad("not a number"))?
     };
     if !value.is_finite() || value.abs() > MAX_MAGNITUDE {
-        return Err(bad("out of range (Kubernetes quantities are at most 2^63-1)"));
+        return Err(bad(
+            "out of range (Kubernetes quantities are at most 2^63-1)",
+        ));
     }
     Ok(value)
 }

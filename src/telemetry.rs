@@ -96,14 +96,16 @@ pub fn parse_filter(level: &str) -> Result<EnvFilter> {
             return Err(unknown_level(level, word));
         }
     }
-    EnvFilter::builder().parse(level).map_err(|e| Error::Config {
-        option: "--log-level",
-        value: level.to_string(),
-        reason: format!(
-            "{e} (valid levels: {}; or per target, e.g. kube_prober=debug,warn)",
-            LEVELS.join(", ")
-        ),
-    })
+    EnvFilter::builder()
+        .parse(level)
+        .map_err(|e| Error::Config {
+            option: "--log-level",
+            value: level.to_string(),
+            reason: format!(
+                "{e} (valid levels: {}; or per target, e.g. kube_prober=debug,warn)",
+                LEVELS.join(", ")
+            ),
+        })
 }
 
 /// Colour escapes in text logs: only on a terminal, and never with `NO_COLOR` set

@@ -162,7 +162,10 @@ fn text_logs_have_no_colour_when_stderr_is_not_a_terminal() {
     let text = seen.join("\n");
     assert!(text.contains("role chosen"), "{text}");
     assert!(text.contains(" INFO "), "{text}");
-    assert!(!text.contains('\x1b'), "escape codes in piped logs:\n{text:?}");
+    assert!(
+        !text.contains('\x1b'),
+        "escape codes in piped logs:\n{text:?}"
+    );
 }
 
 /// A pseudo-terminal: (controller, terminal side for the child's stderr).

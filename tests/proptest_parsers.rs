@@ -581,7 +581,10 @@ fn node_json() -> impl Strategy<Value = Value> {
         opt(resources_json()),
         opt(resources_json()),
         opt(prop::collection::vec(
-            ("[A-Za-z]{0,10}", prop_oneof!["True", "False", "Unknown", "[a-z]{0,4}"]),
+            (
+                "[A-Za-z]{0,10}",
+                prop_oneof!["True", "False", "Unknown", "[a-z]{0,4}"],
+            ),
             0..4,
         )),
     )
@@ -726,7 +729,8 @@ fn an_oversized_config_file_is_refused_unread() {
 /// Found here: two SignalFx points near f64::MAX averaged to infinity.
 #[test]
 fn signalfx_means_of_huge_points_stay_finite() {
-    let hosts = parse_metadata(br#"{"results":[{"id":"s1","dimensions":{"host":"n1.x"}}]}"#).unwrap();
+    let hosts =
+        parse_metadata(br#"{"results":[{"id":"s1","dimensions":{"host":"n1.x"}}]}"#).unwrap();
     let body = br#"{"data":{"s1":[[0,1.7976931348623157e308],[1,1.7976931348623157e308],[2,1.7976931348623157e308]]}}"#;
     let means = parse_window(body, &hosts).unwrap();
     assert_eq!(means.get("n1"), Some(&f64::MAX));

@@ -110,7 +110,10 @@ pub fn parse_window(
         if values.is_empty() {
             continue;
         }
-        per_host.entry(host.clone()).or_default().push(mean(&values));
+        per_host
+            .entry(host.clone())
+            .or_default()
+            .push(mean(&values));
     }
     Ok(per_host
         .into_iter()

@@ -48,37 +48,76 @@ use crate::watch::derive::DeriveConfig;
 pub async fn run(cfg: Config, after_tick: Option<fn()>) -> Result<()> {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
+    // Handlers are installed here, before anything is logged or served: a SIGTERM that
+    // arrives right after start must stop us cleanly, not kill us by its default action.
+    let mut signals = Signals::install();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signals.next().await;
         tracing::info!("signal received: shutting down");
         on_signal.cancel();
-        shutdown_signal().await;
+        signals.next().await;
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
     run_until_with(cfg, cancel, after_tick).await
 }
 
-async fn shutdown_signal() {
+/// SIGTERM and SIGINT, installed when created.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM; only SIGINT stops kube-prober");
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let term = signal(SignalKind::terminate())
+                .map_err(|e| tracing::error!(error = %e, "cannot listen for SIGTERM; only SIGINT stops kube-prober"))
+                .ok();
+            let int = signal(SignalKind::interrupt())
+                .map_err(|e| tracing::error!(error = %e, "cannot listen for SIGINT"))
+                .ok();
+            Signals { term, int }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            let term = async {
+                match &mut self.term {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let int = async {
+                match &mut self.int {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = term => {}
+                _ = int => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -143,11 +182,21 @@ async fn run_until_with(
         location: identity.location.clone().unwrap_or_default(),
     });
 
+    // A port in use or not allowed is the user's to fix: a config error (exit 2) naming --listen.
     let listener = TcpListener::bind(cfg.listen)
         .await
-        .map_err(|source| Error::Listen {
-            addr: cfg.listen.to_string(),
-            source,
+        .map_err(|e| Error::Config {
+            option: "--listen",
+            value: cfg.listen.to_string(),
+            reason: match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    format!("cannot listen: {e} (another process holds this port; stop it or choose another --listen)")
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    format!("cannot listen: {e} (ports below 1024 need CAP_NET_BIND_SERVICE)")
+                }
+                _ => format!("cannot listen: {e}"),
+            },
         })?;
     let local = listener.local_addr().map_err(|source| Error::Listen {
         addr: cfg.listen.to_string(),

@@ -61,7 +61,19 @@ impl MetricsProvider {
             "prometheus" => Ok(MetricsProvider::Prometheus),
             "signalfx" => Ok(MetricsProvider::SignalFx),
             _ => Err(format!(
-                "unknown provider (expected Host, KubernetesMetricsServer, Prometheus or SignalFx; got {s:?})"
+                "unknown provider (expected Host, KubernetesMetricsServer, Prometheus or SignalFx; got {s:?}){}",
+                crate::config::did_you_mean(
+                    s,
+                    [
+                        "Host",
+                        "KubernetesMetricsServer",
+                        "metrics-server",
+                        "Prometheus",
+                        "SignalFx"
+                    ]
+                )
+                .map(|k| format!("; did you mean `{k}`?"))
+                .unwrap_or_default()
             )),
         }
     }

@@ -209,6 +209,50 @@ fn csv(s: &str) -> Vec<String> {
         .collect()
 }
 
+/// The known name closest to `word` by edit distance (transpositions count once, case and
+/// `-`/`_` ignored), when it is close enough to be a typo: at most a third of the word's
+/// length, at least 1, at most 3 edits.
+pub fn did_you_mean<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let norm = |s: &str| s.trim().to_ascii_lowercase().replace('-', "_");
+    let w = norm(word);
+    if w.is_empty() {
+        return None;
+    }
+    let limit = (w.chars().count() / 3).clamp(1, 3);
+    known
+        .into_iter()
+        .map(|k| (strsim::damerau_levenshtein(&w, &norm(k)), k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// `; did you mean `x`?` or nothing.
+fn hint<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(word, known)
+        .map(|k| format!("; did you mean `{k}`?"))
+        .unwrap_or_default()
+}
+
+/// Adds a "did you mean" to serde's `unknown field `x`, expected one of `a`, `b`` (and
+/// `unknown variant`) messages, from the names serde lists.
+fn suggest_in_serde_message(msg: String) -> String {
+    let Some((_, rest)) = msg
+        .split_once("unknown field `")
+        .or_else(|| msg.split_once("unknown variant `"))
+    else {
+        return msg;
+    };
+    let Some((word, expected)) = rest.split_once('`') else {
+        return msg;
+    };
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    match did_you_mean(word, known) {
+        Some(k) => format!("{msg} (did you mean `{k}`?)"),
+        None => msg,
+    }
+}
+
 /// One entry of `prometheus_metrics` in the config file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -248,12 +292,25 @@ pub struct UsageConfig {
 }
 
 impl FileConfig {
-    /// Reads and parses a config file.
+    /// Reads and parses a config file (at most [`MAX_CONFIG_FILE_BYTES`]).
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigFile {
+        use std::io::Read;
+        let io_err = |e: std::io::Error| Error::ConfigFile {
             path: path.to_path_buf(),
             reason: e.to_string(),
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(io_err)?
+            .take(MAX_CONFIG_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io_err)?;
+        if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+            return Err(Error::ConfigFile {
+                path: path.to_path_buf(),
+                reason: format!("larger than {MAX_CONFIG_FILE_BYTES} bytes"),
+            });
+        }
         Self::parse(&text).map_err(|reason| Error::ConfigFile {
             path: path.to_path_buf(),
             reason,
@@ -265,9 +322,29 @@ impl FileConfig {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+        // The YAML parser takes quadratic time in flow nesting (100,000 `[` took a minute):
+        // refuse what no config needs before it starts.
+        let mut depth = 0usize;
+        for b in text.bytes() {
+            match b {
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if depth > MAX_CONFIG_NESTING {
+                return Err(format!(
+                    "brackets nested deeper than {MAX_CONFIG_NESTING} levels"
+                ));
+            }
+        }
+        serde_yaml_ng::from_str(text).map_err(|e| suggest_in_serde_message(e.to_string()))
     }
 }
+
+/// A config file larger than this is an error (a real one is a few kilobytes).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
+/// Flow collections (`[`, `{`) nested deeper than this are an error.
+pub const MAX_CONFIG_NESTING: usize = 64;
 
 /// Everything the program runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -503,15 +580,7 @@ impl Config {
             .log_level
             .or(file.log_level)
             .unwrap_or_else(|| "info".into());
-        tracing_subscriber::EnvFilter::builder()
-            .parse(&log_level)
-            .map_err(|e| {
-                invalid(
-                    "--log-level",
-                    &log_level,
-                    format!("{e} (expected e.g. info, debug, kube_prober=debug)"),
-                )
-            })?;
+        crate::telemetry::parse_filter(&log_level)?;
 
         Ok(Config {
             role: cli.role.or(file.role),
@@ -645,7 +714,16 @@ impl Config {
             let kind = match name.to_ascii_lowercase().as_str() {
                 "otlp" => SinkKind::Otlp,
                 "gcm" | "cloud-monitoring" | "stackdriver" => SinkKind::Gcm,
-                _ => return Err(invalid("--sink", name, "unknown sink (known: otlp, gcm)")),
+                _ => {
+                    return Err(invalid(
+                        "--sink",
+                        name,
+                        format!(
+                            "unknown sink (known: otlp, gcm){}",
+                            hint(name, ["otlp", "gcm", "cloud-monitoring", "stackdriver"])
+                        ),
+                    ));
+                }
             };
             if !kinds.contains(&kind) {
                 kinds.push(kind);
@@ -861,7 +939,11 @@ impl Config {
                 return Err(invalid(
                     "--disable-probes",
                     d,
-                    format!("unknown probe (known: {})", PROBE_NAMES.join(", ")),
+                    format!(
+                        "unknown probe (known: {}){}",
+                        PROBE_NAMES.join(", "),
+                        hint(d, PROBE_NAMES)
+                    ),
                 ));
             }
         }
@@ -890,7 +972,11 @@ impl Config {
             return Err(invalid(
                 "probes",
                 unknown,
-                format!("unknown probe (known: {})", PROBE_NAMES.join(", ")),
+                format!(
+                    "unknown probe (known: {}){}",
+                    PROBE_NAMES.join(", "),
+                    hint(unknown, PROBE_NAMES)
+                ),
             ));
         }
         let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
@@ -1315,6 +1401,68 @@ mod tests {
         let e = FileConfig::parse("role: admiral\n").unwrap_err();
         assert!(e.contains("role"), "{e}");
         assert_eq!(FileConfig::parse("\n").unwrap(), FileConfig::default());
+    }
+
+    #[test]
+    fn typos_get_a_did_you_mean() {
+        assert_eq!(did_you_mean("lisen", ["role", "listen"]), Some("listen"));
+        assert_eq!(
+            did_you_mean("hots", ["cluster", "node", "host"]),
+            Some("host")
+        );
+        assert_eq!(
+            did_you_mean("tick-interval", ["tick_interval"]),
+            Some("tick_interval")
+        );
+        assert_eq!(did_you_mean("verbose", crate::telemetry::LEVELS), None);
+        assert_eq!(did_you_mean("", ["a"]), None);
+        assert_eq!(did_you_mean("zzzzzzzzzz", ["listen"]), None);
+
+        let e = FileConfig::parse("lisen: 1.2.3.4:5\n").unwrap_err();
+        assert!(e.contains("did you mean `listen`?"), "{e}");
+        let e = FileConfig::parse("tick_intreval: 5s\n").unwrap_err();
+        assert!(e.contains("did you mean `tick_interval`?"), "{e}");
+        let e = FileConfig::parse("role: hots\n").unwrap_err();
+        assert!(e.contains("did you mean `host`?"), "{e}");
+        let e = FileConfig::parse("log_format: jsn\n").unwrap_err();
+        assert!(e.contains("did you mean `json`?"), "{e}");
+        let e = FileConfig::parse("metrics_provider: prometheous\n").unwrap_err();
+        assert!(e.contains("did you mean `Prometheus`?"), "{e}");
+        let e = FileConfig::parse("probes:\n  cluster_dns: {intervall: 5s}\n").unwrap_err();
+        assert!(e.contains("did you mean `interval`?"), "{e}");
+        let e = FileConfig::parse("completely_unrelated_key: 1\n").unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
+
+        let e = err(
+            Cli {
+                sinks: Some(vec!["otpl".into()]),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("did you mean `otlp`?"), "{e}");
+        let e = err(
+            Cli {
+                disable_probes: Some("clusterdns".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("did you mean `cluster_dns`?"), "{e}");
+        let file = FileConfig::parse("probes:\n  gce_metdata: {enabled: false}\n").unwrap();
+        let e = err(Cli::default(), file);
+        assert!(e.contains("did you mean `gce_metadata`?"), "{e}");
+        let e = err(
+            Cli {
+                log_level: Some("verbose".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--log-level") && e.contains("did you mean `debug`?"),
+            "{e}"
+        );
     }
 
     #[test]

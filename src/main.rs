@@ -1,7 +1,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kube_prober::{app, cli::Cli, config::Config, subcommand, telemetry};
+use kube_prober::telemetry::{self, LogGuard};
+use kube_prober::{app, cli::Cli, config::Config, subcommand};
 
 /// glibc's allocator, told to keep less: at 5,000 nodes the tick's transient buffers otherwise
 /// stay resident as fragmented free space in one arena per thread (docs/benchmarks.md).
@@ -39,11 +40,14 @@ fn main() -> ExitCode {
     let command = cli.command.take();
     let cfg = match Config::load(cli) {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e, &LogGuard::direct()),
     };
-    if let Err(e) = telemetry::init(&cfg.log_level, cfg.log_format) {
-        return fail(&e);
-    }
+    // From here on every line to stderr goes through the log queue: it never blocks on a pipe
+    // nobody reads and never panics on a closed one. Dropped last, it flushes (bounded).
+    let logs = match telemetry::init(&cfg.log_level, cfg.log_format) {
+        Ok(g) => g,
+        Err(e) => return fail(&e, &LogGuard::direct()),
+    };
     // One TLS crypto provider for every client (see build notes: kube and gcloud-sdk would
     // otherwise disagree at run time). Already installed is fine.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -54,26 +58,24 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kube-prober: cannot start the async runtime: {e}");
+            logs.line(&format!("kube-prober: cannot start the async runtime: {e}"));
             return ExitCode::from(1);
         }
     };
     if let Some(command) = command {
         return match runtime.block_on(subcommand::run(command, &cfg)) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e),
+            Err(e) => fail(&e, &logs),
         };
     }
     match runtime.block_on(app::run(cfg, AFTER_TICK)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "kube-prober stopped");
-            fail(&e)
-        }
+        // Said once, as a plain line: a log filter (`--log-level off`) must not hide why we stop.
+        Err(e) => fail(&e, &logs),
     }
 }
 
-fn fail(e: &kube_prober::Error) -> ExitCode {
-    eprintln!("kube-prober: {e}");
+fn fail(e: &kube_prober::Error, logs: &LogGuard) -> ExitCode {
+    logs.line(&format!("kube-prober: {e}"));
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
 }

@@ -96,21 +96,21 @@ pub async fn run_sink<S: Sink>(
                     _not_leading = Some(tx);
                     leadership = Some(rx);
                 }
-                if let Some((h, PushScope::All)) = &in_flight {
-                    if !h.is_finished() {
-                        h.abort();
-                        tracing::warn!(sink = sink.name(), "lease lost: push of cluster-level series aborted");
-                        provider.sink().record_sink_push(
-                            sink.name(),
-                            SinkPush {
-                                at: SystemTime::now(),
-                                duration: Duration::ZERO,
-                                points: 0,
-                                requests: 0,
-                                failure: Some("lost_lease".into()),
-                            },
-                        );
-                    }
+                if let Some((h, PushScope::All)) = &in_flight
+                    && !h.is_finished()
+                {
+                    h.abort();
+                    tracing::warn!(sink = sink.name(), "lease lost: push of cluster-level series aborted");
+                    provider.sink().record_sink_push(
+                        sink.name(),
+                        SinkPush {
+                            at: SystemTime::now(),
+                            duration: Duration::ZERO,
+                            points: 0,
+                            requests: 0,
+                            failure: Some("lost_lease".into()),
+                        },
+                    );
                 }
                 continue;
             }
@@ -143,13 +143,13 @@ pub async fn run_sink<S: Sink>(
     }
     // Shutdown: let a running push finish (bounded), then push the newest snapshot once more.
     let deadline = Instant::now() + schedule.final_push;
-    if let Some((h, _)) = in_flight {
-        if tokio::time::timeout(schedule.final_push, h).await.is_err() {
-            tracing::warn!(
-                sink = sink.name(),
-                "push in flight at shutdown did not finish in time"
-            );
-        }
+    if let Some((h, _)) = in_flight
+        && tokio::time::timeout(schedule.final_push, h).await.is_err()
+    {
+        tracing::warn!(
+            sink = sink.name(),
+            "push in flight at shutdown did not finish in time"
+        );
     }
     let left = deadline.saturating_duration_since(Instant::now());
     let current = published.borrow().clone();

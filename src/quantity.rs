@@ -61,11 +61,18 @@ pub fn parse_quantity(s: &str) -> Result<f64, String> {
             .parse::<f64>()
             .map_err(|_| bad("not a number"))?
     };
-    if !value.is_finite() {
-        return Err(bad("out of range"));
+    if !value.is_finite() || value.abs() > MAX_MAGNITUDE {
+        return Err(bad(
+            "out of range (Kubernetes quantities are at most 2^63-1)",
+        ));
     }
     Ok(value)
 }
+
+/// Kubernetes: "no quantity may represent a number greater than 2^63-1 in magnitude" (an API
+/// server caps larger ones), so a larger one is not from an API server we trust; refusing it
+/// also keeps sums over many objects finite. (2^63 itself, the nearest `f64`, is let through.)
+pub const MAX_MAGNITUDE: f64 = 9_223_372_036_854_775_808.0;
 
 #[cfg(test)]
 mod tests {
@@ -145,6 +152,9 @@ mod tests {
             "1mm",
             "1e99999999999",
             "1e400",
+            "1e308",
+            "16Ei",
+            "-10E",
             "NaN",
             "inf",
             "0x10",

@@ -224,10 +224,10 @@ async fn record(mut status: watch::Receiver<LeaderStatus>, log: Arc<Mutex<Log>>)
                 seen = s.changes;
                 if s.leading {
                     log.intervals.push((s.since, None));
-                } else if let Some(last) = log.intervals.last_mut() {
-                    if last.1.is_none() {
-                        last.1 = Some(s.since);
-                    }
+                } else if let Some(last) = log.intervals.last_mut()
+                    && last.1.is_none()
+                {
+                    last.1 = Some(s.since);
                 }
             }
         }

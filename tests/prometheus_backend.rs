@@ -224,11 +224,11 @@ async fn rounds_until_data(f: &mut PrometheusFetcher, store: &Store, node: &str)
         round(f, store).await;
         if let Some(w) = published(store).watcher.as_ref() {
             let w: WatcherMetrics = serde_json::from_slice(&w.all).unwrap();
-            if let Some(n) = w.data.node_metrics_map.get(node) {
-                if find(&n.metrics, CPU, "AVG").is_some() && find(&n.metrics, MEM, "AVG").is_some()
-                {
-                    return n.metrics.clone();
-                }
+            if let Some(n) = w.data.node_metrics_map.get(node)
+                && find(&n.metrics, CPU, "AVG").is_some()
+                && find(&n.metrics, MEM, "AVG").is_some()
+            {
+                return n.metrics.clone();
             }
         }
         assert!(

@@ -191,9 +191,9 @@ fn over_time(op: Operator) -> &'static str {
 /// A duration in PromQL's spelling (`15m`, `30s`, `1500ms`).
 fn promql_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 60_000 == 0 {
+    if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -103,22 +103,34 @@ pub fn parse_window(
 ) -> std::result::Result<BTreeMap<String, f64>, String> {
     let w: WindowData = serde_json::from_slice(body)
         .map_err(|e| format!("malformed timeserieswindow JSON: {e}"))?;
-    let mut per_host: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+    let mut per_host: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (id, points) in w.data {
         let Some(host) = hosts.get(&id) else { continue };
         let values: Vec<f64> = points.iter().filter_map(|&(_, v)| v).collect();
         if values.is_empty() {
             continue;
         }
-        let mean = values.iter().sum::<f64>() / values.len() as f64;
-        let e = per_host.entry(host.clone()).or_insert((0.0, 0));
-        e.0 += mean;
-        e.1 += 1;
+        per_host
+            .entry(host.clone())
+            .or_default()
+            .push(mean(&values));
     }
     Ok(per_host
         .into_iter()
-        .map(|(h, (sum, n))| (h, sum / f64::from(n)))
+        .map(|(h, means)| (h, mean(&means)))
         .collect())
+}
+
+/// The mean of finite values without overflow: the sum is taken of the values scaled by the
+/// largest magnitude (each in [-1, 1], so the scaled mean is too), then scaled back; points near
+/// `f64::MAX` average to themselves instead of infinity.
+fn mean(values: &[f64]) -> f64 {
+    let n = values.len() as f64;
+    let scale = values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    if scale == 0.0 || !scale.is_finite() {
+        return values.iter().sum::<f64>() / n;
+    }
+    scale * (values.iter().map(|v| v / scale).sum::<f64>() / n)
 }
 
 impl SignalFxFetcher {

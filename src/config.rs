@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub procfs: Option<PathBuf>,
     pub interval: Option<String>,
     pub timeout: Option<String>,
+    pub expire_after_fetches: Option<u32>,
     pub tick_interval: Option<String>,
     pub shutdown_timeout: Option<String>,
     pub log_level: Option<String>,
@@ -265,6 +266,8 @@ pub struct Config {
     /// `None`: 15 s for the host source, 60 s for remote backends (load-watcher's minute).
     pub interval: Option<Duration>,
     pub timeout: Duration,
+    /// Successful fetches without a host before it leaves the hub (0: never).
+    pub expire_after_fetches: u32,
     pub tick_interval: Duration,
     pub shutdown_timeout: Duration,
     pub log_level: String,
@@ -467,6 +470,18 @@ impl Config {
                 format!("must not exceed --interval ({i_s})"),
             ));
         }
+        let expire_after_fetches = match cli.expire_after_fetches {
+            Some(s) => s.trim().parse::<u32>().map_err(|_| {
+                invalid(
+                    "--expire-after-fetches",
+                    &s,
+                    "must be a whole number of fetches (0 keeps hosts forever)",
+                )
+            })?,
+            None => file
+                .expire_after_fetches
+                .unwrap_or(crate::fetch::DEFAULT_EXPIRE_AFTER),
+        };
         let tick_s = cli
             .tick_interval
             .or(file.tick_interval)
@@ -505,6 +520,7 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("/proc")),
             interval,
             timeout,
+            expire_after_fetches,
             tick_interval,
             shutdown_timeout,
             log_level,

@@ -237,6 +237,9 @@ struct VectorSample {
     value: (f64, String),
 }
 
+/// How [`parse_vector`] starts the error of an answer whose `status` is not `success`.
+const ANSWERED: &str = "Prometheus answered ";
+
 /// Parses an instant-query answer into `(node, value)` pairs. Series without the node label
 /// are skipped and counted in the second return value.
 pub fn parse_vector(
@@ -248,7 +251,7 @@ pub fn parse_vector(
         serde_json::from_slice(body).map_err(|e| format!("malformed JSON from Prometheus: {e}"))?;
     if resp.status != "success" {
         return Err(format!(
-            "Prometheus answered {}: {} {}",
+            "{ANSWERED}{}: {} {}",
             resp.status,
             resp.error_type.unwrap_or_default(),
             resp.error.unwrap_or_default()
@@ -366,7 +369,12 @@ impl PrometheusFetcher {
                 }
                 Ok(v)
             }
-            Err(reason) if a.status.is_success() => Err(Error::Http { what, reason }),
+            // A 2xx answer Prometheus itself marked as failed is an HTTP-level failure; one
+            // that did not decode (invalid JSON, not a vector, a value not a number) is `parse`.
+            Err(reason) if a.status.is_success() && reason.starts_with(ANSWERED) => {
+                Err(Error::Http { what, reason })
+            }
+            Err(reason) if a.status.is_success() => Err(Error::Parse { what, reason }),
             Err(reason) => Err(Error::Http {
                 what,
                 reason: format!("status {}: {reason}", a.status.as_u16()),

@@ -250,11 +250,20 @@ impl ClusterRecorder for Store {
         // backend may report a new node a moment before the Node watcher has it, and a
         // backend's host names need not be Node names at all (those expire by fetches).
         let gone = &mut inner.gone;
+        // Deleted even when the hub had already let its usage go (a fetch that stopped seeing
+        // the Node expired it first): a backend still reporting the host must not bring it back.
+        if let Some(previous) = &inner.cluster_state {
+            for n in &previous.nodes {
+                if !listed.contains(n.name.as_str()) {
+                    gone.insert(n.name.clone(), now);
+                }
+            }
+        }
         inner.nodes.retain(|name, st| {
             if listed.contains(name.as_str()) {
                 st.in_cluster = true;
                 true
-            } else if st.in_cluster {
+            } else if st.in_cluster || gone.contains_key(name) {
                 tracing::info!(node = %name, source = %st.source, "node deleted; its usage leaves every output");
                 gone.insert(name.clone(), now);
                 false
@@ -677,6 +686,16 @@ mod tests {
         // A backend still reporting the deleted node (its 15m window) does not bring it back.
         s.node().record_node_usage("ms", sample("b", 13, 0.1, 0.1));
         assert!(!s.snapshot(at(14)).nodes.contains_key("b"));
+        // Expired by its backend first, then deleted: still refused afterwards.
+        s.node().record_node_usage("ms", sample("c", 13, 0.1, 0.1));
+        s.cluster().record_cluster_state(state(&["a", "c"]));
+        s.node().record_fetch_end("ms", true, 1);
+        s.node().record_node_usage("ms", sample("a", 13, 0.1, 0.1));
+        s.node().record_fetch_end("ms", true, 1);
+        assert!(!s.snapshot(at(14)).nodes.contains_key("c"));
+        s.cluster().record_cluster_state(state(&["a"]));
+        s.node().record_node_usage("ms", sample("c", 14, 0.1, 0.1));
+        assert!(!s.snapshot(at(14)).nodes.contains_key("c"));
         // Re-created under the same name: welcome again.
         s.cluster().record_cluster_state(state(&["a", "b", "new"]));
         s.node().record_node_usage("ms", sample("b", 15, 0.2, 0.2));

@@ -30,14 +30,14 @@ const FAST: [&str; 6] = [
     "1s",
 ];
 
-/// Usage families: what must leave with a node the backend no longer reports.
-const USAGE_FAMILIES: [&str; 6] = [
+/// Usage families: what must leave with a node the backend no longer reports (its capacity
+/// series stay while the Node exists: they then come from the Node object).
+const USAGE_FAMILIES: [&str; 5] = [
     "kube_prober_node_cpu_utilization_ratio",
     "kube_prober_node_memory_utilization_ratio",
     "kube_prober_node_backend_value",
     "kube_prober_node_usage_samples",
     "kube_prober_node_usage_timestamp_seconds",
-    "kube_prober_node_cpu_capacity_cores",
 ];
 
 fn cluster_prober(api: &ApiServer, dir: &std::path::Path) -> Prober {
@@ -260,6 +260,7 @@ async fn a_host_metrics_server_stops_reporting_expires_after_two_fetches() {
     );
     // The Node still exists: its cluster series stay, from the Node object.
     assert!(m.contains("kube_prober_node_allocatable_cpu_cores{node=\"node-c\"} 4"));
+    assert!(m.contains("kube_prober_node_cpu_capacity_cores{node=\"node-c\"} 4"));
     assert_a_and_b_untouched(&p).await;
     assert_eq!(p.terminate(), 0);
 }

@@ -1018,6 +1018,36 @@ mod tests {
     }
 
     #[test]
+    fn expire_after_fetches_from_flag_file_or_default() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.expire_after_fetches, crate::fetch::DEFAULT_EXPIRE_AFTER);
+        let file = FileConfig::parse("expire_after_fetches: 5\n").unwrap();
+        assert_eq!(
+            Config::resolve(Cli::default(), file)
+                .unwrap()
+                .expire_after_fetches,
+            5
+        );
+        let cli = Cli {
+            expire_after_fetches: Some("0".into()),
+            ..Cli::default()
+        };
+        let file = FileConfig::parse("expire_after_fetches: 5\n").unwrap();
+        assert_eq!(Config::resolve(cli, file).unwrap().expire_after_fetches, 0);
+        let cli = Cli {
+            expire_after_fetches: Some("two".into()),
+            ..Cli::default()
+        };
+        let e = Config::resolve(cli, FileConfig::default()).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let e = e.to_string();
+        assert!(
+            e.contains("--expire-after-fetches") && e.contains("'two'"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_values_name_the_option_and_value() {
         let cli = |f: fn(&mut Cli)| {
             let mut c = Cli::default();

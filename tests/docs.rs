@@ -92,10 +92,14 @@ async fn every_source_error_reason_is_documented_and_produced() {
     let t = Duration::from_secs(10);
     // http: a backend answering 503.
     let down = FakePrometheus::start(Behaviour::Down).await;
-    produced.insert(reason(run_once(&mut prometheus(&down.url), &Store::new(), t).await));
+    produced.insert(reason(
+        run_once(&mut prometheus(&down.url), &Store::new(), t).await,
+    ));
     // parse: a 200 answer that is not JSON.
     let bad = FakePrometheus::start(Behaviour::Malformed).await;
-    produced.insert(reason(run_once(&mut prometheus(&bad.url), &Store::new(), t).await));
+    produced.insert(reason(
+        run_once(&mut prometheus(&bad.url), &Store::new(), t).await,
+    ));
     // timeout: a backend that answers after the run's deadline.
     let slow = FakePrometheus::start(Behaviour::Stall(Duration::from_secs(5))).await;
     let short = Duration::from_millis(200);
@@ -133,9 +137,9 @@ async fn every_dropped_value_reason_is_documented_and_produced() {
         node("garbled", ("4", "8Gi"), ("4", "8Gi")),
     ]);
     api.set_node_metrics(vec![
-        node_metrics("liar", "400", "2Gi", now),     // above_capacity
-        node_metrics("negative", "1", "-2Gi", now),  // negative
-        node_metrics("zero-cpu", "1", "2Gi", now),   // bad_capacity
+        node_metrics("liar", "400", "2Gi", now),    // above_capacity
+        node_metrics("negative", "1", "-2Gi", now), // negative
+        node_metrics("zero-cpu", "1", "2Gi", now),  // bad_capacity
         node_metrics("garbled", "1 core", "2Gi", now), // unparsable
     ]);
     let mut ms = MetricsServerFetcher::new(api.client(), MetricsServerConfig::default());

@@ -98,7 +98,11 @@ fn node_lines<'a>(body: &'a str, name: &str) -> Vec<&'a str> {
 fn usage_lines<'a>(body: &'a str, name: &str) -> Vec<&'a str> {
     node_lines(body, name)
         .into_iter()
-        .filter(|l| USAGE_FAMILIES.iter().any(|f| l.starts_with(&format!("{f}{{"))))
+        .filter(|l| {
+            USAGE_FAMILIES
+                .iter()
+                .any(|f| l.starts_with(&format!("{f}{{")))
+        })
         .collect()
 }
 
@@ -180,8 +184,7 @@ async fn a_node_deleted_by_a_watch_event_leaves_every_output() {
     assert!(api.delete::<Node>("", "node-c"));
     converge("node deleted by a watch event", || async {
         let m = metrics(&p).await;
-        !hosts_now(&p).await.contains(&"node-c".to_string())
-            && node_lines(&m, "node-c").is_empty()
+        !hosts_now(&p).await.contains(&"node-c".to_string()) && node_lines(&m, "node-c").is_empty()
     })
     .await;
     // Several more fetches and ticks: it stays gone.
@@ -219,8 +222,7 @@ async fn a_node_missing_after_a_410_relist_leaves_every_output() {
     }
     converge("node missing after a 410 relist", || async {
         let m = metrics(&p).await;
-        !hosts_now(&p).await.contains(&"node-c".to_string())
-            && node_lines(&m, "node-c").is_empty()
+        !hosts_now(&p).await.contains(&"node-c".to_string()) && node_lines(&m, "node-c").is_empty()
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -244,8 +246,7 @@ async fn a_host_metrics_server_stops_reporting_expires_after_two_fetches() {
     ]);
     converge("host vanished from metrics-server", || async {
         let m = metrics(&p).await;
-        !hosts_now(&p).await.contains(&"node-c".to_string())
-            && usage_lines(&m, "node-c").is_empty()
+        !hosts_now(&p).await.contains(&"node-c".to_string()) && usage_lines(&m, "node-c").is_empty()
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -413,7 +414,11 @@ async fn a_lying_metrics_server_loses_only_the_lies() {
     );
     assert_eq!(get(&p.url("/watcher/health")).await.0, 200);
     let m = metrics(&p).await;
-    let runs = mvalue(&m, "kube_prober_source_runs_total{source=\"metrics_server\"}").unwrap();
+    let runs = mvalue(
+        &m,
+        "kube_prober_source_runs_total{source=\"metrics_server\"}",
+    )
+    .unwrap();
     let dropped = |reason: &str| {
         mvalue(
             &m,
@@ -434,7 +439,10 @@ async fn a_lying_metrics_server_loses_only_the_lies() {
     assert_eq!(code, 0, "{out}");
 
     // Invalid JSON: the run fails as `parse`, health goes 503, the last good data stays.
-    api.set_raw_list(Kind::NodeMetrics, Some("{\"kind\":\"NodeMetricsList\",\"items\":[{"));
+    api.set_raw_list(
+        Kind::NodeMetrics,
+        Some("{\"kind\":\"NodeMetricsList\",\"items\":[{"),
+    );
     converge("invalid JSON seen", || async {
         get(&p.url("/watcher/health")).await.0 == 503
     })
@@ -442,9 +450,15 @@ async fn a_lying_metrics_server_loses_only_the_lies() {
     let m = metrics(&p).await;
     let parse = "kube_prober_source_errors_total{source=\"metrics_server\",reason=\"parse\"}";
     assert!(mvalue(&m, parse).unwrap_or(0.0) >= 1.0, "{m}");
-    assert!(!m.contains("kube_prober_source_errors_total{source=\"metrics_server\",reason=\"http\"}"));
+    assert!(
+        !m.contains("kube_prober_source_errors_total{source=\"metrics_server\",reason=\"http\"}")
+    );
     let w = watcher(&p).await;
-    assert_eq!(hosts(&w), ["good", "liar", "negative"], "failed fetches expire nothing");
+    assert_eq!(
+        hosts(&w),
+        ["good", "liar", "negative"],
+        "failed fetches expire nothing"
+    );
     assert_eq!(wvalue(&w, "good", "CPU", "Latest"), Some(25.0));
     // Recovery.
     api.set_raw_list(Kind::NodeMetrics, None);

@@ -20,8 +20,8 @@ use kube::api::ListParams;
 
 use super::{Dropped, Fetched, UsageFetcher};
 use crate::error::Error;
-use crate::provider::{DropReason, validate};
 use crate::model::{NodeCapacity, Resource, UsageSample};
+use crate::provider::{DropReason, validate};
 use crate::quantity::parse_quantity;
 
 /// Settings of the metrics-server backend.
@@ -519,13 +519,22 @@ mod tests {
         assert_eq!(
             served,
             [
-                ("good", vec![(Resource::Cpu, 0.25), (Resource::Memory, 0.25)]),
+                (
+                    "good",
+                    vec![(Resource::Cpu, 0.25), (Resource::Memory, 0.25)]
+                ),
                 ("zero-cpu", vec![(Resource::Memory, 0.25)]),
                 ("bad-mem", vec![(Resource::Cpu, 0.25)]),
                 ("bad-usage", vec![(Resource::Memory, 0.25)]),
-                ("negative", vec![(Resource::Cpu, 0.25), (Resource::Memory, -0.25)]),
+                (
+                    "negative",
+                    vec![(Resource::Cpu, 0.25), (Resource::Memory, -0.25)]
+                ),
                 ("absurd-cpu", vec![(Resource::Memory, 0.25)]),
-                ("lying", vec![(Resource::Cpu, 100.0), (Resource::Memory, 0.25)]),
+                (
+                    "lying",
+                    vec![(Resource::Cpu, 100.0), (Resource::Memory, 0.25)]
+                ),
             ]
         );
         let names: Vec<&str> = out.capacities.iter().map(|(n, _)| n.as_str()).collect();

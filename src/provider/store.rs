@@ -148,7 +148,10 @@ fn count_dropped(
 ) {
     let status = inner.sources.entry(source.to_string()).or_default();
     status.name = source.to_string();
-    *status.dropped.entry(reason.as_str().to_string()).or_default() += 1;
+    *status
+        .dropped
+        .entry(reason.as_str().to_string())
+        .or_default() += 1;
     let log = inner.drop_log.entry(source.to_string()).or_default();
     if log.logged.contains(node) {
         return;
@@ -191,7 +194,14 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
         ok = false;
     }
     if let Err(r) = validate::memory_bytes(c.memory_bytes) {
-        count_dropped(inner, source, node, "memory capacity", Some(c.memory_bytes), r);
+        count_dropped(
+            inner,
+            source,
+            node,
+            "memory capacity",
+            Some(c.memory_bytes),
+            r,
+        );
         ok = false;
     }
     ok
@@ -678,7 +688,8 @@ mod tests {
         }
         s.cluster().record_cluster_state(state(&["a", "b"]));
         // Reported by the backend a moment before the Node watcher has it: kept.
-        s.node().record_node_usage("ms", sample("new", 11, 0.1, 0.1));
+        s.node()
+            .record_node_usage("ms", sample("new", 11, 0.1, 0.1));
         s.cluster().record_cluster_state(state(&["a"]));
         let snap = s.snapshot(at(12));
         let names: Vec<&str> = snap.nodes.keys().map(String::as_str).collect();
@@ -713,7 +724,10 @@ mod tests {
         };
         fetch(&["a", "b"], true);
         fetch(&["a"], true);
-        assert!(s.snapshot(at(11)).nodes.contains_key("b"), "one miss tolerated");
+        assert!(
+            s.snapshot(at(11)).nodes.contains_key("b"),
+            "one miss tolerated"
+        );
         fetch(&[], false);
         fetch(&[], false);
         assert!(

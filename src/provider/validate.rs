@@ -62,7 +62,10 @@ pub fn dropped_reasons() -> impl Iterator<Item = &'static str> {
 
 /// Whether the hub stores `resource` as a fraction (0..=1).
 pub fn is_ratio(resource: Resource) -> bool {
-    matches!(resource, Resource::Cpu | Resource::Memory | Resource::DiskIo)
+    matches!(
+        resource,
+        Resource::Cpu | Resource::Memory | Resource::DiskIo
+    )
 }
 
 /// A value as served: finite, not negative, and for a ratio at most 1 (values up to
@@ -123,7 +126,10 @@ mod tests {
         assert_eq!(usage(Resource::Cpu, 1.0), Ok(1.0));
         assert_eq!(usage(Resource::Cpu, 1.04), Ok(1.0));
         assert_eq!(usage(Resource::Cpu, 1.06), Err(DropReason::AboveCapacity));
-        assert_eq!(usage(Resource::Memory, 100.0), Err(DropReason::AboveCapacity));
+        assert_eq!(
+            usage(Resource::Memory, 100.0),
+            Err(DropReason::AboveCapacity)
+        );
         assert_eq!(usage(Resource::DiskIo, -0.1), Err(DropReason::Negative));
         assert_eq!(usage(Resource::Cpu, f64::NAN), Err(DropReason::NonFinite));
         // Rates are not ratios: any finite, non-negative rate is served.
@@ -140,7 +146,7 @@ mod tests {
             assert_eq!(cpu_cores(bad), Err(DropReason::BadCapacity), "{bad}");
         }
         assert_eq!(cpu_cores(4.0), Ok(4.0));
-        assert_eq!(memory_bytes(8.0 * 1024.0 * 1024.0 * 1024.0).is_ok(), true);
+        assert!(memory_bytes(8.0 * 1024.0 * 1024.0 * 1024.0).is_ok());
         assert_eq!(memory_bytes(1e18), Err(DropReason::BadCapacity));
     }
 

@@ -240,6 +240,9 @@ struct VectorSample {
     value: (f64, String),
 }
 
+/// `(node, value)` pairs, series without the node label, nodes whose value is not a number.
+pub type ParsedVector = (Vec<(String, f64)>, usize, Vec<String>);
+
 /// How [`parse_vector`] starts the error of an answer whose `status` is not `success`.
 const ANSWERED: &str = "Prometheus answered ";
 
@@ -250,7 +253,7 @@ pub fn parse_vector(
     body: &[u8],
     node_label: &str,
     strip: bool,
-) -> std::result::Result<(Vec<(String, f64)>, usize, Vec<String>), String> {
+) -> std::result::Result<ParsedVector, String> {
     let resp: ApiResponse =
         serde_json::from_slice(body).map_err(|e| format!("malformed JSON from Prometheus: {e}"))?;
     if resp.status != "success" {

@@ -592,6 +592,7 @@ fn spawn_usage(
     let schedule = |default: Duration| Schedule {
         interval: cfg.interval.unwrap_or(default),
         timeout: cfg.timeout,
+        expire_after: cfg.expire_after_fetches,
     };
     Ok(match kind {
         MetricsProvider::Host => {

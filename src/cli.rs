@@ -153,6 +153,11 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_TIMEOUT", value_name = "DURATION")]
     pub timeout: Option<String>,
 
+    /// A host a usage backend stops reporting leaves /metrics and /watcher after this many
+    /// successful fetches in a row without it; 0 keeps it forever. [default: 2]
+    #[arg(long, env = "KUBE_PROBER_EXPIRE_AFTER_FETCHES", value_name = "N")]
+    pub expire_after_fetches: Option<String>,
+
     /// How often a snapshot is made and rendered for /metrics and /watcher. [default: 10s]
     #[arg(long, env = "KUBE_PROBER_TICK_INTERVAL", value_name = "DURATION")]
     pub tick_interval: Option<String>,

@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub procfs: Option<PathBuf>,
     pub interval: Option<String>,
     pub timeout: Option<String>,
+    pub expire_after_fetches: Option<u32>,
     pub tick_interval: Option<String>,
     pub shutdown_timeout: Option<String>,
     pub log_level: Option<String>,
@@ -360,6 +361,8 @@ pub struct Config {
     /// `None`: 15 s for the host source, 60 s for remote backends (load-watcher's minute).
     pub interval: Option<Duration>,
     pub timeout: Duration,
+    /// Successful fetches without a host before it leaves the hub (0: never).
+    pub expire_after_fetches: u32,
     pub tick_interval: Duration,
     pub shutdown_timeout: Duration,
     pub log_level: String,
@@ -564,6 +567,18 @@ impl Config {
                 format!("must not exceed --interval ({i_s})"),
             ));
         }
+        let expire_after_fetches = match cli.expire_after_fetches {
+            Some(s) => s.trim().parse::<u32>().map_err(|_| {
+                invalid(
+                    "--expire-after-fetches",
+                    &s,
+                    "must be a whole number of fetches (0 keeps hosts forever)",
+                )
+            })?,
+            None => file
+                .expire_after_fetches
+                .unwrap_or(crate::fetch::DEFAULT_EXPIRE_AFTER),
+        };
         let tick_s = cli
             .tick_interval
             .or(file.tick_interval)
@@ -594,6 +609,7 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("/proc")),
             interval,
             timeout,
+            expire_after_fetches,
             tick_interval,
             shutdown_timeout,
             log_level,
@@ -1248,6 +1264,36 @@ mod tests {
         assert_eq!(c.role, Some(Role::Host));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.node_name.as_deref(), Some("from-file"));
+    }
+
+    #[test]
+    fn expire_after_fetches_from_flag_file_or_default() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.expire_after_fetches, crate::fetch::DEFAULT_EXPIRE_AFTER);
+        let file = FileConfig::parse("expire_after_fetches: 5\n").unwrap();
+        assert_eq!(
+            Config::resolve(Cli::default(), file)
+                .unwrap()
+                .expire_after_fetches,
+            5
+        );
+        let cli = Cli {
+            expire_after_fetches: Some("0".into()),
+            ..Cli::default()
+        };
+        let file = FileConfig::parse("expire_after_fetches: 5\n").unwrap();
+        assert_eq!(Config::resolve(cli, file).unwrap().expire_after_fetches, 0);
+        let cli = Cli {
+            expire_after_fetches: Some("two".into()),
+            ..Cli::default()
+        };
+        let e = Config::resolve(cli, FileConfig::default()).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let e = e.to_string();
+        assert!(
+            e.contains("--expire-after-fetches") && e.contains("'two'"),
+            "{e}"
+        );
     }
 
     #[test]

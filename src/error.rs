@@ -51,6 +51,10 @@ pub enum Error {
     #[error("role '{role}' is not available: {reason}")]
     RoleUnavailable { role: String, reason: String },
 
+    /// A peer's answer arrived but could not be decoded (invalid JSON, an unexpected shape).
+    #[error("{what}: {reason}")]
+    Parse { what: String, reason: String },
+
     /// A source or operation ran past its deadline.
     #[error("{what} timed out after {after:?}")]
     Timeout {
@@ -58,6 +62,12 @@ pub enum Error {
         after: std::time::Duration,
     },
 }
+
+/// Every `reason` a failed source run can carry in `kube_prober_source_errors_total` (the
+/// [`Error::metric_label`] of the errors fetchers return). Add a label here when a fetcher
+/// starts returning a new kind of error; docs/metrics.md must list exactly these
+/// (tests/docs.rs provokes each one from real input).
+pub const SOURCE_ERROR_REASONS: &[&str] = &["http", "io", "parse", "timeout"];
 
 impl Error {
     /// A short, low-cardinality label for this error, used as the `reason` label of error counters.
@@ -71,6 +81,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::RoleUnavailable { .. } => "role",
             Error::Timeout { .. } => "timeout",
+            Error::Parse { .. } => "parse",
         }
     }
 

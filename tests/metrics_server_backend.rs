@@ -235,7 +235,7 @@ async fn two_rounds_give_avg_and_std() {
 }
 
 #[tokio::test]
-async fn a_node_with_zero_capacity_is_an_error_and_the_others_are_kept() {
+async fn a_node_with_zero_capacity_loses_that_ratio_only_and_the_others_are_kept() {
     let api = apiserver::start().await;
     let t = now_s();
     api.set_nodes(vec![
@@ -248,15 +248,17 @@ async fn a_node_with_zero_capacity_is_an_error_and_the_others_are_kept() {
     ]);
     let store = Store::new();
     let mut f = fetcher(&api, false);
-    let (reason, message) = failed(run_once(&mut f, &store, TIMEOUT).await);
-    assert_eq!(reason, "http");
-    assert!(
-        message.contains("worker-2") && message.contains("cpu capacity is \"0\""),
-        "{message}"
-    );
+    // An impossible capacity is a dropped value, not a failed run: /watcher/health stays 200.
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    let snap = store.snapshot(SystemTime::now());
+    let src = &snap.sources["metrics_server"];
+    assert!(src.up && src.errors.is_empty(), "{src:?}");
+    assert_eq!(src.dropped["bad_capacity"], 1);
     let w = watcher(&store).unwrap();
-    assert_eq!(hosts(&w), ["worker-1"]);
+    assert_eq!(hosts(&w), ["worker-1", "worker-2"]);
     assert_eq!(value(&w, "worker-1", "CPU", "Latest"), Some(25.0));
+    assert_eq!(value(&w, "worker-2", "CPU", "Latest"), None);
+    assert_eq!(value(&w, "worker-2", "Memory", "Latest"), Some(25.0));
 }
 
 #[tokio::test]

@@ -5,8 +5,9 @@
 //! allocatable. Each sample carries the time metrics-server says the usage stands for.
 //!
 //! Better than load-watcher: quantities are parsed in full (every SI, binary and exponent form,
-//! fractions), and a node whose denominator is missing, zero or unparsable is reported as an
-//! error instead of becoming an infinite or wrong percentage.
+//! fractions), and a node whose denominator is missing, zero, absurd or unparsable gets no
+//! ratio of that resource (a counted, logged drop) instead of an infinite or wrong percentage.
+//! Ratios go to the hub as measured: its one rule drops a negative or above-capacity one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,9 +18,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 
-use super::{Fetched, UsageFetcher};
+use super::{Dropped, Fetched, UsageFetcher};
 use crate::error::Error;
 use crate::model::{NodeCapacity, Resource, UsageSample};
+use crate::provider::{DropReason, validate};
 use crate::quantity::parse_quantity;
 
 /// Settings of the metrics-server backend.
@@ -107,10 +109,10 @@ impl UsageFetcher for MetricsServerFetcher {
                 Vec::new()
             }
         };
-        let (samples, capacities, errors) = samples_from(&metrics, &nodes, &self.cfg, now);
-        fetched.samples = samples;
-        fetched.capacities = capacities;
-        fetched.errors.extend(errors);
+        let out = samples_from(&metrics, &nodes, &self.cfg, now);
+        fetched.samples = out.samples;
+        fetched.capacities = out.capacities;
+        fetched.dropped = out.dropped;
         fetched
     }
 }
@@ -160,8 +162,15 @@ where
     }
 }
 
-/// A kube error as [`Error::Http`], keeping the API server's `Status` or the error chain.
+/// A kube error as [`Error::Http`] (or [`Error::Parse`] for an answer that did not decode),
+/// keeping the API server's `Status` or the error chain.
 fn list_error(what: &str, e: &kube::Error) -> Error {
+    if let kube::Error::SerdeError(err) = e {
+        return Error::Parse {
+            what: what.to_string(),
+            reason: format!("invalid JSON in the answer: {err}"),
+        };
+    }
     let reason = match e {
         kube::Error::Api(s) => {
             let mut r = format!("status {}", s.code);
@@ -195,33 +204,35 @@ fn list_error(what: &str, e: &kube::Error) -> Error {
     }
 }
 
-/// The cores and bytes usage is divided by: capacity, or allocatable when configured (which
-/// defaults to capacity, as the API documents, where a node does not report it).
-fn denominators(node: &Node, cfg: &MetricsServerConfig) -> Result<NodeCapacity, String> {
+/// One denominator usage is divided by: capacity, or allocatable when configured (which
+/// defaults to capacity, as the API documents, where a node does not report it). `Err` holds
+/// why it is unusable (the hub's rule in [`validate`]) and what to log.
+fn denominator(
+    node: &Node,
+    cfg: &MetricsServerConfig,
+    resource: &str,
+) -> Result<f64, (DropReason, String)> {
     let status = node.status.as_ref();
     let capacity = status.and_then(|s| s.capacity.as_ref());
     let allocatable = status.and_then(|s| s.allocatable.as_ref());
-    let get = |resource: &str| -> Result<f64, String> {
-        let from_allocatable = if cfg.use_allocatable {
-            allocatable.and_then(|m| m.get(resource))
-        } else {
-            None
-        };
-        let (field, q) = match from_allocatable {
-            Some(q) => ("allocatable", Some(q)),
-            None => ("capacity", capacity.and_then(|m| m.get(resource))),
-        };
-        let q = q.ok_or_else(|| format!("no {resource} {field}"))?;
-        let v = parse_quantity(&q.0).map_err(|e| format!("{resource} {field}: {e}"))?;
-        if v <= 0.0 {
-            return Err(format!("{resource} {field} is {:?}, not above zero", q.0));
-        }
-        Ok(v)
+    let from_allocatable = if cfg.use_allocatable {
+        allocatable.and_then(|m| m.get(resource))
+    } else {
+        None
     };
-    Ok(NodeCapacity {
-        cpu_cores: get("cpu")?,
-        memory_bytes: get("memory")?,
-    })
+    let (field, q) = match from_allocatable {
+        Some(q) => ("allocatable", Some(q)),
+        None => ("capacity", capacity.and_then(|m| m.get(resource))),
+    };
+    let q = q.ok_or_else(|| (DropReason::BadCapacity, format!("{resource} {field}")))?;
+    let v = parse_quantity(&q.0)
+        .map_err(|_| (DropReason::Unparsable, format!("{resource} {field}")))?;
+    let check = if resource == "cpu" {
+        validate::cpu_cores
+    } else {
+        validate::memory_bytes
+    };
+    check(v).map_err(|r| (r, format!("{resource} {field}")))
 }
 
 /// The time the usage stands for; `now` where metrics-server left it unset (the zero time).
@@ -237,73 +248,87 @@ fn sample_time(m: &NodeMetrics, now: SystemTime) -> SystemTime {
         .unwrap_or(now)
 }
 
-/// One node's usage as `(cpu cores, memory bytes)`.
-fn usage(m: &NodeMetrics) -> Result<(f64, f64), String> {
-    let cpu = parse_quantity(&m.usage.cpu.0).map_err(|e| format!("cpu usage: {e}"))?;
-    let memory = parse_quantity(&m.usage.memory.0).map_err(|e| format!("memory usage: {e}"))?;
-    for (resource, v, raw) in [
-        ("cpu", cpu, &m.usage.cpu.0),
-        ("memory", memory, &m.usage.memory.0),
-    ] {
-        if v < 0.0 {
-            return Err(format!("{resource} usage {raw:?} is negative"));
-        }
-    }
-    Ok((cpu, memory))
+/// What the two LISTs give: samples, the denominators used (for every node where both are
+/// usable) and the values that could not be used. A node's bad value never touches another
+/// node or the node's other resource; values the hub must judge (a negative or absurd ratio)
+/// are passed on as they are, so its one rule decides.
+#[derive(Debug, Default, PartialEq)]
+struct FromLists {
+    samples: Vec<UsageSample>,
+    capacities: Vec<(String, NodeCapacity)>,
+    dropped: Vec<Dropped>,
 }
 
-/// Turns the two LISTs into samples, the denominators used (for every node that has valid
-/// ones) and one error per node with metrics that could not be turned into ratios.
 fn samples_from<N: std::borrow::Borrow<Node>>(
     node_metrics: &[NodeMetrics],
     nodes: &[N],
     cfg: &MetricsServerConfig,
     now: SystemTime,
-) -> (Vec<UsageSample>, Vec<(String, NodeCapacity)>, Vec<Error>) {
-    let mut by_name: HashMap<&str, Result<NodeCapacity, String>> =
+) -> FromLists {
+    type Denominator = Result<f64, (DropReason, String)>;
+    let mut by_name: HashMap<&str, (Denominator, Denominator)> =
         HashMap::with_capacity(nodes.len());
-    let mut capacities = Vec::with_capacity(nodes.len());
+    let mut out = FromLists {
+        samples: Vec::with_capacity(node_metrics.len()),
+        capacities: Vec::with_capacity(nodes.len()),
+        dropped: Vec::new(),
+    };
     for node in nodes {
         let node = node.borrow();
         let Some(name) = node.metadata.name.as_deref() else {
             continue;
         };
-        let d = denominators(node, cfg);
-        if let Ok(c) = &d {
-            capacities.push((name.to_string(), *c));
+        let cpu = denominator(node, cfg, "cpu");
+        let memory = denominator(node, cfg, "memory");
+        if let (Ok(cpu_cores), Ok(memory_bytes)) = (&cpu, &memory) {
+            let c = NodeCapacity {
+                cpu_cores: *cpu_cores,
+                memory_bytes: *memory_bytes,
+            };
+            out.capacities.push((name.to_string(), c));
         }
-        by_name.insert(name, d);
+        by_name.insert(name, (cpu, memory));
     }
 
-    let mut samples = Vec::with_capacity(node_metrics.len());
-    let mut errors = Vec::new();
     let mut not_listed: Vec<&str> = Vec::new();
     for m in node_metrics {
         let name = m.metadata.name.as_deref().unwrap_or_default();
-        let Some(d) = by_name.get(name) else {
+        let Some((cpu_d, memory_d)) = by_name.get(name) else {
             not_listed.push(name);
             continue;
         };
-        let ratios = d.as_ref().map_err(Clone::clone).and_then(|cap| {
-            let (cpu, memory) = usage(m)?;
-            Ok([
-                (Resource::Cpu, cpu / cap.cpu_cores),
-                (Resource::Memory, memory / cap.memory_bytes),
-            ])
-        });
-        match ratios {
-            Ok(values) => samples.push(UsageSample {
+        let mut values = Vec::with_capacity(2);
+        for (resource, raw, d) in [
+            (Resource::Cpu, &m.usage.cpu.0, cpu_d),
+            (Resource::Memory, &m.usage.memory.0, memory_d),
+        ] {
+            let what = resource.as_str();
+            let usage = match parse_quantity(raw) {
+                Ok(v) => v,
+                Err(_) => {
+                    out.dropped.push(Dropped {
+                        node: name.to_string(),
+                        what: format!("{what} usage {raw:?}"),
+                        reason: DropReason::Unparsable,
+                    });
+                    continue;
+                }
+            };
+            match d {
+                Ok(d) => values.push((resource, usage / d)),
+                Err((reason, field)) => out.dropped.push(Dropped {
+                    node: name.to_string(),
+                    what: field.clone(),
+                    reason: *reason,
+                }),
+            }
+        }
+        if !values.is_empty() {
+            out.samples.push(UsageSample {
                 node: name.to_string(),
                 at: sample_time(m, now),
-                values: values.to_vec(),
-            }),
-            Err(reason) => {
-                tracing::warn!(node = name, error = %reason, "metrics-server node skipped");
-                errors.push(Error::Http {
-                    what: format!("metrics-server node {name}"),
-                    reason: format!("{reason}; node skipped"),
-                });
-            }
+                values,
+            });
         }
     }
     if !not_listed.is_empty() {
@@ -313,7 +338,7 @@ fn samples_from<N: std::borrow::Borrow<Node>>(
             "node metrics for nodes missing from the node list skipped"
         );
     }
-    (samples, capacities, errors)
+    out
 }
 
 #[cfg(test)]
@@ -377,8 +402,12 @@ mod tests {
     fn ratios_of_capacity_with_the_metrics_timestamp() {
         let nodes = [node("a", ("4", "8Gi"), Some(("3500m", "7Gi")))];
         let m = [metrics("a", "1", "2Gi", T)];
-        let (samples, caps, errors) = samples_from(&m, &nodes, &CAPACITY, at(T + 99));
-        assert!(errors.is_empty(), "{errors:?}");
+        let FromLists {
+            samples,
+            capacities: caps,
+            dropped,
+        } = samples_from(&m, &nodes, &CAPACITY, at(T + 99));
+        assert!(dropped.is_empty(), "{dropped:?}");
         assert_eq!(
             samples,
             vec![UsageSample {
@@ -406,8 +435,12 @@ mod tests {
             node("b", ("4", "8Gi"), None),
         ];
         let m = [metrics("a", "1", "2Gi", T), metrics("b", "1", "2Gi", T)];
-        let (samples, caps, errors) = samples_from(&m, &nodes, &ALLOCATABLE, at(T));
-        assert!(errors.is_empty(), "{errors:?}");
+        let FromLists {
+            samples,
+            capacities: caps,
+            dropped,
+        } = samples_from(&m, &nodes, &ALLOCATABLE, at(T));
+        assert!(dropped.is_empty(), "{dropped:?}");
         assert_eq!(
             samples[0].values,
             vec![(Resource::Cpu, 0.5), (Resource::Memory, 0.5)]
@@ -424,8 +457,10 @@ mod tests {
     fn metrics_server_spellings() {
         let nodes = [node("a", ("2", "4028440Ki"), None)];
         let m = [metrics("a", "487558164n", "732212Ki", T)];
-        let (samples, _, errors) = samples_from(&m, &nodes, &CAPACITY, at(T));
-        assert!(errors.is_empty());
+        let FromLists {
+            samples, dropped, ..
+        } = samples_from(&m, &nodes, &CAPACITY, at(T));
+        assert!(dropped.is_empty());
         let v = &samples[0].values;
         assert_eq!(v[0], (Resource::Cpu, 0.487558164 / 2.0));
         assert_eq!(v[1], (Resource::Memory, 732_212.0 / 4_028_440.0));
@@ -441,14 +476,16 @@ mod tests {
             metrics("a", "2", "4Gi", T),
             nameless,
         ];
-        let (samples, _, errors) = samples_from(&m, &nodes, &CAPACITY, at(T));
-        assert!(errors.is_empty());
+        let FromLists {
+            samples, dropped, ..
+        } = samples_from(&m, &nodes, &CAPACITY, at(T));
+        assert!(dropped.is_empty());
         assert_eq!(samples.len(), 1);
         assert_eq!(samples[0].node, "a");
     }
 
     #[test]
-    fn bad_denominators_and_usage_are_errors_and_the_rest_is_kept() {
+    fn bad_denominators_and_usage_drop_only_their_own_value() {
         let mut no_status = node("no-status", ("4", "8Gi"), None);
         no_status.status = None;
         let nodes = [
@@ -458,6 +495,8 @@ mod tests {
             no_status,
             node("bad-usage", ("4", "8Gi"), None),
             node("negative", ("4", "8Gi"), None),
+            node("absurd-cpu", ("1e9", "8Gi"), None),
+            node("lying", ("4", "8Gi"), None),
             node("idle", ("0", "0"), None),
         ];
         let m = [
@@ -467,29 +506,55 @@ mod tests {
             metrics("no-status", "1", "2Gi", T),
             metrics("bad-usage", "1x", "2Gi", T),
             metrics("negative", "1", "-2Gi", T),
+            metrics("absurd-cpu", "1", "2Gi", T),
+            metrics("lying", "400", "2Gi", T),
         ];
-        let (samples, caps, errors) = samples_from(&m, &nodes, &CAPACITY, at(T));
-        assert_eq!(samples.len(), 1);
-        assert_eq!(samples[0].node, "good");
-        let names: Vec<&str> = caps.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["good", "bad-usage", "negative"]);
-        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        assert_eq!(text.len(), 5, "{text:?}");
-        let want = [
-            ("zero-cpu", "cpu capacity is \"0\", not above zero"),
-            ("bad-mem", "memory capacity: invalid quantity \"8Gb\""),
-            ("no-status", "no cpu capacity"),
-            ("bad-usage", "cpu usage: invalid quantity \"1x\""),
-            ("negative", "memory usage \"-2Gi\" is negative"),
-        ];
-        for (e, (node, why)) in text.iter().zip(want) {
-            assert!(
-                e.starts_with(&format!("metrics-server node {node}: ")),
-                "{e}"
-            );
-            assert!(e.contains(why) && e.ends_with("; node skipped"), "{e}");
-        }
-        assert!(errors.iter().all(|e| e.metric_label() == "http"));
+        let out = samples_from(&m, &nodes, &CAPACITY, at(T));
+        let served: Vec<(&str, Vec<(Resource, f64)>)> = out
+            .samples
+            .iter()
+            .map(|s| (s.node.as_str(), s.values.clone()))
+            .collect();
+        // Ratios the hub judges (negative, above capacity) go on as measured.
+        assert_eq!(
+            served,
+            [
+                (
+                    "good",
+                    vec![(Resource::Cpu, 0.25), (Resource::Memory, 0.25)]
+                ),
+                ("zero-cpu", vec![(Resource::Memory, 0.25)]),
+                ("bad-mem", vec![(Resource::Cpu, 0.25)]),
+                ("bad-usage", vec![(Resource::Memory, 0.25)]),
+                (
+                    "negative",
+                    vec![(Resource::Cpu, 0.25), (Resource::Memory, -0.25)]
+                ),
+                ("absurd-cpu", vec![(Resource::Memory, 0.25)]),
+                (
+                    "lying",
+                    vec![(Resource::Cpu, 100.0), (Resource::Memory, 0.25)]
+                ),
+            ]
+        );
+        let names: Vec<&str> = out.capacities.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["good", "bad-usage", "negative", "lying"]);
+        let dropped: Vec<(&str, &str, DropReason)> = out
+            .dropped
+            .iter()
+            .map(|d| (d.node.as_str(), d.what.as_str(), d.reason))
+            .collect();
+        assert_eq!(
+            dropped,
+            [
+                ("zero-cpu", "cpu capacity", DropReason::BadCapacity),
+                ("bad-mem", "memory capacity", DropReason::Unparsable),
+                ("no-status", "cpu capacity", DropReason::BadCapacity),
+                ("no-status", "memory capacity", DropReason::BadCapacity),
+                ("bad-usage", "cpu usage \"1x\"", DropReason::Unparsable),
+                ("absurd-cpu", "cpu capacity", DropReason::BadCapacity),
+            ]
+        );
     }
 
     #[test]
@@ -497,12 +562,20 @@ mod tests {
         let nodes = [node("a", ("4", "8Gi"), None)];
         let mut m = metrics("a", "1", "2Gi", T);
         m.timestamp = Time(Timestamp::UNIX_EPOCH);
-        let (samples, _, _) = samples_from(&[m], &nodes, &CAPACITY, at(T + 5));
+        let samples = samples_from(&[m], &nodes, &CAPACITY, at(T + 5)).samples;
         assert_eq!(samples[0].at, at(T + 5));
         let mut m = metrics("a", "1", "2Gi", T);
         m.timestamp = Time(Timestamp::new(T, 250_000_000).unwrap());
-        let (samples, _, _) = samples_from(&[m], &nodes, &CAPACITY, at(T + 5));
+        let samples = samples_from(&[m], &nodes, &CAPACITY, at(T + 5)).samples;
         assert_eq!(samples[0].at, at(T) + Duration::from_millis(250));
+    }
+
+    #[test]
+    fn undecodable_answers_are_parse_errors() {
+        let err = serde_json::from_str::<serde_json::Value>("{not json").unwrap_err();
+        let e = list_error(WHAT_METRICS, &kube::Error::SerdeError(err));
+        assert_eq!(e.metric_label(), "parse");
+        assert!(e.to_string().contains("invalid JSON"), "{e}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::model::{BackendWindow, NodeCapacity, UsageSample};
-use crate::provider::{Provider, RunOutcome};
+use crate::provider::{DropReason, Provider, RunOutcome};
 
 /// What one fetch produced. `errors` holds the parts that failed; what did work is still kept.
 #[derive(Debug, Default)]
@@ -28,7 +28,19 @@ pub struct Fetched {
     /// Values the backend aggregated over windows itself.
     pub windows: Vec<BackendWindow>,
     pub capacities: Vec<(String, NodeCapacity)>,
+    /// Values of single nodes that could not be turned into numbers (an unparsable quantity,
+    /// a missing or impossible capacity): dropped and counted by the hub, never a run error.
+    pub dropped: Vec<Dropped>,
     pub errors: Vec<Error>,
+}
+
+/// One value a fetcher could not use, for [`crate::provider::NodeRecorder::record_dropped`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dropped {
+    pub node: String,
+    /// What the value was, e.g. `cpu usage`.
+    pub what: String,
+    pub reason: DropReason,
 }
 
 /// A source of node usage.
@@ -44,13 +56,32 @@ pub trait UsageFetcher: Send + 'static {
 pub struct Schedule {
     pub interval: Duration,
     pub timeout: Duration,
+    /// A node this source no longer reports leaves the hub after this many successful fetches
+    /// in a row without it (0: never). See [`DEFAULT_EXPIRE_AFTER`].
+    pub expire_after: u32,
 }
 
-/// Runs one fetch with the timeout and records everything it produced into `provider`.
+/// load-watcher rebuilds its map on every fetch, so a host it stops reporting is gone on the
+/// next one; we tolerate one missed fetch (a host whose exporter was scraped a moment late)
+/// and drop it on the second.
+pub const DEFAULT_EXPIRE_AFTER: u32 = 2;
+
+/// Runs one fetch with the timeout and records everything it produced into `provider`;
+/// nodes expire after [`DEFAULT_EXPIRE_AFTER`] fetches without them.
 pub async fn run_once<F: UsageFetcher>(
     fetcher: &mut F,
     provider: &dyn Provider,
     timeout: Duration,
+) -> RunOutcome {
+    run_once_expiring(fetcher, provider, timeout, DEFAULT_EXPIRE_AFTER).await
+}
+
+/// [`run_once`] with nodes expiring after `expire_after` successful fetches without them.
+pub async fn run_once_expiring<F: UsageFetcher>(
+    fetcher: &mut F,
+    provider: &dyn Provider,
+    timeout: Duration,
+    expire_after: u32,
 ) -> RunOutcome {
     let name = fetcher.name();
     let started = Instant::now();
@@ -75,6 +106,14 @@ pub async fn run_once<F: UsageFetcher>(
     for (node, cap) in fetched.capacities {
         provider.node().record_node_capacity(&node, cap);
     }
+    for d in &fetched.dropped {
+        provider
+            .node()
+            .record_dropped(name, &d.node, &d.what, d.reason);
+    }
+    provider
+        .node()
+        .record_fetch_end(name, fetched.errors.is_empty(), expire_after);
     let outcome = match fetched.errors.first() {
         Some(first) => RunOutcome::Failed {
             reason: first.metric_label().to_string(),
@@ -124,7 +163,7 @@ pub async fn run<F: UsageFetcher>(
         }
         let outcome = tokio::select! {
             _ = cancel.cancelled() => break,
-            o = run_once(&mut fetcher, provider.as_ref(), schedule.timeout) => o,
+            o = run_once_expiring(&mut fetcher, provider.as_ref(), schedule.timeout, schedule.expire_after) => o,
         };
         match outcome {
             RunOutcome::Failed { reason, message } => {

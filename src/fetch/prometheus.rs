@@ -16,11 +16,12 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::http::{self, HttpBackend};
-use super::{Fetched, UsageFetcher};
+use super::{Dropped, Fetched, UsageFetcher};
 use crate::error::{Error, Result};
 use crate::model::{
     BackendValue, BackendWindow, MetricType, Operator, Resource, Window, unix_seconds,
 };
+use crate::provider::DropReason;
 
 /// One metric load-watcher asks Prometheus for.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +171,8 @@ pub struct PrometheusFetcher {
     modes: Vec<Mode>,
     use_get: AtomicBool,
     addresses: Option<NodeAddresses>,
+    /// `(node, metric)` of sample values this round that were not numbers.
+    unparsable: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 /// One query of a round.
@@ -237,18 +240,25 @@ struct VectorSample {
     value: (f64, String),
 }
 
+/// `(node, value)` pairs, series without the node label, nodes whose value is not a number.
+pub type ParsedVector = (Vec<(String, f64)>, usize, Vec<String>);
+
+/// How [`parse_vector`] starts the error of an answer whose `status` is not `success`.
+const ANSWERED: &str = "Prometheus answered ";
+
 /// Parses an instant-query answer into `(node, value)` pairs. Series without the node label
-/// are skipped and counted in the second return value.
+/// are skipped and counted in the second return value; nodes whose sample value is not a
+/// number are the third (their value is dropped alone, not the whole answer).
 pub fn parse_vector(
     body: &[u8],
     node_label: &str,
     strip: bool,
-) -> std::result::Result<(Vec<(String, f64)>, usize), String> {
+) -> std::result::Result<ParsedVector, String> {
     let resp: ApiResponse =
         serde_json::from_slice(body).map_err(|e| format!("malformed JSON from Prometheus: {e}"))?;
     if resp.status != "success" {
         return Err(format!(
-            "Prometheus answered {}: {} {}",
+            "{ANSWERED}{}: {} {}",
             resp.status,
             resp.error_type.unwrap_or_default(),
             resp.error.unwrap_or_default()
@@ -267,20 +277,19 @@ pub fn parse_vector(
         serde_json::from_value(data.result).map_err(|e| format!("malformed vector result: {e}"))?;
     let mut out = Vec::with_capacity(samples.len());
     let mut unlabelled = 0;
+    let mut unparsable = Vec::new();
     for s in samples {
         let Some(raw) = s.metric.get(node_label).filter(|v| !v.is_empty()) else {
             unlabelled += 1;
             continue;
         };
         let node = if strip { strip_port(raw) } else { raw };
-        let value = s
-            .value
-            .1
-            .parse::<f64>()
-            .map_err(|_| format!("sample value {:?} is not a number", s.value.1))?;
-        out.push((node.to_string(), value));
+        match s.value.1.parse::<f64>() {
+            Ok(value) => out.push((node.to_string(), value)),
+            Err(_) => unparsable.push(node.to_string()),
+        }
     }
-    Ok((out, unlabelled))
+    Ok((out, unlabelled, unparsable))
 }
 
 impl PrometheusFetcher {
@@ -293,6 +302,7 @@ impl PrometheusFetcher {
             modes,
             use_get: AtomicBool::new(false),
             addresses: None,
+            unparsable: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -360,13 +370,25 @@ impl PrometheusFetcher {
         // Prometheus explains 400/422/503 in the JSON body; anything else without JSON is an
         // HTTP failure.
         match parse_vector(&a.body, &self.cfg.node_label, self.cfg.strip_port) {
-            Ok((v, unlabelled)) => {
+            Ok((v, unlabelled, unparsable)) => {
+                if !unparsable.is_empty() {
+                    let mut held = self
+                        .unparsable
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    held.extend(unparsable.into_iter().map(|n| (n, promql.to_string())));
+                }
                 if unlabelled > 0 {
                     tracing::debug!(promql, unlabelled, label = %self.cfg.node_label, "series without the node label skipped");
                 }
                 Ok(v)
             }
-            Err(reason) if a.status.is_success() => Err(Error::Http { what, reason }),
+            // A 2xx answer Prometheus itself marked as failed is an HTTP-level failure; one
+            // that did not decode (invalid JSON, not a vector, a value not a number) is `parse`.
+            Err(reason) if a.status.is_success() && reason.starts_with(ANSWERED) => {
+                Err(Error::Http { what, reason })
+            }
+            Err(reason) if a.status.is_success() => Err(Error::Parse { what, reason }),
             Err(reason) => Err(Error::Http {
                 what,
                 reason: format!("status {}: {reason}", a.status.as_u16()),
@@ -469,6 +491,19 @@ impl UsageFetcher for PrometheusFetcher {
         // several series per node, e.g. one per disk: the busiest device).
         let mut fetched = Fetched::default();
         let by_address = self.addresses.as_ref().map(|f| f()).unwrap_or_default();
+        let unparsable = std::mem::take(
+            &mut *self
+                .unparsable
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for (instance, promql) in unparsable {
+            fetched.dropped.push(Dropped {
+                node: by_address.get(&instance).cloned().unwrap_or(instance),
+                what: promql,
+                reason: DropReason::Unparsable,
+            });
+        }
         let mut folded: BTreeMap<(String, Window), BTreeMap<(usize, Operator), f64>> =
             BTreeMap::new();
         for (q, r) in results {
@@ -565,7 +600,7 @@ mod tests {
             {"metric":{"instance":"10.0.0.5:9100"},"value":[1700000000.5,"0.25"]},
             {"metric":{"job":"x"},"value":[1700000000.5,"1"]},
             {"metric":{"instance":"n2"},"value":[1700000000.5,"NaN"]}]}}"#;
-        let (v, unlabelled) = parse_vector(ok, "instance", true).unwrap();
+        let (v, unlabelled, _) = parse_vector(ok, "instance", true).unwrap();
         assert_eq!(unlabelled, 1);
         assert_eq!(v[0], ("10.0.0.5".to_string(), 0.25));
         assert!(
@@ -589,11 +624,12 @@ mod tests {
                 .unwrap_err()
                 .contains("malformed")
         );
-        let bad = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"a"},"value":[1,"x"]}]}}"#;
-        assert!(
-            parse_vector(bad, "instance", true)
-                .unwrap_err()
-                .contains("not a number")
-        );
+        // One value that is not a number drops that value alone.
+        let bad = br#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"instance":"a"},"value":[1,"x"]},
+            {"metric":{"instance":"b"},"value":[1,"0.5"]}]}}"#;
+        let (v, _, unparsable) = parse_vector(bad, "instance", true).unwrap();
+        assert_eq!(v, [("b".to_string(), 0.5)]);
+        assert_eq!(unparsable, ["a"]);
     }
 }

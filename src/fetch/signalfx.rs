@@ -187,7 +187,7 @@ impl SignalFxFetcher {
                 &[("query", q.clone()), ("limit", "10000".into())],
             )
             .await?;
-        let hosts = parse_metadata(&meta).map_err(|reason| Error::Http {
+        let hosts = parse_metadata(&meta).map_err(|reason| Error::Parse {
             what: format!("SignalFx metadata for {metric}"),
             reason,
         })?;
@@ -203,7 +203,7 @@ impl SignalFxFetcher {
                 ],
             )
             .await?;
-        parse_window(&data, &hosts).map_err(|reason| Error::Http {
+        parse_window(&data, &hosts).map_err(|reason| Error::Parse {
             what: format!("SignalFx data for {metric}"),
             reason,
         })

@@ -94,6 +94,8 @@ pub struct SourceStatus {
     pub no_data: u64,
     /// Values rejected (non-finite, out of range) by reason.
     pub dropped: BTreeMap<String, u64>,
+    /// Nodes that left the hub because this source stopped reporting them.
+    pub expired: u64,
     pub last_duration: Duration,
     pub last_success: Option<SystemTime>,
     /// Whether the newest run succeeded.

@@ -3,6 +3,7 @@
 //! Sources only see these traits. They never name a metric or know which outputs run.
 
 pub mod store;
+pub mod validate;
 pub mod window;
 
 use std::time::{Duration, SystemTime};
@@ -12,6 +13,7 @@ use crate::model::{
 };
 
 pub use store::Store;
+pub use validate::DropReason;
 
 /// Cluster-wide facts: identity and role (workloads and node objects come with the watchers).
 pub trait ClusterRecorder: Send + Sync {
@@ -23,16 +25,28 @@ pub trait ClusterRecorder: Send + Sync {
 
 /// Per-node load and capacity.
 pub trait NodeRecorder: Send + Sync {
-    /// One usage sample from `source`. Non-finite or negative values are dropped and counted.
+    /// One usage sample from `source`. Values that fail [`validate`] (non-finite, negative,
+    /// a utilization above 100 % beyond the tolerance) are dropped one by one and counted.
     fn record_node_usage(&self, source: &str, sample: UsageSample);
     /// Values a backend aggregated over a window for one node. Each replaces the value of the
     /// same name and operator; values not in this round keep their own (older) times, so a
     /// failed query loses only its own metric. One value per name and operator: a fetcher
     /// folds per-device series (e.g. the busiest disk) before recording.
     fn record_node_window(&self, source: &str, window: BackendWindow);
+    /// The cores and bytes the node's usage was divided by. Recorded for nodes that have
+    /// usage only; an impossible capacity (see [`validate`]) is dropped and counted under the
+    /// node's source, and the node then shows no capacity.
     fn record_node_capacity(&self, node: &str, capacity: NodeCapacity);
     /// The node is gone: its series leave the next snapshot.
     fn forget_node(&self, node: &str);
+    /// A value `source` got for `node` that it could not even turn into a number (an
+    /// unparsable quantity, a missing capacity): counted and logged like every dropped value.
+    fn record_dropped(&self, source: &str, node: &str, what: &str, reason: DropReason);
+    /// A fetch of `source` ended. After a successful one, every node of `source` that got no
+    /// valid value in it has missed one more fetch; a node that missed `expire_after` in a
+    /// row leaves the hub (0: never), and the expiry is counted. A failed fetch expires
+    /// nothing and resets nothing.
+    fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32);
 }
 
 /// Probe outcomes.

@@ -1,10 +1,11 @@
 //! The one [`Provider`] implementation: latest values, usage rings and counters behind a mutex,
 //! turned into an immutable [`Snapshot`] on every tick.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use super::validate::{self, DropReason};
 use super::window::{DEFAULT_CAP, Ring};
 use super::{
     ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
@@ -29,6 +30,12 @@ struct NodeState {
     /// Backend-aggregated values per window, one per (name, operator), in first-seen order.
     backend: BTreeMap<Window, Vec<BackendStat>>,
     capacity: Option<NodeCapacity>,
+    /// A cluster state has listed this node: when one no longer does, it was deleted.
+    in_cluster: bool,
+    /// A value of this node was accepted since its source's last fetch ended.
+    reported: bool,
+    /// Successful fetches of its source in a row that gave it no valid value.
+    missed: u32,
 }
 
 impl NodeState {
@@ -41,8 +48,25 @@ impl NodeState {
             rings: BTreeMap::new(),
             backend: BTreeMap::new(),
             capacity: None,
+            in_cluster: false,
+            reported: false,
+            missed: 0,
         }
     }
+}
+
+/// How long a node the cluster deleted is refused usage (a backend keeps reporting a gone host
+/// for up to its longest window: Prometheus' `avg_over_time(...[15m])`).
+const TOMBSTONE_FOR: Duration = Duration::from_secs(15 * 60);
+/// Per-node warnings about dropped values per source run; the rest are summed up in one line.
+const DROP_LOG_NODES: usize = 20;
+
+/// Which nodes had a dropped value logged in the current run of a source.
+#[derive(Debug, Default)]
+struct DropLog {
+    logged: HashSet<String>,
+    suppressed_nodes: u64,
+    suppressed_values: u64,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +78,10 @@ struct Inner {
     probes: BTreeMap<(String, String), ProbeState>,
     sinks: BTreeMap<String, SinkStatus>,
     leadership: Option<crate::model::Leadership>,
+    /// Nodes the cluster deleted, with when: usage for them is refused until they return.
+    gone: HashMap<String, SystemTime>,
+    /// Per source: dropped-value logging of its current run.
+    drop_log: HashMap<String, DropLog>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -108,17 +136,75 @@ impl Store {
     }
 }
 
-/// Counts and logs a value that never reaches an output.
-fn count_dropped(inner: &mut Inner, source: &str, node: &str, what: &str, value: f64) {
-    let reason = if value.is_finite() {
-        "negative"
-    } else {
-        "non_finite"
-    };
+/// Counts a value that never reaches an output, and logs it once per node per source run
+/// (after [`DROP_LOG_NODES`] nodes, only a summary at the end of the run).
+fn count_dropped(
+    inner: &mut Inner,
+    source: &str,
+    node: &str,
+    what: &str,
+    value: Option<f64>,
+    reason: DropReason,
+) {
     let status = inner.sources.entry(source.to_string()).or_default();
     status.name = source.to_string();
-    *status.dropped.entry(reason.to_string()).or_default() += 1;
-    tracing::warn!(source, node, what, value, reason, "dropped a value");
+    *status
+        .dropped
+        .entry(reason.as_str().to_string())
+        .or_default() += 1;
+    let log = inner.drop_log.entry(source.to_string()).or_default();
+    if log.logged.contains(node) {
+        return;
+    }
+    if log.logged.len() >= DROP_LOG_NODES {
+        log.suppressed_values += 1;
+        if log.logged.insert(node.to_string()) {
+            log.suppressed_nodes += 1;
+        }
+        return;
+    }
+    log.logged.insert(node.to_string());
+    let reason = reason.as_str();
+    match value {
+        Some(value) => tracing::warn!(source, node, what, value, reason, "dropped a value"),
+        None => tracing::warn!(source, node, what, reason, "dropped a value"),
+    }
+}
+
+/// Ends a source run's dropped-value logging: one summary line for the nodes not logged.
+fn end_drop_log(inner: &mut Inner, source: &str) {
+    let Some(log) = inner.drop_log.remove(source) else {
+        return;
+    };
+    if log.suppressed_nodes > 0 {
+        tracing::warn!(
+            source,
+            nodes = log.suppressed_nodes,
+            values = log.suppressed_values,
+            "dropped values of more nodes (not logged one by one)"
+        );
+    }
+}
+
+/// Validates a capacity; counts each impossible field under `source`.
+fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) -> bool {
+    let mut ok = true;
+    if let Err(r) = validate::cpu_cores(c.cpu_cores) {
+        count_dropped(inner, source, node, "cpu capacity", Some(c.cpu_cores), r);
+        ok = false;
+    }
+    if let Err(r) = validate::memory_bytes(c.memory_bytes) {
+        count_dropped(
+            inner,
+            source,
+            node,
+            "memory capacity",
+            Some(c.memory_bytes),
+            r,
+        );
+        ok = false;
+    }
+    ok
 }
 
 fn node_load(name: &str, st: &NodeState) -> NodeLoad {
@@ -161,14 +247,52 @@ impl ClusterRecorder for Store {
     }
 
     fn record_cluster_state(&self, state: ClusterState) {
-        self.lock().cluster_state = Some(Arc::new(state));
+        let now = SystemTime::now();
+        let mut inner = self.lock();
+        let listed: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+        let inner = &mut *inner;
+        inner.gone.retain(|name, at| {
+            !listed.contains(name.as_str())
+                && now.duration_since(*at).unwrap_or_default() < TOMBSTONE_FOR
+        });
+        // A node a cluster state listed before and this one does not was deleted (by a watch
+        // event or found missing on a relist). A node no state has listed yet stays: a
+        // backend may report a new node a moment before the Node watcher has it, and a
+        // backend's host names need not be Node names at all (those expire by fetches).
+        let gone = &mut inner.gone;
+        // Deleted even when the hub had already let its usage go (a fetch that stopped seeing
+        // the Node expired it first): a backend still reporting the host must not bring it back.
+        if let Some(previous) = &inner.cluster_state {
+            for n in &previous.nodes {
+                if !listed.contains(n.name.as_str()) {
+                    gone.insert(n.name.clone(), now);
+                }
+            }
+        }
+        inner.nodes.retain(|name, st| {
+            if listed.contains(name.as_str()) {
+                st.in_cluster = true;
+                true
+            } else if st.in_cluster || gone.contains_key(name) {
+                tracing::info!(node = %name, source = %st.source, "node deleted; its usage leaves every output");
+                gone.insert(name.clone(), now);
+                false
+            } else {
+                true
+            }
+        });
+        inner.cluster_state = Some(Arc::new(state));
     }
 }
 
 impl NodeRecorder for Store {
     fn record_node_usage(&self, source: &str, sample: UsageSample) {
         let mut inner = self.lock();
-        let mut dropped: Vec<(Resource, f64)> = Vec::new();
+        if inner.gone.contains_key(&sample.node) {
+            tracing::debug!(source, node = %sample.node, "usage of a deleted node ignored");
+            return;
+        }
+        let mut dropped: Vec<(Resource, f64, DropReason)> = Vec::new();
         let t = unix_seconds(sample.at);
         let horizon = Window::FifteenMinutes.duration();
         let st = inner
@@ -178,24 +302,33 @@ impl NodeRecorder for Store {
         st.source = source.to_string();
         st.latest_at = st.latest_at.max(sample.at);
         st.sampled_at = Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at)));
-        for (resource, value) in sample.values {
-            if !value.is_finite() || value < 0.0 {
-                dropped.push((resource, value));
-                continue;
-            }
+        for (resource, raw) in sample.values {
+            let value = match validate::usage(resource, raw) {
+                Ok(v) => v,
+                Err(reason) => {
+                    dropped.push((resource, raw, reason));
+                    continue;
+                }
+            };
+            st.reported = true;
             st.latest.insert(resource, value);
             st.rings
                 .entry(resource)
                 .or_insert_with(|| Ring::new(horizon, DEFAULT_CAP))
                 .push(t, value);
         }
-        for (resource, value) in dropped {
-            count_dropped(&mut inner, source, &sample.node, resource.as_str(), value);
+        for (resource, value, reason) in dropped {
+            let what = resource.as_str();
+            count_dropped(&mut inner, source, &sample.node, what, Some(value), reason);
         }
     }
 
     fn record_node_window(&self, source: &str, w: BackendWindow) {
         let mut inner = self.lock();
+        if inner.gone.contains_key(&w.node) {
+            tracing::debug!(source, node = %w.node, "usage of a deleted node ignored");
+            return;
+        }
         let mut dropped = Vec::new();
         let st = inner
             .nodes
@@ -204,11 +337,15 @@ impl NodeRecorder for Store {
         st.source = source.to_string();
         st.latest_at = st.latest_at.max(w.end);
         let served = st.backend.entry(w.window).or_default();
-        for value in w.values {
-            if !value.value.is_finite() || value.value < 0.0 {
-                dropped.push((value.name, value.value));
-                continue;
+        for mut value in w.values {
+            match validate::backend(&value) {
+                Ok(v) => value.value = v,
+                Err(reason) => {
+                    dropped.push((value.name, value.value, reason));
+                    continue;
+                }
             }
+            st.reported = true;
             let stat = BackendStat {
                 value,
                 start: w.start,
@@ -222,19 +359,58 @@ impl NodeRecorder for Store {
                 None => served.push(stat),
             }
         }
-        for (name, value) in dropped {
-            count_dropped(&mut inner, source, &w.node, &name, value);
+        for (name, value, reason) in dropped {
+            count_dropped(&mut inner, source, &w.node, &name, Some(value), reason);
         }
     }
 
     fn record_node_capacity(&self, node: &str, capacity: NodeCapacity) {
-        if let Some(st) = self.lock().nodes.get_mut(node) {
-            st.capacity = Some(capacity);
+        let mut inner = self.lock();
+        let Some(source) = inner.nodes.get(node).map(|st| st.source.clone()) else {
+            return;
+        };
+        let ok = check_capacity(&mut inner, &source, node, capacity);
+        if let Some(st) = inner.nodes.get_mut(node) {
+            st.capacity = ok.then_some(capacity);
         }
     }
 
     fn forget_node(&self, node: &str) {
         self.lock().nodes.remove(node);
+    }
+
+    fn record_dropped(&self, source: &str, node: &str, what: &str, reason: DropReason) {
+        count_dropped(&mut self.lock(), source, node, what, None, reason);
+    }
+
+    fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32) {
+        let mut inner = self.lock();
+        end_drop_log(&mut inner, source);
+        let mut expired = 0u64;
+        inner.nodes.retain(|name, st| {
+            if st.source != source {
+                return true;
+            }
+            if std::mem::take(&mut st.reported) {
+                st.missed = 0;
+                return true;
+            }
+            if !successful {
+                return true;
+            }
+            st.missed += 1;
+            if expire_after > 0 && st.missed >= expire_after {
+                tracing::info!(source, node = %name, fetches = st.missed, "node no longer reported; its usage leaves every output");
+                expired += 1;
+                return false;
+            }
+            true
+        });
+        if expired > 0 {
+            let status = inner.sources.entry(source.to_string()).or_default();
+            status.name = source.to_string();
+            status.expired += expired;
+        }
     }
 }
 
@@ -447,6 +623,156 @@ mod tests {
         let src = &snap.sources["host"];
         assert_eq!(src.dropped["non_finite"], 2);
         assert_eq!(src.dropped["negative"], 1);
+    }
+
+    #[test]
+    fn one_rule_drops_absurd_values_per_value_and_per_node() {
+        let s = Store::new();
+        s.node().record_node_usage(
+            "ms",
+            UsageSample {
+                node: "liar".into(),
+                at: at(10),
+                values: vec![(Resource::Cpu, 100.0), (Resource::Memory, 0.5)],
+            },
+        );
+        s.node()
+            .record_node_usage("ms", sample("honest", 10, 0.3, 1.03));
+        s.node().record_node_window(
+            "ms",
+            BackendWindow {
+                node: "honest".into(),
+                window: Window::FiveMinutes,
+                start: at(0),
+                end: at(10),
+                values: vec![crate::model::BackendValue {
+                    name: "cpu".into(),
+                    kind: crate::model::MetricType::Cpu,
+                    resource: None,
+                    operator: crate::model::Operator::Avg,
+                    value: 2.0,
+                }],
+            },
+        );
+        s.node().record_node_capacity(
+            "liar",
+            NodeCapacity {
+                cpu_cores: 0.0,
+                memory_bytes: 8.0,
+            },
+        );
+        s.node()
+            .record_dropped("ms", "honest", "cpu usage", DropReason::Unparsable);
+        let snap = s.snapshot(at(11));
+        let liar = &snap.nodes["liar"];
+        assert_eq!(liar.latest.len(), 1, "only the valid value is served");
+        assert_eq!(liar.latest[&Resource::Memory], 0.5);
+        assert_eq!(liar.capacity, None);
+        let honest = &snap.nodes["honest"];
+        assert_eq!(honest.latest[&Resource::Cpu], 0.3);
+        assert_eq!(
+            honest.latest[&Resource::Memory],
+            1.0,
+            "within the tolerance: served as 100 %"
+        );
+        assert!(honest.windows.iter().all(|w| w.backend.is_empty()));
+        let dropped = &snap.sources["ms"].dropped;
+        assert_eq!(dropped["above_capacity"], 2);
+        assert_eq!(dropped["bad_capacity"], 1);
+        assert_eq!(dropped["unparsable"], 1);
+        assert!(snap.sources["ms"].errors.is_empty());
+    }
+
+    fn facts(name: &str) -> crate::model::NodeFacts {
+        crate::model::NodeFacts {
+            name: name.into(),
+            placement: crate::model::Placement {
+                pool: "p".into(),
+                zone: "z".into(),
+            },
+            conditions: Vec::new(),
+            ready: true,
+            schedulable: true,
+            done_warming: true,
+            created: None,
+            capacity: None,
+            allocatable: None,
+        }
+    }
+
+    fn state(names: &[&str]) -> ClusterState {
+        ClusterState {
+            nodes: names.iter().map(|n| facts(n)).collect(),
+            ..ClusterState::default()
+        }
+    }
+
+    #[test]
+    fn nodes_the_cluster_deleted_leave_and_stay_out() {
+        let s = Store::new();
+        for n in ["a", "b"] {
+            s.node().record_node_usage("ms", sample(n, 10, 0.1, 0.1));
+        }
+        s.cluster().record_cluster_state(state(&["a", "b"]));
+        // Reported by the backend a moment before the Node watcher has it: kept.
+        s.node()
+            .record_node_usage("ms", sample("new", 11, 0.1, 0.1));
+        s.cluster().record_cluster_state(state(&["a"]));
+        let snap = s.snapshot(at(12));
+        let names: Vec<&str> = snap.nodes.keys().map(String::as_str).collect();
+        assert_eq!(names, ["a", "new"]);
+        // A backend still reporting the deleted node (its 15m window) does not bring it back.
+        s.node().record_node_usage("ms", sample("b", 13, 0.1, 0.1));
+        assert!(!s.snapshot(at(14)).nodes.contains_key("b"));
+        // Expired by its backend first, then deleted: still refused afterwards.
+        s.node().record_node_usage("ms", sample("c", 13, 0.1, 0.1));
+        s.cluster().record_cluster_state(state(&["a", "c"]));
+        s.node().record_fetch_end("ms", true, 1);
+        s.node().record_node_usage("ms", sample("a", 13, 0.1, 0.1));
+        s.node().record_fetch_end("ms", true, 1);
+        assert!(!s.snapshot(at(14)).nodes.contains_key("c"));
+        s.cluster().record_cluster_state(state(&["a"]));
+        s.node().record_node_usage("ms", sample("c", 14, 0.1, 0.1));
+        assert!(!s.snapshot(at(14)).nodes.contains_key("c"));
+        // Re-created under the same name: welcome again.
+        s.cluster().record_cluster_state(state(&["a", "b", "new"]));
+        s.node().record_node_usage("ms", sample("b", 15, 0.2, 0.2));
+        assert_eq!(s.snapshot(at(16)).nodes["b"].latest[&Resource::Cpu], 0.2);
+    }
+
+    #[test]
+    fn hosts_expire_after_successful_fetches_without_them() {
+        let s = Store::new();
+        let fetch = |hosts: &[&str], ok: bool| {
+            for h in hosts {
+                s.node().record_node_usage("prom", sample(h, 10, 0.1, 0.1));
+            }
+            s.node().record_fetch_end("prom", ok, 2);
+        };
+        fetch(&["a", "b"], true);
+        fetch(&["a"], true);
+        assert!(
+            s.snapshot(at(11)).nodes.contains_key("b"),
+            "one miss tolerated"
+        );
+        fetch(&[], false);
+        fetch(&[], false);
+        assert!(
+            s.snapshot(at(12)).nodes.contains_key("b"),
+            "failed fetches expire nothing"
+        );
+        // Another source's fetches do not count for b.
+        s.node().record_fetch_end("other", true, 1);
+        fetch(&["a"], true);
+        let snap = s.snapshot(at(13));
+        assert!(!snap.nodes.contains_key("b"));
+        assert!(snap.nodes.contains_key("a"));
+        assert_eq!(snap.sources["prom"].expired, 1);
+        // 0 never expires.
+        s.node().record_fetch_end("prom", true, 0);
+        s.node().record_fetch_end("prom", true, 0);
+        s.node().record_fetch_end("prom", true, 0);
+        assert!(s.snapshot(at(14)).nodes.contains_key("a"));
     }
 
     #[test]

@@ -251,7 +251,12 @@ pub const SOURCE_NO_DATA: Family = counter(
 );
 pub const SOURCE_DROPPED_VALUES: Family = counter(
     "kube_prober_source_dropped_values",
-    "Values a source reported that were rejected (non_finite, negative), by reason.",
+    "Values a source reported that were rejected (non_finite, negative, above_capacity, bad_capacity, unparsable), by reason.",
+    None,
+);
+pub const SOURCE_EXPIRED_NODES: Family = counter(
+    "kube_prober_source_expired_nodes",
+    "Nodes whose usage left every output because the source stopped reporting them.",
     None,
 );
 pub const SOURCE_LAST_RUN_DURATION: Family = gauge(
@@ -380,6 +385,7 @@ pub const ALL: &[Family] = &[
     SOURCE_ERRORS,
     SOURCE_NO_DATA,
     SOURCE_DROPPED_VALUES,
+    SOURCE_EXPIRED_NODES,
     SOURCE_LAST_RUN_DURATION,
     SOURCE_LAST_SUCCESS,
     WATCH_RESTARTS,

@@ -451,6 +451,10 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
     );
     w.family(&names::SOURCE_DROPPED_VALUES, &by_reason(|s| &s.dropped));
     w.family(
+        &names::SOURCE_EXPIRED_NODES,
+        &per_source(|s| Some(s.expired as f64)),
+    );
+    w.family(
         &names::SOURCE_LAST_RUN_DURATION,
         &per_source(|s| Some(s.last_duration.as_secs_f64())),
     );

@@ -566,6 +566,8 @@ pub struct ClusterState {
     pub verb_faults: HashMap<(Kind, Verb), Fault>,
     /// Faults answered in turn, one per request, for one verb of a kind; checked first.
     pub fault_queues: HashMap<(Kind, Verb), VecDeque<Fault>>,
+    /// A LIST of the kind answers 200 with this body as it is (e.g. invalid JSON).
+    pub raw_lists: HashMap<Kind, String>,
     pub requests: Vec<Logged>,
     /// The global resource version (etcd's revision), bumped by every write.
     pub resource_version: u64,
@@ -600,6 +602,7 @@ impl ClusterState {
             faults: HashMap::new(),
             verb_faults: HashMap::new(),
             fault_queues: HashMap::new(),
+            raw_lists: HashMap::new(),
             requests: Vec::new(),
             resource_version: 1,
             latency: Duration::ZERO,
@@ -1847,6 +1850,15 @@ impl ApiServer {
         self.state().verb_faults.insert((kind, verb), fault);
     }
 
+    /// Makes every LIST of `kind` answer 200 with `body` as it is (`None`: normal answers).
+    pub fn set_raw_list(&self, kind: Kind, body: Option<&str>) {
+        let mut st = self.state();
+        match body {
+            Some(b) => st.raw_lists.insert(kind, b.to_string()),
+            None => st.raw_lists.remove(&kind),
+        };
+    }
+
     /// Removes the faults of `kind`, all verbs.
     pub fn heal(&self, kind: Kind) {
         let mut st = self.state();
@@ -2030,6 +2042,12 @@ async fn resource(
     };
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    if verb == Verb::List {
+        let raw = lock(&state).raw_lists.get(&route.kind).cloned();
+        if let Some(raw) = raw {
+            return json_bytes(StatusCode::OK, raw);
+        }
     }
     let result = match verb {
         Verb::Watch => return start_watch(&state, route, &query),

@@ -276,6 +276,12 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         C,
     ),
     m(
+        &names::SOURCE_EXPIRED_NODES,
+        "kube_prober.source.expired_nodes",
+        "{node}",
+        C,
+    ),
+    m(
         &names::SOURCE_LAST_RUN_DURATION,
         "kube_prober.source.last_run.duration",
         "s",

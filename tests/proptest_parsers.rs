@@ -289,10 +289,10 @@ proptest! {
         let body = json!({"status": status, "data": {"resultType": result_type, "result": result}});
         let bytes = serde_json::to_vec(&body).unwrap();
         match parse_vector(&bytes, "instance", true) {
-            Ok((samples, unlabelled)) => {
+            Ok((samples, unlabelled, not_numbers)) => {
                 prop_assert_eq!(status, "success");
                 prop_assert_eq!(result_type, "vector");
-                prop_assert_eq!(samples.len() + unlabelled, series.len());
+                prop_assert_eq!(samples.len() + unlabelled + not_numbers.len(), series.len());
                 let want_unlabelled = series
                     .iter()
                     .filter(|(n, _, _)| n.as_deref().is_none_or(str::is_empty))

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::window::{DEFAULT_CAP, Ring};
 use super::{
     ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
-    SourceRecorder,
+    SourceRecorder, TaskRecorder,
 };
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
@@ -54,6 +54,8 @@ struct Inner {
     probes: BTreeMap<(String, String), ProbeState>,
     sinks: BTreeMap<String, SinkStatus>,
     leadership: Option<crate::model::Leadership>,
+    tasks: Option<Arc<crate::model::TaskSet>>,
+    platform: Option<Arc<crate::model::Platform>>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -104,6 +106,8 @@ impl Store {
             probes: inner.probes.values().cloned().collect(),
             sinks: inner.sinks.clone(),
             leadership: inner.leadership.clone(),
+            tasks: inner.tasks.clone(),
+            platform: inner.platform.clone(),
         }
     }
 }
@@ -338,6 +342,16 @@ impl SinkRecorder for Store {
     }
 }
 
+impl TaskRecorder for Store {
+    fn record_tasks(&self, tasks: crate::model::TaskSet) {
+        self.lock().tasks = Some(Arc::new(tasks));
+    }
+
+    fn record_platform(&self, platform: crate::model::Platform) {
+        self.lock().platform = Some(Arc::new(platform));
+    }
+}
+
 impl Provider for Store {
     fn cluster(&self) -> &dyn ClusterRecorder {
         self
@@ -352,6 +366,9 @@ impl Provider for Store {
         self
     }
     fn sink(&self) -> &dyn SinkRecorder {
+        self
+    }
+    fn task(&self) -> &dyn TaskRecorder {
         self
     }
 }

@@ -3,3 +3,4 @@
 
 pub mod cluster;
 pub mod derive;
+pub mod task_pods;

@@ -1,0 +1,569 @@
+//! Pod and container cgroups: which hierarchies the kernel offers under the cgroup root, where
+//! the kubelet put each pod (found by walking the tree and matching the pod UID, whatever the
+//! driver or runtime), and the values in their files. `read_*` does I/O, `parse_*` is pure.
+//! Read-only: nothing here ever writes to a cgroup.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::model::{CgroupStats, ContainerSample, Pressure, TaskPod, TaskSample};
+
+/// How deep below a hierarchy's root pod cgroups are looked for
+/// (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice` is 3).
+pub const MAX_DEPTH: usize = 6;
+
+/// A v1 memory limit at or above this is "no limit" (the kernel's PAGE_COUNTER_MAX rounded).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// The hierarchies one kind of value is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hier {
+    /// cgroup v2: the whole tree (pure v2) or `unified` next to v1 controllers (hybrid).
+    Unified,
+    Cpu,
+    Cpuacct,
+    Memory,
+    Cpuset,
+}
+
+impl Hier {
+    const ALL: [Hier; 5] = [
+        Hier::Unified,
+        Hier::Cpu,
+        Hier::Cpuacct,
+        Hier::Memory,
+        Hier::Cpuset,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The hierarchies found under a cgroup root.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hierarchies {
+    pub roots: [Option<PathBuf>; 5],
+    /// True for a pure cgroup v2 mount at the root.
+    pub pure_v2: bool,
+}
+
+impl Hierarchies {
+    /// Finds what exists under `root`: a v2 mount at the root (it has `cgroup.controllers`),
+    /// else v1 controllers `cpu`, `cpuacct` (or the combined `cpu,cpuacct`), `memory`, `cpuset`
+    /// and a v2 `unified` hierarchy beside them.
+    pub fn detect(root: &Path) -> Hierarchies {
+        let mut h = Hierarchies::default();
+        if root.join("cgroup.controllers").is_file() {
+            h.roots[Hier::Unified.index()] = Some(root.to_path_buf());
+            h.pure_v2 = true;
+            return h;
+        }
+        let dir = |name: &str| Some(root.join(name)).filter(|p| p.is_dir());
+        let unified = dir("unified").filter(|p| p.join("cgroup.controllers").is_file());
+        h.roots[Hier::Unified.index()] = unified;
+        h.roots[Hier::Cpu.index()] = dir("cpu").or_else(|| dir("cpu,cpuacct"));
+        h.roots[Hier::Cpuacct.index()] = dir("cpuacct").or_else(|| dir("cpu,cpuacct"));
+        h.roots[Hier::Memory.index()] = dir("memory");
+        h.roots[Hier::Cpuset.index()] = dir("cpuset");
+        h
+    }
+
+    pub fn root(&self, h: Hier) -> Option<&Path> {
+        self.roots[h.index()].as_deref()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.roots.iter().all(Option::is_none)
+    }
+
+    /// Short description for logs: `v2` or `v1(cpu,cpuacct,memory,cpuset)+unified`.
+    pub fn describe(&self) -> String {
+        if self.pure_v2 {
+            return "v2".into();
+        }
+        let names: Vec<&str> = [
+            (Hier::Cpu, "cpu"),
+            (Hier::Cpuacct, "cpuacct"),
+            (Hier::Memory, "memory"),
+            (Hier::Cpuset, "cpuset"),
+        ]
+        .iter()
+        .filter(|(h, _)| self.root(*h).is_some())
+        .map(|(_, n)| *n)
+        .collect();
+        let mut s = format!("v1({})", names.join(","));
+        if self.root(Hier::Unified).is_some() {
+            s.push_str("+unified");
+        }
+        s
+    }
+}
+
+/// An id with dashes and underscores removed, lower-cased: the kubelet writes pod UIDs with
+/// dashes (cgroupfs), underscores (systemd) or none (static pods' hashes).
+pub fn normalize_id(id: &str) -> String {
+    id.chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The normalized pod id a cgroup directory name stands for, if it is a pod cgroup:
+/// `pod<uid>` (cgroupfs) or `...-pod<uid_>.slice` (systemd).
+pub fn parse_pod_dir_name(name: &str) -> Option<String> {
+    let stem = name.strip_suffix(".slice").unwrap_or(name);
+    let at = stem.rfind("pod")?;
+    // `pod` starts the name or follows a `-` (systemd unit naming).
+    if at > 0 && !stem[..at].ends_with('-') {
+        return None;
+    }
+    let id = normalize_id(&stem[at + 3..]);
+    (id.len() >= 8 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// Whether a directory below a pod cgroup is the scope of container `id`: containerd
+/// `cri-containerd-<id>.scope`, CRI-O `crio-<id>.scope`, Docker `docker-<id>.scope`, or the
+/// bare `<id>` of the cgroupfs driver. CRI-O's `crio-conmon-<id>.scope` is its monitor, not
+/// the container.
+pub fn is_container_dir(name: &str, id: &str) -> bool {
+    if id.is_empty() || name.contains("conmon") {
+        return false;
+    }
+    let stem = name.strip_suffix(".scope").unwrap_or(name);
+    stem == id
+        || stem
+            .strip_suffix(id)
+            .is_some_and(|prefix| prefix.ends_with('-') || prefix.ends_with(':'))
+}
+
+/// Walks `root` up to [`MAX_DEPTH`] and returns the directory of each wanted normalized pod id.
+/// Does not descend into pod cgroups (containers are looked up separately).
+pub fn find_pod_dirs(root: &Path, wanted: &[&str]) -> HashMap<String, PathBuf> {
+    let mut found = HashMap::new();
+    let mut level = vec![root.to_path_buf()];
+    for _ in 0..MAX_DEPTH {
+        let mut next = Vec::new();
+        for dir in &level {
+            let Ok(entries) = fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                match parse_pod_dir_name(name) {
+                    Some(id) if wanted.contains(&id.as_str()) => {
+                        found.entry(id).or_insert_with(|| e.path());
+                    }
+                    Some(_) => {}
+                    None => next.push(e.path()),
+                }
+            }
+        }
+        if found.len() == wanted.len() || next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    found
+}
+
+/// Child directories of a pod cgroup that are scopes of the given containers: id -> path.
+pub fn find_container_dirs(pod_dir: &Path, ids: &[&str]) -> HashMap<String, PathBuf> {
+    let mut out = HashMap::new();
+    let Ok(entries) = fs::read_dir(pod_dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = ids.iter().find(|id| is_container_dir(name, id)) {
+            out.insert((*id).to_string(), e.path());
+        }
+    }
+    out
+}
+
+// ---- parsing (pure) ----
+
+/// A single unsigned integer (`memory.usage_in_bytes`, `cpuacct.usage`).
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.trim().parse().ok()
+}
+
+/// A v2 limit (`memory.max`): `Some(None)` for `max`.
+pub fn parse_max(b: &[u8]) -> Option<Option<u64>> {
+    let s = std::str::from_utf8(b).ok()?.trim();
+    if s == "max" {
+        return Some(None);
+    }
+    s.parse().ok().map(Some)
+}
+
+/// The value of `key` in a flat keyed file (`cpu.stat`, `memory.stat`, `memory.events`,
+/// `memory.oom_control`): lines of `key value`.
+pub fn parse_keyed(b: &[u8], key: &str) -> Option<u64> {
+    let s = std::str::from_utf8(b).ok()?;
+    s.lines().find_map(|l| {
+        let mut it = l.split_ascii_whitespace();
+        (it.next()? == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// `some` and `full` totals of a pressure file, in microseconds.
+pub fn parse_pressure(b: &[u8]) -> Vec<(&'static str, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        let kind = match it.next() {
+            Some("some") => "some",
+            Some("full") => "full",
+            _ => continue,
+        };
+        if let Some(t) = it
+            .find_map(|f| f.strip_prefix("total="))
+            .and_then(|v| v.parse().ok())
+        {
+            out.push((kind, t));
+        }
+    }
+    out
+}
+
+fn per_node(fields: std::str::SplitAsciiWhitespace<'_>) -> Vec<(u32, u64)> {
+    fields
+        .filter_map(|f| {
+            let (n, v) = f.strip_prefix('N')?.split_once('=')?;
+            Some((n.parse().ok()?, v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// v1 `memory.numa_stat`: pages per node of the whole subtree (`hierarchical_total=`; the
+/// cgroup's own `total=` only when there is no hierarchical line: WCA let `total=` win).
+pub fn parse_numa_stat_v1(b: &[u8]) -> Vec<(u32, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let line = |key: &str| {
+        s.lines().find_map(|l| {
+            let mut it = l.split_ascii_whitespace();
+            let first = it.next()?;
+            (first.strip_prefix(key)?.starts_with('=')).then(|| per_node(it))
+        })
+    };
+    line("hierarchical_total")
+        .or_else(|| line("total"))
+        .unwrap_or_default()
+}
+
+/// v2 `memory.numa_stat`: bytes per node of `anon`, `file` and `unevictable` summed (what v1's
+/// `total` counts).
+pub fn parse_numa_stat_v2(b: &[u8]) -> Vec<(u32, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let mut sums: std::collections::BTreeMap<u32, u64> = Default::default();
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        if !matches!(it.next(), Some("anon" | "file" | "unevictable")) {
+            continue;
+        }
+        for (n, v) in per_node(it) {
+            *sums.entry(n).or_default() += v;
+        }
+    }
+    sums.into_iter().collect()
+}
+
+// ---- reading ----
+
+/// Reads a (small) cgroup file into `buf`; `None` when it does not exist or cannot be read.
+pub fn read_into<'a>(path: &Path, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+    buf.clear();
+    let mut f = fs::File::open(path).ok()?;
+    f.read_to_end(buf).ok()?;
+    Some(buf.as_slice())
+}
+
+/// The directories of one cgroup in each hierarchy.
+pub type Dirs = [Option<PathBuf>; 5];
+
+const NS: f64 = 1e9;
+const US: f64 = 1e6;
+
+/// Reads every value this kernel offers for one cgroup. `page_size` converts v1 NUMA pages.
+pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
+    let mut s = CgroupStats::default();
+    let dir = |h: Hier| dirs[h.index()].as_deref();
+    let unified = dir(Hier::Unified);
+    let v1_memory = dir(Hier::Memory);
+    // CPU: v1 cpuacct, else v2 cpu.stat (present even without the cpu controller).
+    if let Some(d) = dir(Hier::Cpuacct) {
+        s.cpu_seconds = read_into(&d.join("cpuacct.usage"), buf)
+            .and_then(parse_u64)
+            .map(|ns| ns as f64 / NS);
+    }
+    if let Some(d) = dir(Hier::Cpu)
+        && let Some(b) = read_into(&d.join("cpu.stat"), buf)
+    {
+        s.cpu_periods = parse_keyed(b, "nr_periods");
+        s.cpu_throttled_periods = parse_keyed(b, "nr_throttled");
+        s.cpu_throttled_seconds = parse_keyed(b, "throttled_time").map(|ns| ns as f64 / NS);
+    }
+    if let Some(d) = unified {
+        if let Some(b) = read_into(&d.join("cpu.stat"), buf) {
+            if s.cpu_seconds.is_none() {
+                s.cpu_seconds = parse_keyed(b, "usage_usec").map(|us| us as f64 / US);
+            }
+            if s.cpu_periods.is_none() {
+                s.cpu_periods = parse_keyed(b, "nr_periods");
+                s.cpu_throttled_periods = parse_keyed(b, "nr_throttled");
+                s.cpu_throttled_seconds =
+                    parse_keyed(b, "throttled_usec").map(|us| us as f64 / US);
+            }
+        }
+        for (resource, file) in [
+            ("cpu", "cpu.pressure"),
+            ("memory", "memory.pressure"),
+            ("io", "io.pressure"),
+        ] {
+            if let Some(b) = read_into(&d.join(file), buf) {
+                for (kind, us) in parse_pressure(b) {
+                    s.pressure.push(Pressure {
+                        resource,
+                        kind,
+                        seconds: us as f64 / US,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(d) = v1_memory {
+        read_memory_v1(d, page_size, buf, &mut s);
+    } else if let Some(d) = unified {
+        read_memory_v2(d, buf, &mut s);
+    }
+    s
+}
+
+fn read_memory_v1(d: &Path, page_size: u64, buf: &mut Vec<u8>, s: &mut CgroupStats) {
+    let usage = read_into(&d.join("memory.usage_in_bytes"), buf).and_then(parse_u64);
+    s.memory_usage_bytes = usage.map(|v| v as f64);
+    s.memory_limit_bytes = read_into(&d.join("memory.limit_in_bytes"), buf)
+        .and_then(parse_u64)
+        .filter(|&v| v < V1_UNLIMITED)
+        .map(|v| v as f64);
+    if let Some(b) = read_into(&d.join("memory.stat"), buf) {
+        // The hierarchical totals count the children (a pod's containers) too.
+        let get = |k: &str| parse_keyed(b, &format!("total_{k}")).or_else(|| parse_keyed(b, k));
+        let inactive = get("inactive_file");
+        s.memory_rss_bytes = get("rss").map(|v| v as f64);
+        s.memory_cache_bytes = get("cache").map(|v| v as f64);
+        s.page_faults = get("pgfault");
+        s.major_page_faults = get("pgmajfault");
+        if let (Some(u), Some(i)) = (usage, inactive) {
+            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+        }
+    }
+    s.oom_kills = read_into(&d.join("memory.oom_control"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
+    if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
+        s.numa_bytes = parse_numa_stat_v1(b)
+            .into_iter()
+            .map(|(n, pages)| (n, (pages * page_size) as f64))
+            .collect();
+    }
+}
+
+fn read_memory_v2(d: &Path, buf: &mut Vec<u8>, s: &mut CgroupStats) {
+    let usage = read_into(&d.join("memory.current"), buf).and_then(parse_u64);
+    s.memory_usage_bytes = usage.map(|v| v as f64);
+    s.memory_limit_bytes = read_into(&d.join("memory.max"), buf)
+        .and_then(parse_max)
+        .flatten()
+        .map(|v| v as f64);
+    if let Some(b) = read_into(&d.join("memory.stat"), buf) {
+        let inactive = parse_keyed(b, "inactive_file");
+        s.memory_rss_bytes = parse_keyed(b, "anon").map(|v| v as f64);
+        s.memory_cache_bytes = parse_keyed(b, "file").map(|v| v as f64);
+        s.page_faults = parse_keyed(b, "pgfault");
+        s.major_page_faults = parse_keyed(b, "pgmajfault");
+        if let (Some(u), Some(i)) = (usage, inactive) {
+            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+        }
+    }
+    s.oom_kills = read_into(&d.join("memory.events"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
+    if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
+        s.numa_bytes = parse_numa_stat_v2(b)
+            .into_iter()
+            .map(|(n, v)| (n, v as f64))
+            .collect();
+    }
+}
+
+// ---- resolution with a cache ----
+
+#[derive(Debug, Default)]
+struct PodPaths {
+    dirs: Dirs,
+    /// Container id -> its directories.
+    containers: HashMap<String, Dirs>,
+}
+
+/// Finds and reads pod and container cgroups, remembering where each pod lives so the tree
+/// is walked again only for pods not found yet.
+#[derive(Debug)]
+pub struct CgroupReader {
+    hier: Hierarchies,
+    page_size: u64,
+    /// Pod UID -> where its cgroups are.
+    cache: HashMap<String, PodPaths>,
+    buf: Vec<u8>,
+    /// Tree walks made (for tests and logs).
+    pub walks: u64,
+}
+
+impl CgroupReader {
+    pub fn new(hier: Hierarchies, page_size: u64) -> Self {
+        CgroupReader {
+            hier,
+            page_size,
+            cache: HashMap::new(),
+            buf: Vec::with_capacity(4096),
+            walks: 0,
+        }
+    }
+
+    pub fn hierarchies(&self) -> &Hierarchies {
+        &self.hier
+    }
+
+    /// Resolves (where needed) and reads every pod; pods without a cgroup get `stats: None`.
+    pub fn collect(&mut self, pods: &[std::sync::Arc<TaskPod>]) -> Vec<TaskSample> {
+        // Forget pods that are gone.
+        let live: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+        self.cache.retain(|uid, _| live.contains(uid.as_str()));
+        self.resolve_missing(pods);
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in pods {
+            out.push(self.sample(pod));
+        }
+        out
+    }
+
+    fn resolve_missing(&mut self, pods: &[std::sync::Arc<TaskPod>]) {
+        let missing: Vec<&TaskPod> = pods
+            .iter()
+            .filter(|p| !self.cache.contains_key(&p.uid))
+            .map(AsRef::as_ref)
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        // Normalized id -> pod UID.
+        let mut by_id: HashMap<String, &str> = HashMap::new();
+        for p in &missing {
+            for id in &p.cgroup_ids {
+                by_id.insert(normalize_id(id), p.uid.as_str());
+            }
+        }
+        let wanted: Vec<&str> = by_id.keys().map(String::as_str).collect();
+        let mut found: HashMap<&str, Dirs> = HashMap::new();
+        let mut walked: Vec<(&Path, HashMap<String, PathBuf>)> = Vec::new();
+        for h in Hier::ALL {
+            let Some(root) = self.hier.root(h) else {
+                continue;
+            };
+            // cpu and cpuacct may be one hierarchy: walk it once.
+            let dirs = match walked.iter().find(|(r, _)| *r == root) {
+                Some((_, d)) => d.clone(),
+                None => {
+                    self.walks += 1;
+                    let d = find_pod_dirs(root, &wanted);
+                    walked.push((root, d.clone()));
+                    d
+                }
+            };
+            for (id, path) in dirs {
+                if let Some(uid) = by_id.get(&id) {
+                    found.entry(uid).or_default()[h.index()] = Some(path);
+                }
+            }
+        }
+        for (uid, dirs) in found {
+            self.cache.insert(
+                uid.to_string(),
+                PodPaths {
+                    dirs,
+                    containers: HashMap::new(),
+                },
+            );
+        }
+    }
+
+    fn sample(&mut self, pod: &std::sync::Arc<TaskPod>) -> TaskSample {
+        let Some(paths) = self.cache.get_mut(&pod.uid) else {
+            return TaskSample {
+                pod: pod.clone(),
+                stats: None,
+                containers: Vec::new(),
+            };
+        };
+        // Containers not seen yet (new or restarted): list the pod's directories once.
+        let ids: Vec<&str> = pod
+            .containers
+            .iter()
+            .filter_map(|c| c.id.as_deref())
+            .collect();
+        if ids.iter().any(|id| !paths.containers.contains_key(*id)) {
+            paths.containers.clear();
+            for h in Hier::ALL {
+                let Some(d) = &paths.dirs[h.index()] else {
+                    continue;
+                };
+                for (id, p) in find_container_dirs(d, &ids) {
+                    paths.containers.entry(id).or_default()[h.index()] = Some(p);
+                }
+            }
+        }
+        let stats = read_stats(&paths.dirs, self.page_size, &mut self.buf);
+        let mut containers = Vec::new();
+        for c in &pod.containers {
+            let Some(dirs) = c.id.as_deref().and_then(|id| paths.containers.get(id)) else {
+                continue;
+            };
+            let cs = read_stats(dirs, self.page_size, &mut self.buf);
+            if !cs.is_empty() {
+                containers.push(ContainerSample {
+                    name: c.name.clone(),
+                    stats: cs,
+                });
+            }
+        }
+        if stats.is_empty() {
+            // The pod cgroup went away: find it again next time.
+            self.cache.remove(&pod.uid);
+            return TaskSample {
+                pod: pod.clone(),
+                stats: None,
+                containers: Vec::new(),
+            };
+        }
+        TaskSample {
+            pod: pod.clone(),
+            stats: Some(stats),
+            containers,
+        }
+    }
+}

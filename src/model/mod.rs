@@ -21,6 +21,6 @@ pub use snapshot::{
     WindowStats, unix_seconds,
 };
 pub use task::{
-    CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, TaskContainer, TaskPod, TaskSample,
-    TaskSet,
+    CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, TaskContainer, TaskPod,
+    TaskSample, TaskSet,
 };

@@ -330,8 +330,7 @@ pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats
             if s.cpu_periods.is_none() {
                 s.cpu_periods = parse_keyed(b, "nr_periods");
                 s.cpu_throttled_periods = parse_keyed(b, "nr_throttled");
-                s.cpu_throttled_seconds =
-                    parse_keyed(b, "throttled_usec").map(|us| us as f64 / US);
+                s.cpu_throttled_seconds = parse_keyed(b, "throttled_usec").map(|us| us as f64 / US);
             }
         }
         for (resource, file) in [
@@ -377,7 +376,8 @@ fn read_memory_v1(d: &Path, page_size: u64, buf: &mut Vec<u8>, s: &mut CgroupSta
             s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
         }
     }
-    s.oom_kills = read_into(&d.join("memory.oom_control"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
+    s.oom_kills =
+        read_into(&d.join("memory.oom_control"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
     if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
         s.numa_bytes = parse_numa_stat_v1(b)
             .into_iter()

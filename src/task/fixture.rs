@@ -74,9 +74,10 @@ impl Values {
 /// The QoS path part of a pod cgroup as the kubelet makes it.
 pub fn pod_dir(driver: Driver, qos: &str, uid: &str) -> PathBuf {
     match (driver, qos) {
-        (Driver::Systemd, "guaranteed") => {
-            PathBuf::from(format!("kubepods.slice/kubepods-pod{}.slice", uid.replace('-', "_")))
-        }
+        (Driver::Systemd, "guaranteed") => PathBuf::from(format!(
+            "kubepods.slice/kubepods-pod{}.slice",
+            uid.replace('-', "_")
+        )),
         (Driver::Systemd, q) => PathBuf::from(format!(
             "kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{}.slice",
             uid.replace('-', "_")
@@ -126,10 +127,7 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
             write(
                 &u,
                 "cpu.stat",
-                &format!(
-                    "usage_usec {}\nuser_usec 0\nsystem_usec 0\n",
-                    v.cpu_usec
-                ),
+                &format!("usage_usec {}\nuser_usec 0\nsystem_usec 0\n", v.cpu_usec),
             )?;
             for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
                 write(&u, f, &pressure)?;
@@ -151,7 +149,11 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 &format!("{}\n", v.cpu_usec * 1000),
             )?;
             let m = root.join("memory").join(rel);
-            write(&m, "memory.usage_in_bytes", &format!("{}\n", v.memory_usage))?;
+            write(
+                &m,
+                "memory.usage_in_bytes",
+                &format!("{}\n", v.memory_usage),
+            )?;
             write(
                 &m,
                 "memory.limit_in_bytes",
@@ -173,10 +175,7 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
             write(
                 &m,
                 "memory.numa_stat",
-                &format!(
-                    "total=1 N0=1\nhierarchical_total={0} N0={0}\n",
-                    v.numa0
-                ),
+                &format!("total=1 N0=1\nhierarchical_total={0} N0={0}\n", v.numa0),
             )?;
             std::fs::create_dir_all(root.join("cpuset").join(rel))?;
         }

@@ -49,7 +49,11 @@ pub fn parse_node_meminfo(s: &str) -> (Option<f64>, Option<f64>) {
             continue;
         };
         let Ok(v) = v.parse::<f64>() else { continue };
-        let bytes = if it.next() == Some("kB") { v * 1024.0 } else { v };
+        let bytes = if it.next() == Some("kB") {
+            v * 1024.0
+        } else {
+            v
+        };
         match k {
             "MemTotal:" => total = Some(bytes),
             "MemFree:" => free = Some(bytes),
@@ -67,7 +71,9 @@ pub fn parse_meminfo_usage(s: &str) -> Option<f64> {
             rest.split_ascii_whitespace().next()?.parse::<f64>().ok()
         })
     };
-    let used = get("MemTotal")? - get("MemFree")? - get("Buffers").unwrap_or(0.0)
+    let used = get("MemTotal")?
+        - get("MemFree")?
+        - get("Buffers").unwrap_or(0.0)
         - get("Cached").unwrap_or(0.0);
     Some(used.max(0.0) * 1024.0)
 }
@@ -123,7 +129,8 @@ pub fn read_platform(node: &str, sysfs: &Path, procfs: &Path) -> Platform {
         let mut complete = true;
         for c in cpus {
             let t = cpu_dir.join(format!("cpu{c}/topology"));
-            let pkg = read(&t.join("physical_package_id")).and_then(|s| s.trim().parse::<i64>().ok());
+            let pkg =
+                read(&t.join("physical_package_id")).and_then(|s| s.trim().parse::<i64>().ok());
             let core = read(&t.join("core_id")).and_then(|s| s.trim().parse::<i64>().ok());
             match (pkg, core) {
                 (Some(pk), Some(co)) => {
@@ -187,7 +194,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
@@ -195,13 +205,17 @@ mod tests {
 
     #[test]
     fn procfs_and_sysfs_text() {
-        let (t, f) = parse_node_meminfo("Node 0 MemTotal:       16384 kB\nNode 0 MemFree:         1024 kB\n");
+        let (t, f) = parse_node_meminfo(
+            "Node 0 MemTotal:       16384 kB\nNode 0 MemFree:         1024 kB\n",
+        );
         assert_eq!((t, f), (Some(16384.0 * 1024.0), Some(1024.0 * 1024.0)));
         let used = parse_meminfo_usage(
             "MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 50 kB\nCached: 250 kB\n",
         );
         assert_eq!(used, Some(600.0 * 1024.0));
-        let cpus = parse_stat_cpus("cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 10 50 1000 7 3 2 5 0 0\ncpu1 1 1 1 1 1 1 1 1\nintr 1\n");
+        let cpus = parse_stat_cpus(
+            "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 10 50 1000 7 3 2 5 0 0\ncpu1 1 1 1 1 1 1 1 1\nintr 1\n",
+        );
         assert_eq!(cpus, vec![(0, 1.7), (1, 0.06)]);
         assert_eq!(
             parse_vmstat("nr_free_pages 1\npgfault 42\npswpin 0\noom_kill 3\n"),
@@ -235,12 +249,23 @@ mod tests {
         std::fs::create_dir_all(node.join("node0")).unwrap();
         std::fs::create_dir_all(node.join("node1")).unwrap();
         std::fs::write(node.join("online"), "0-1\n").unwrap();
-        std::fs::write(node.join("node0/meminfo"), "Node 0 MemTotal: 100 kB\nNode 0 MemFree: 40 kB\n").unwrap();
-        std::fs::write(node.join("node1/meminfo"), "Node 1 MemTotal: 200 kB\nNode 1 MemFree: 50 kB\n").unwrap();
+        std::fs::write(
+            node.join("node0/meminfo"),
+            "Node 0 MemTotal: 100 kB\nNode 0 MemFree: 40 kB\n",
+        )
+        .unwrap();
+        std::fs::write(
+            node.join("node1/meminfo"),
+            "Node 1 MemTotal: 200 kB\nNode 1 MemFree: 50 kB\n",
+        )
+        .unwrap();
         std::fs::create_dir_all(&proc_).unwrap();
         std::fs::write(proc_.join("stat"), "cpu0 100 0 0 0 0 0 0 0\n").unwrap();
         let p = read_platform("n1", &sys, &proc_);
-        assert_eq!((p.sockets, p.cores, p.cpus, p.numa_nodes), (Some(2), Some(2), Some(4), Some(2)));
+        assert_eq!(
+            (p.sockets, p.cores, p.cpus, p.numa_nodes),
+            (Some(2), Some(2), Some(4), Some(2))
+        );
         assert_eq!(p.numa_memory.len(), 2);
         assert_eq!(p.numa_memory[1].free_bytes, 50.0 * 1024.0);
         assert_eq!(p.cpu_busy_seconds, vec![(0, 1.0)]);

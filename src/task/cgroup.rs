@@ -567,3 +567,346 @@ impl CgroupReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TaskContainer;
+    use crate::task::fixture::{self, Driver, Layout, Runtime, Values};
+    use std::sync::Arc;
+
+    #[test]
+    fn pod_dir_names() {
+        let uid = "0f4e3a5b-1c2d-4e5f-8a9b-0c1d2e3f4a5b";
+        let norm = normalize_id(uid);
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "kubepods-burstable-pod0f4e3a5b_1c2d_4e5f_8a9b_0c1d2e3f4a5b.slice",
+                Some(&norm),
+            ),
+            (
+                "kubepods-pod0f4e3a5b_1c2d_4e5f_8a9b_0c1d2e3f4a5b.slice",
+                Some(&norm),
+            ),
+            ("pod0f4e3a5b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", Some(&norm)),
+            // A static pod: the kubelet's hash, no dashes.
+            (
+                "pod6f1e0d2c3b4a59687766554433221100",
+                Some("6f1e0d2c3b4a59687766554433221100"),
+            ),
+            ("kubepods.slice", None),
+            ("kubepods-burstable.slice", None),
+            ("besteffort", None),
+            ("system.slice", None),
+            ("cri-containerd-abc.scope", None),
+            ("mypod1234abcd", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(parse_pod_dir_name(name).as_deref(), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn container_dir_names() {
+        let id = "a1b2c3";
+        for (name, want) in [
+            ("cri-containerd-a1b2c3.scope", true),
+            ("crio-a1b2c3.scope", true),
+            ("docker-a1b2c3.scope", true),
+            ("a1b2c3", true),
+            ("crio-conmon-a1b2c3.scope", false),
+            ("cri-containerd-ffa1b2c3.scope", false),
+            ("cri-containerd-a1b2c3d.scope", false),
+        ] {
+            assert_eq!(is_container_dir(name, id), want, "{name}");
+        }
+        assert!(!is_container_dir("x", ""));
+    }
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_u64(b"123\n"), Some(123));
+        assert_eq!(parse_u64(b"x"), None);
+        assert_eq!(parse_max(b"max\n"), Some(None));
+        assert_eq!(parse_max(b"1024\n"), Some(Some(1024)));
+        let stat = b"usage_usec 10\nnr_periods 3\nnr_throttled 1\n";
+        assert_eq!(parse_keyed(stat, "nr_periods"), Some(3));
+        assert_eq!(parse_keyed(stat, "nr"), None);
+        assert_eq!(
+            parse_pressure(b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"),
+            vec![("some", 1234), ("full", 5)]
+        );
+        assert_eq!(
+            parse_numa_stat_v1(
+                b"total=10 N0=6 N1=4\nfile=1 N0=1 N1=0\nhierarchical_total=30 N0=20 N1=10\n"
+            ),
+            vec![(0, 20), (1, 10)]
+        );
+        assert_eq!(
+            parse_numa_stat_v1(b"total=10 N0=6 N1=4\n"),
+            vec![(0, 6), (1, 4)]
+        );
+        assert_eq!(
+            parse_numa_stat_v2(b"anon N0=100 N1=1\nfile N0=10 N1=2\nkernel_stack N0=5 N1=5\nunevictable N0=1 N1=0\n"),
+            vec![(0, 111), (1, 3)]
+        );
+    }
+
+    fn pod(uid: &str, qos: &str, ids: &[&str]) -> Arc<TaskPod> {
+        Arc::new(TaskPod {
+            uid: uid.to_string(),
+            namespace: "ns".into(),
+            name: format!("p-{}", &uid[..4]),
+            qos: qos.into(),
+            cgroup_ids: vec![uid.to_string()],
+            labels: vec![],
+            containers: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| TaskContainer {
+                    name: format!("c{i}"),
+                    id: Some(id.to_string()),
+                    ready: true,
+                })
+                .collect(),
+            requests: Default::default(),
+            limits: Default::default(),
+        })
+    }
+
+    /// Every layout, driver, runtime and QoS class: the pod and its containers are found and
+    /// their values read; the pause container's scope is not taken for a container.
+    #[test]
+    fn tree_to_samples_for_every_layout() {
+        let qoses = ["guaranteed", "burstable", "besteffort"];
+        for layout in [Layout::Hybrid, Layout::V2] {
+            for driver in [Driver::Systemd, Driver::Cgroupfs] {
+                for runtime in [Runtime::Containerd, Runtime::Crio, Runtime::Docker] {
+                    let dir = tempfile::tempdir().unwrap();
+                    let root = dir.path();
+                    fixture::init(root, layout).unwrap();
+                    // Noise the walk must pass by.
+                    fixture::write_cgroup(
+                        root,
+                        layout,
+                        Path::new("system.slice/ssh.service"),
+                        &Values::seeded(99),
+                    )
+                    .unwrap();
+                    let mut pods = Vec::new();
+                    for (i, qos) in qoses.iter().enumerate() {
+                        let uid = format!("{i:08x}-1111-2222-3333-444455556666");
+                        let ids = [format!("c0ffee{i}0"), format!("c0ffee{i}1")];
+                        let pdir = fixture::pod_dir(driver, qos, &uid);
+                        fixture::write_cgroup(
+                            root,
+                            layout,
+                            &pdir,
+                            &Values::seeded(10 * i as u64 + 1),
+                        )
+                        .unwrap();
+                        for (j, id) in ids.iter().enumerate() {
+                            let c = pdir.join(fixture::container_dir(driver, runtime, id));
+                            fixture::write_cgroup(
+                                root,
+                                layout,
+                                &c,
+                                &Values::seeded(10 * i as u64 + 2 + j as u64),
+                            )
+                            .unwrap();
+                        }
+                        // The sandbox (pause) scope.
+                        let pause = pdir.join(fixture::container_dir(driver, runtime, "5a4d60b0"));
+                        fixture::write_cgroup(root, layout, &pause, &Values::seeded(7)).unwrap();
+                        pods.push(pod(&uid, qos, &[&ids[0], &ids[1]]));
+                    }
+                    let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
+                    let got = r.collect(&pods);
+                    let ctx = format!("{layout:?} {driver:?} {runtime:?}");
+                    assert_eq!(got.len(), 3, "{ctx}");
+                    for (i, t) in got.iter().enumerate() {
+                        let v = Values::seeded(10 * i as u64 + 1);
+                        let s = t
+                            .stats
+                            .as_ref()
+                            .unwrap_or_else(|| panic!("{ctx}: pod {i} not found"));
+                        assert_eq!(s.cpu_seconds, Some(v.cpu_usec as f64 / 1e6), "{ctx}");
+                        assert_eq!(s.cpu_periods, Some(v.periods), "{ctx}");
+                        assert_eq!(s.cpu_throttled_periods, Some(v.throttled), "{ctx}");
+                        assert_eq!(
+                            s.cpu_throttled_seconds,
+                            Some(v.throttled_usec as f64 / 1e6),
+                            "{ctx}"
+                        );
+                        assert_eq!(s.memory_usage_bytes, Some(v.memory_usage as f64), "{ctx}");
+                        assert_eq!(
+                            s.memory_working_set_bytes,
+                            Some((v.memory_usage - v.inactive_file) as f64),
+                            "{ctx}"
+                        );
+                        assert_eq!(s.memory_rss_bytes, Some(v.rss as f64), "{ctx}");
+                        assert_eq!(s.memory_cache_bytes, Some(v.cache as f64), "{ctx}");
+                        assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64), "{ctx}");
+                        assert_eq!(s.page_faults, Some(v.pgfault), "{ctx}");
+                        assert_eq!(s.major_page_faults, Some(v.pgmajfault), "{ctx}");
+                        assert_eq!(s.oom_kills, Some(v.oom_kill), "{ctx}");
+                        assert_eq!(s.pressure.len(), 6, "{ctx}");
+                        let numa = match layout {
+                            Layout::Hybrid => v.numa0 * 4096,
+                            Layout::V2 => v.numa0,
+                        };
+                        assert_eq!(s.numa_bytes, vec![(0, numa as f64)], "{ctx}");
+                        assert_eq!(t.containers.len(), 2, "{ctx}: pause must not count");
+                        for (j, c) in t.containers.iter().enumerate() {
+                            let cv = Values::seeded(10 * i as u64 + 2 + j as u64);
+                            assert_eq!(c.name, format!("c{j}"));
+                            assert_eq!(
+                                c.stats.cpu_seconds,
+                                Some(cv.cpu_usec as f64 / 1e6),
+                                "{ctx}"
+                            );
+                            assert_eq!(
+                                c.stats.memory_usage_bytes,
+                                Some(cv.memory_usage as f64),
+                                "{ctx}"
+                            );
+                        }
+                    }
+                    // Found once, read from the cache afterwards.
+                    let walks = r.walks;
+                    r.collect(&pods);
+                    assert_eq!(r.walks, walks, "{ctx}");
+                }
+            }
+        }
+    }
+
+    /// The Guaranteed-pod path WCA built (`kubepods-guaranteed.slice/...`) does not exist; the
+    /// real one sits directly under `kubepods.slice` and is found.
+    #[test]
+    fn guaranteed_pods_under_the_qos_root_and_static_pods() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let uid = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            &fixture::pod_dir(Driver::Systemd, "guaranteed", uid),
+            &Values::seeded(1),
+        )
+        .unwrap();
+        assert!(
+            fixture::pod_dir(Driver::Systemd, "guaranteed", uid)
+                .to_string_lossy()
+                .starts_with("kubepods.slice/kubepods-pod")
+        );
+        // A mirror pod: its API UID differs from the hash the kubelet names the cgroup by.
+        let hash = "0123456789abcdef0123456789abcdef";
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            Path::new(&format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{hash}.slice"
+            )),
+            &Values::seeded(2),
+        )
+        .unwrap();
+        let mut mirror = (*pod("99999999-0000-0000-0000-000000000000", "besteffort", &[])).clone();
+        mirror.cgroup_ids.push(hash.into());
+        let pods = vec![pod(uid, "guaranteed", &[]), Arc::new(mirror)];
+        let got = CgroupReader::new(Hierarchies::detect(root), 4096).collect(&pods);
+        assert!(got[0].stats.is_some());
+        assert_eq!(
+            got[1].stats.as_ref().and_then(|s| s.cpu_seconds),
+            Some(Values::seeded(2).cpu_usec as f64 / 1e6)
+        );
+    }
+
+    /// What a hierarchy does not offer stays absent: no v2 memory controller, no limit,
+    /// no pressure on pure v1, and pods without a cgroup.
+    #[test]
+    fn absent_values_are_absent_not_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let uid = "12345678-1234-1234-1234-123456789abc";
+        let rel = fixture::pod_dir(Driver::Cgroupfs, "burstable", uid);
+        let d = root.join(&rel);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 2000000\nuser_usec 1\nsystem_usec 1\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("memory.max"), "max\n").unwrap();
+        let pods = vec![
+            pod(uid, "burstable", &["nope"]),
+            pod("ffffffff-1234-1234-1234-123456789abc", "burstable", &[]),
+        ];
+        let got = CgroupReader::new(Hierarchies::detect(root), 4096).collect(&pods);
+        let s = got[0].stats.as_ref().unwrap();
+        assert_eq!(s.cpu_seconds, Some(2.0));
+        assert_eq!(s.cpu_periods, None, "no cpu controller: no throttling data");
+        assert_eq!(s.memory_usage_bytes, None);
+        assert_eq!(s.memory_limit_bytes, None);
+        assert!(s.pressure.is_empty());
+        assert!(got[0].containers.is_empty());
+        assert_eq!(got[1].stats, None);
+
+        // v1 without the unified tree, unlimited memory.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for c in ["cpu", "cpuacct", "memory"] {
+            std::fs::create_dir_all(root.join(c).join(&rel)).unwrap();
+        }
+        std::fs::write(
+            root.join("memory").join(&rel).join("memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("memory").join(&rel).join("memory.usage_in_bytes"),
+            "4096\n",
+        )
+        .unwrap();
+        let h = Hierarchies::detect(root);
+        assert_eq!(h.describe(), "v1(cpu,cpuacct,memory)");
+        let got = CgroupReader::new(h, 4096).collect(&pods[..1]);
+        let s = got[0].stats.as_ref().unwrap();
+        assert_eq!(s.memory_usage_bytes, Some(4096.0));
+        assert_eq!(s.memory_limit_bytes, None);
+        assert_eq!(
+            s.memory_working_set_bytes, None,
+            "no memory.stat: no inactive_file"
+        );
+        assert!(s.pressure.is_empty());
+        assert_eq!(s.cpu_seconds, None);
+    }
+
+    /// A pod whose cgroup goes away is looked for again; a new container is picked up.
+    #[test]
+    fn cache_follows_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let uid = "12345678-1234-1234-1234-123456789abc";
+        let rel = fixture::pod_dir(Driver::Systemd, "burstable", uid);
+        fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(1)).unwrap();
+        let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
+        let p = pod(uid, "burstable", &["abc1"]);
+        assert!(r.collect(&[p.clone()])[0].containers.is_empty());
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            &rel.join("cri-containerd-abc1.scope"),
+            &Values::seeded(2),
+        )
+        .unwrap();
+        assert_eq!(r.collect(&[p.clone()])[0].containers.len(), 1);
+        std::fs::remove_dir_all(root.join(&rel)).unwrap();
+        assert_eq!(r.collect(&[p.clone()])[0].stats, None);
+        fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(3)).unwrap();
+        assert!(r.collect(&[p])[0].stats.is_some());
+    }
+}

@@ -356,3 +356,331 @@ impl TaskPodIndex {
         self.skipped.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn q(kv: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+        (!kv.is_empty()).then(|| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect()
+        })
+    }
+
+    fn c(name: &str, req: &[(&str, &str)], lim: &[(&str, &str)], sidecar: bool) -> Container {
+        Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements {
+                requests: q(req),
+                limits: q(lim),
+                ..Default::default()
+            }),
+            restart_policy: sidecar.then(|| "Always".to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn pod_with(
+        containers: Vec<Container>,
+        init: Vec<Container>,
+        overhead: &[(&str, &str)],
+        pod_level: Option<(&[(&str, &str)], &[(&str, &str)])>,
+    ) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("11111111-2222-3333-4444-555555555555".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                init_containers: (!init.is_empty()).then_some(init),
+                overhead: q(overhead),
+                resources: pod_level.map(|(r, l)| ResourceRequirements {
+                    requests: q(r),
+                    limits: q(l),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn get(r: &Resources, k: &str) -> Option<f64> {
+        r.get(k).copied()
+    }
+
+    const MI: f64 = 1024.0 * 1024.0;
+
+    /// Kubernetes' documented examples: pod overhead (docs "Pod Overhead": two containers with
+    /// 500m/100Mi and 1500m/100Mi plus 250m/120Mi overhead make 2250m/320Mi), init containers
+    /// and sidecars (KEP-753 rule), pod-level resources (docs "Assign Pod-level CPU and memory
+    /// resources"), and extended resources.
+    #[test]
+    fn effective_requests_and_limits() {
+        // Pod overhead.
+        let p = pod_with(
+            vec![
+                c(
+                    "busybox",
+                    &[("cpu", "500m"), ("memory", "100Mi")],
+                    &[("cpu", "500m"), ("memory", "100Mi")],
+                    false,
+                ),
+                c(
+                    "nginx",
+                    &[("cpu", "1500m"), ("memory", "100Mi")],
+                    &[("cpu", "1500m"), ("memory", "100Mi")],
+                    false,
+                ),
+            ],
+            vec![],
+            &[("cpu", "250m"), ("memory", "120Mi")],
+            None,
+        );
+        let (req, lim) = pod_resources(&p).unwrap();
+        assert_eq!(get(&req, "cpu"), Some(2.25));
+        assert_eq!(get(&req, "memory"), Some(320.0 * MI));
+        assert_eq!(get(&lim, "cpu"), Some(2.25));
+        assert_eq!(get(&lim, "memory"), Some(320.0 * MI));
+
+        // Init containers: the largest init container wins over the app containers' sum.
+        let p = pod_with(
+            vec![
+                c("app", &[("cpu", "300m")], &[], false),
+                c("app2", &[("cpu", "200m")], &[], false),
+            ],
+            vec![
+                c("init1", &[("cpu", "1")], &[], false),
+                c("init2", &[("cpu", "700m")], &[], false),
+            ],
+            &[],
+            None,
+        );
+        assert_eq!(get(&pod_resources(&p).unwrap().0, "cpu"), Some(1.0));
+
+        // Sidecars count with the app containers and under every init container after them.
+        let p = pod_with(
+            vec![c(
+                "app",
+                &[("cpu", "300m"), ("memory", "1Gi")],
+                &[("memory", "1Gi")],
+                false,
+            )],
+            vec![
+                c("init1", &[("cpu", "1")], &[], false),
+                c(
+                    "sidecar",
+                    &[("cpu", "200m"), ("memory", "64Mi")],
+                    &[("memory", "64Mi")],
+                    true,
+                ),
+                c("init2", &[("cpu", "2")], &[], false),
+            ],
+            &[],
+            None,
+        );
+        let (req, lim) = pod_resources(&p).unwrap();
+        assert_eq!(get(&req, "cpu"), Some(2.2), "init2 + the sidecar before it");
+        assert_eq!(get(&req, "memory"), Some(1024.0 * MI + 64.0 * MI));
+        assert_eq!(get(&lim, "memory"), Some(1024.0 * MI + 64.0 * MI));
+        assert_eq!(get(&lim, "cpu"), None, "no container has a CPU limit");
+
+        // Sidecar only: app + sidecar beat the init container.
+        let p = pod_with(
+            vec![c("app", &[("cpu", "1")], &[], false)],
+            vec![
+                c("sidecar", &[("cpu", "500m")], &[], true),
+                c("init", &[("cpu", "1200m")], &[], false),
+            ],
+            &[],
+            None,
+        );
+        assert_eq!(get(&pod_resources(&p).unwrap().0, "cpu"), Some(1.7));
+
+        // Pod-level resources replace cpu and memory; other resources stay per container;
+        // overhead on top.
+        let p = pod_with(
+            vec![
+                c("a", &[], &[("nvidia.com/gpu", "1")], false),
+                c(
+                    "b",
+                    &[("cpu", "100m"), ("ephemeral-storage", "1G")],
+                    &[],
+                    false,
+                ),
+            ],
+            vec![],
+            &[("cpu", "10m")],
+            Some((
+                &[("cpu", "1"), ("memory", "100Mi")],
+                &[("cpu", "1"), ("memory", "200Mi")],
+            )),
+        );
+        let (req, lim) = pod_resources(&p).unwrap();
+        assert_eq!(get(&req, "cpu"), Some(1.01));
+        assert_eq!(get(&req, "memory"), Some(100.0 * MI));
+        assert_eq!(get(&req, "ephemeral-storage"), Some(1e9));
+        assert_eq!(get(&lim, "cpu"), Some(1.01));
+        assert_eq!(get(&lim, "memory"), Some(200.0 * MI));
+        assert_eq!(get(&lim, "nvidia.com/gpu"), Some(1.0));
+
+        // Every suffix WCA crashed on.
+        let p = pod_with(
+            vec![c(
+                "x",
+                &[
+                    ("memory", "1k"),
+                    ("ephemeral-storage", "2P"),
+                    ("example.com/big", "1E"),
+                    ("hugepages-2Mi", "4Mi"),
+                    ("hugepages-1Gi", "1Gi"),
+                    ("example.com/foo", "5"),
+                    ("cpu", "1.5"),
+                ],
+                &[],
+                false,
+            )],
+            vec![],
+            &[],
+            None,
+        );
+        let (req, _) = pod_resources(&p).unwrap();
+        assert_eq!(get(&req, "memory"), Some(1000.0));
+        assert_eq!(get(&req, "ephemeral-storage"), Some(2e15));
+        assert_eq!(get(&req, "example.com/big"), Some(1e18));
+        assert_eq!(get(&req, "hugepages-2Mi"), Some(4.0 * MI));
+        assert_eq!(get(&req, "hugepages-1Gi"), Some(1024.0 * MI));
+        assert_eq!(get(&req, "example.com/foo"), Some(5.0));
+        assert_eq!(get(&req, "cpu"), Some(1.5));
+
+        let bad = pod_with(
+            vec![c("x", &[("cpu", "1x")], &[], false)],
+            vec![],
+            &[],
+            None,
+        );
+        assert!(pod_resources(&bad).is_err());
+    }
+
+    #[test]
+    fn label_keys_are_valid_label_names() {
+        for (k, want) in [
+            ("app", "app"),
+            ("app.kubernetes.io/name", "app_kubernetes_io__name"),
+            ("tier-x", "tier_x"),
+            ("3tier", "label_3tier"),
+            ("example.com/ünï", "example_com__ü_n_ï"),
+            ("pod", "label_pod"),
+            ("task_name", "label_task_name"),
+            ("_x", "_x"),
+            ("/x", "label___x"),
+        ] {
+            if k == "example.com/ünï" {
+                // Non-ASCII letters become underscores.
+                assert_eq!(sanitize_label_key(k), "example_com___n_");
+                continue;
+            }
+            assert_eq!(sanitize_label_key(k), want, "{k}");
+        }
+        assert!(std::ptr::eq(static_key("abc"), static_key("abc")));
+    }
+
+    fn full_pod(ns: &str, name: &str, phase: &str) -> Pod {
+        let mut p = pod_with(
+            vec![c("app", &[("cpu", "1")], &[], false)],
+            vec![],
+            &[],
+            None,
+        );
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(format!("{name}-uid"));
+        p.metadata.labels = Some(
+            [("app", "web"), ("secret", "x"), ("3d", "y")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p.metadata.annotations = Some(
+            [(
+                "kubernetes.io/config.mirror",
+                "abcdef0123456789abcdef0123456789",
+            )]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        p.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            qos_class: Some("Burstable".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "app".into(),
+                container_id: Some("containerd://c0ffee".into()),
+                ready: false,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn pods_become_tasks() {
+        let cfg = TaskPodConfig {
+            namespaces: vec!["a".into()],
+            label_allowlist: vec!["app".into(), "3d".into()],
+        };
+        let t = task_pod(&full_pod("a", "p1", "Running"), &cfg)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.task_name(), "a/p1");
+        assert_eq!(t.qos, "burstable");
+        assert_eq!(
+            t.cgroup_ids,
+            vec![
+                "p1-uid".to_string(),
+                "abcdef0123456789abcdef0123456789".into()
+            ]
+        );
+        assert_eq!(
+            t.labels,
+            vec![("app", "web".to_string()), ("label_3d", "y".to_string())]
+        );
+        assert_eq!(t.containers[0].id.as_deref(), Some("c0ffee"));
+        assert!(!t.ready(), "a task before its containers are ready");
+        assert_eq!(
+            task_pod(&full_pod("b", "p1", "Running"), &cfg).unwrap(),
+            None
+        );
+
+        let idx = TaskPodIndex::new(TaskPodConfig::default());
+        idx.begin_relist();
+        idx.relist_apply(&full_pod("a", "p1", "Running"));
+        idx.relist_apply(&full_pod("a", "p2", "Succeeded"));
+        idx.end_relist();
+        assert_eq!(idx.pods().len(), 1);
+        idx.apply(&full_pod("b", "p3", "Pending"));
+        assert_eq!(
+            idx.pods()
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>(),
+            ["p1", "p3"]
+        );
+        idx.apply(&full_pod("b", "p3", "Failed"));
+        idx.delete(&full_pod("a", "p1", "Running"));
+        assert!(idx.pods().is_empty());
+        let mut bad = full_pod("a", "p4", "Running");
+        bad.metadata.uid = None;
+        idx.apply(&bad);
+        assert_eq!(idx.skipped(), 1);
+        assert!(idx.pods().is_empty());
+    }
+}

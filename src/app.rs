@@ -104,6 +104,13 @@ async fn run_until_with(
         metrics_provider = provider_kind.as_str(),
         "role chosen"
     );
+    if choice.role == Role::Node && !cfg.task.cgroup_root.is_dir() {
+        return Err(Error::Config {
+            option: "--cgroup-root",
+            value: cfg.task.cgroup_root.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
     let needs_kube =
         choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
     let kube_client = if needs_kube {
@@ -171,13 +178,6 @@ async fn run_until_with(
             },
             interval: cfg.tick_interval,
         };
-        if choice.role == Role::Node && !cfg.task.cgroup_root.is_dir() {
-            return Err(Error::Config {
-                option: "--cgroup-root",
-                value: cfg.task.cgroup_root.display().to_string(),
-                reason: "not a directory".into(),
-            });
-        }
         let task_pods = (choice.role == Role::Node).then(|| {
             crate::watch::task_pods::TaskPodIndex::new(crate::watch::task_pods::TaskPodConfig {
                 namespaces: cfg.task.namespaces.clone(),

@@ -1194,6 +1194,43 @@ mod tests {
     }
 
     #[test]
+    fn task_settings() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.task.cgroup_root, PathBuf::from("/sys/fs/cgroup"));
+        assert_eq!(c.task.sysfs, PathBuf::from("/sys"));
+        assert!(c.task.namespaces.is_empty() && c.task.label_allowlist.is_empty());
+        let file = FileConfig::parse(
+            "cgroup_root: /host/sys/fs/cgroup\nsysfs: /host/sys\ntask_namespaces: a, b\ntask_label_allowlist: app.kubernetes.io/name,tier\n",
+        )
+        .unwrap();
+        let cli = Cli {
+            sysfs: Some(PathBuf::from("/other/sys")),
+            ..Cli::default()
+        };
+        let c = Config::resolve(cli, file).unwrap();
+        assert_eq!(c.task.cgroup_root, PathBuf::from("/host/sys/fs/cgroup"));
+        assert_eq!(c.task.sysfs, PathBuf::from("/other/sys"), "flag over file");
+        assert_eq!(c.task.namespaces, ["a", "b"]);
+        assert_eq!(c.task.label_allowlist, ["app.kubernetes.io/name", "tier"]);
+        let e = err(
+            Cli {
+                task_namespaces: Some("Bad_NS".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("--task-namespaces"), "{e}");
+        let e = err(
+            Cli {
+                task_label_allowlist: Some("ok,not ok".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("--task-label-allowlist") && e.contains("not ok"), "{e}");
+    }
+
+    #[test]
     fn probe_settings() {
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.probes.schedules.len(), 8);

@@ -111,16 +111,30 @@ impl Drop for RealTree {
 fn real_tree(hier: &Hierarchies) -> Result<(RealTree, PathBuf), String> {
     let mut t = RealTree { dirs: Vec::new() };
     let top = PathBuf::from(format!("kube-prober-bench-{}", std::process::id()));
-    let roots: Vec<PathBuf> = [Hier::Unified, Hier::Cpu, Hier::Cpuacct, Hier::Memory, Hier::Cpuset]
-        .iter()
-        .filter_map(|h| hier.root(*h).map(Path::to_path_buf))
-        .collect();
+    let roots: Vec<PathBuf> = [
+        Hier::Unified,
+        Hier::Cpu,
+        Hier::Cpuacct,
+        Hier::Memory,
+        Hier::Cpuset,
+    ]
+    .iter()
+    .filter_map(|h| hier.root(*h).map(Path::to_path_buf))
+    .collect();
     for i in 0..PODS {
         let qos = ["burstable", "besteffort", "guaranteed"][i % 3];
         let pdir = top.join(fixture::pod_dir(Driver::Systemd, qos, &uid(i)));
         for j in 0..3 {
-            let id = if j == 2 { format!("{i:04x}ffpause") } else { cid(i, j) };
-            let rel = pdir.join(fixture::container_dir(Driver::Systemd, Runtime::Containerd, &id));
+            let id = if j == 2 {
+                format!("{i:04x}ffpause")
+            } else {
+                cid(i, j)
+            };
+            let rel = pdir.join(fixture::container_dir(
+                Driver::Systemd,
+                Runtime::Containerd,
+                &id,
+            ));
             for r in &roots {
                 let mut p = r.clone();
                 for comp in rel.components() {
@@ -148,7 +162,9 @@ fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize) -> (Measured, Tas
     let first = reader.collect(pods);
     let first_ms = ms(t0.elapsed());
     assert!(
-        first.iter().all(|t| t.stats.is_some() && t.containers.len() == 2),
+        first
+            .iter()
+            .all(|t| t.stats.is_some() && t.containers.len() == 2),
         "every pod and container found"
     );
     let tck = clk_tck() as f64;
@@ -213,7 +229,14 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize) {
     };
     let listen = format!("127.0.0.1:{port}");
     let mut child = std::process::Command::new(exe)
-        .args(["--role", "node", "--listen", &listen, "--tick-interval", "1s"])
+        .args([
+            "--role",
+            "node",
+            "--listen",
+            &listen,
+            "--tick-interval",
+            "1s",
+        ])
         .args(["--interval", "1s", "--timeout", "1s", "--log-level", "warn"])
         .arg("--cgroup-root")
         .arg(root)

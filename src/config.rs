@@ -1227,7 +1227,10 @@ mod tests {
             },
             FileConfig::default(),
         );
-        assert!(e.contains("--task-label-allowlist") && e.contains("not ok"), "{e}");
+        assert!(
+            e.contains("--task-label-allowlist") && e.contains("not ok"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -895,7 +895,7 @@ mod tests {
         fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(1)).unwrap();
         let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
         let p = pod(uid, "burstable", &["abc1"]);
-        assert!(r.collect(&[p.clone()])[0].containers.is_empty());
+        assert!(r.collect(std::slice::from_ref(&p))[0].containers.is_empty());
         fixture::write_cgroup(
             root,
             Layout::V2,
@@ -903,9 +903,9 @@ mod tests {
             &Values::seeded(2),
         )
         .unwrap();
-        assert_eq!(r.collect(&[p.clone()])[0].containers.len(), 1);
+        assert_eq!(r.collect(std::slice::from_ref(&p))[0].containers.len(), 1);
         std::fs::remove_dir_all(root.join(&rel)).unwrap();
-        assert_eq!(r.collect(&[p.clone()])[0].stats, None);
+        assert_eq!(r.collect(std::slice::from_ref(&p))[0].stats, None);
         fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(3)).unwrap();
         assert!(r.collect(&[p])[0].stats.is_some());
     }

@@ -248,13 +248,15 @@ pub fn task_pod(pod: &Pod, cfg: &TaskPodConfig) -> Result<Option<TaskPod>, Strin
     }))
 }
 
+type TaskMap = HashMap<String, Arc<TaskPod>>;
+
 /// Task pods by `namespace/name`, kept by the node-role pod watcher.
 #[derive(Debug, Clone, Default)]
 pub struct TaskPodIndex {
     cfg: Arc<TaskPodConfig>,
-    live: Arc<Mutex<HashMap<String, Arc<TaskPod>>>>,
+    live: Arc<Mutex<TaskMap>>,
     /// The map a relist is building.
-    building: Arc<Mutex<Option<HashMap<String, Arc<TaskPod>>>>>,
+    building: Arc<Mutex<Option<TaskMap>>>,
     /// Pods that could not be used (logged when they arrive).
     skipped: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -275,7 +277,7 @@ impl TaskPodIndex {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskPod>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TaskMap> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -388,7 +390,7 @@ mod tests {
         containers: Vec<Container>,
         init: Vec<Container>,
         overhead: &[(&str, &str)],
-        pod_level: Option<(&[(&str, &str)], &[(&str, &str)])>,
+        pod_level: Option<PodLevel<'_>>,
     ) -> Pod {
         Pod {
             metadata: ObjectMeta {
@@ -411,6 +413,9 @@ mod tests {
             status: None,
         }
     }
+
+    /// Pod-level (requests, limits).
+    type PodLevel<'a> = (&'a [(&'a str, &'a str)], &'a [(&'a str, &'a str)]);
 
     fn get(r: &Resources, k: &str) -> Option<f64> {
         r.get(k).copied()

@@ -419,7 +419,16 @@ struct PodPaths {
     dirs: Dirs,
     /// Container id -> its directories.
     containers: HashMap<String, Dirs>,
+    /// The container ids the pod had when its directories were last listed: listed again only
+    /// when they change (a finished init container keeps an id but has no scope).
+    listed: Vec<String>,
+    /// Collections since the last listing.
+    since_list: u64,
 }
+
+/// Collections between walks for pods still without a cgroup (pending pods), unless a new
+/// pod appears.
+const REWALK_EVERY: u64 = 6;
 
 /// Finds and reads pod and container cgroups, remembering where each pod lives so the tree
 /// is walked again only for pods not found yet.
@@ -432,6 +441,9 @@ pub struct CgroupReader {
     buf: Vec<u8>,
     /// Tree walks made (for tests and logs).
     pub walks: u64,
+    /// Pods not found at the last walk, and collections since.
+    missing: std::collections::HashSet<String>,
+    since_walk: u64,
 }
 
 impl CgroupReader {
@@ -442,6 +454,8 @@ impl CgroupReader {
             cache: HashMap::new(),
             buf: Vec::with_capacity(4096),
             walks: 0,
+            missing: Default::default(),
+            since_walk: 0,
         }
     }
 
@@ -468,9 +482,14 @@ impl CgroupReader {
             .filter(|p| !self.cache.contains_key(&p.uid))
             .map(AsRef::as_ref)
             .collect();
-        if missing.is_empty() {
+        self.since_walk += 1;
+        if missing.is_empty()
+            || (self.since_walk < REWALK_EVERY
+                && missing.iter().all(|p| self.missing.contains(&p.uid)))
+        {
             return;
         }
+        self.since_walk = 0;
         // Normalized id -> pod UID.
         let mut by_id: HashMap<String, &str> = HashMap::new();
         for p in &missing {
@@ -501,12 +520,17 @@ impl CgroupReader {
                 }
             }
         }
+        self.missing = missing
+            .iter()
+            .filter(|p| !found.contains_key(p.uid.as_str()))
+            .map(|p| p.uid.clone())
+            .collect();
         for (uid, dirs) in found {
             self.cache.insert(
                 uid.to_string(),
                 PodPaths {
                     dirs,
-                    containers: HashMap::new(),
+                    ..PodPaths::default()
                 },
             );
         }
@@ -526,7 +550,13 @@ impl CgroupReader {
             .iter()
             .filter_map(|c| c.id.as_deref())
             .collect();
-        if ids.iter().any(|id| !paths.containers.contains_key(*id)) {
+        paths.since_list += 1;
+        let changed =
+            paths.listed.len() != ids.len() || paths.listed.iter().zip(&ids).any(|(a, b)| a != b);
+        let unfound = ids.iter().any(|id| !paths.containers.contains_key(*id));
+        if changed || (unfound && paths.since_list >= REWALK_EVERY) {
+            paths.since_list = 0;
+            paths.listed = ids.iter().map(|s| s.to_string()).collect();
             paths.containers.clear();
             for h in Hier::ALL {
                 let Some(d) = &paths.dirs[h.index()] else {
@@ -903,10 +933,49 @@ mod tests {
             &Values::seeded(2),
         )
         .unwrap();
-        assert_eq!(r.collect(std::slice::from_ref(&p))[0].containers.len(), 1);
+        // A scope that shows up after its id is listed again a few collections later.
+        let mut found = 0;
+        for _ in 0..REWALK_EVERY {
+            found = r.collect(std::slice::from_ref(&p))[0].containers.len();
+        }
+        assert_eq!(found, 1);
         std::fs::remove_dir_all(root.join(&rel)).unwrap();
         assert_eq!(r.collect(std::slice::from_ref(&p))[0].stats, None);
         fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(3)).unwrap();
-        assert!(r.collect(&[p])[0].stats.is_some());
+        assert!(r.collect(std::slice::from_ref(&p))[0].stats.is_some());
+
+        // A pending pod (no cgroup yet) is looked for every REWALK_EVERY collections, not on
+        // every one; a new pod is looked for at once.
+        let pending = pod("aaaaaaaa-1234-1234-1234-123456789abc", "burstable", &[]);
+        let both = [p.clone(), pending.clone()];
+        let w0 = r.walks;
+        r.collect(&both);
+        assert_eq!(
+            r.walks,
+            w0 + 1,
+            "one walk (one v2 hierarchy) for the new pod"
+        );
+        for _ in 0..REWALK_EVERY - 1 {
+            r.collect(&both);
+        }
+        assert_eq!(r.walks, w0 + 1, "no walk while nothing changed");
+        r.collect(&both);
+        assert_eq!(
+            r.walks,
+            w0 + 2,
+            "looked for again after {REWALK_EVERY} collections"
+        );
+        let uid3 = "bbbbbbbb-1234-1234-1234-123456789abc";
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            &fixture::pod_dir(Driver::Cgroupfs, "besteffort", uid3),
+            &Values::seeded(4),
+        )
+        .unwrap();
+        let three = [p, pending, pod(uid3, "besteffort", &[])];
+        let got = r.collect(&three);
+        assert_eq!(r.walks, w0 + 3);
+        assert!(got[2].stats.is_some() && got[1].stats.is_none());
     }
 }

@@ -218,6 +218,23 @@ pub fn parse_keyed(b: &[u8], key: &str) -> Option<u64> {
     })
 }
 
+/// The values of several keys of a flat keyed file in one pass, in the order of `keys`.
+pub fn parse_keys<const N: usize>(b: &[u8], keys: [&str; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let Ok(s) = std::str::from_utf8(b) else {
+        return out;
+    };
+    for l in s.lines() {
+        let Some((k, v)) = l.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|x| *x == k) {
+            out[i] = v.trim().parse().ok();
+        }
+    }
+    out
+}
+
 /// `some` and `full` totals of a pressure file, in microseconds.
 pub fn parse_pressure(b: &[u8]) -> Vec<(&'static str, u64)> {
     let Ok(s) = std::str::from_utf8(b) else {
@@ -318,19 +335,26 @@ pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats
     if let Some(d) = dir(Hier::Cpu)
         && let Some(b) = read_into(&d.join("cpu.stat"), buf)
     {
-        s.cpu_periods = parse_keyed(b, "nr_periods");
-        s.cpu_throttled_periods = parse_keyed(b, "nr_throttled");
-        s.cpu_throttled_seconds = parse_keyed(b, "throttled_time").map(|ns| ns as f64 / NS);
+        let [p, t, tt] = parse_keys(b, ["nr_periods", "nr_throttled", "throttled_time"]);
+        s.cpu_periods = p;
+        s.cpu_throttled_periods = t;
+        s.cpu_throttled_seconds = tt.map(|ns| ns as f64 / NS);
     }
     if let Some(d) = unified {
-        if let Some(b) = read_into(&d.join("cpu.stat"), buf) {
+        // On a hybrid host v1 already gave these: skip the file.
+        let needed = s.cpu_seconds.is_none() || s.cpu_periods.is_none();
+        if needed && let Some(b) = read_into(&d.join("cpu.stat"), buf) {
+            let [u, p, t, tt] = parse_keys(
+                b,
+                ["usage_usec", "nr_periods", "nr_throttled", "throttled_usec"],
+            );
             if s.cpu_seconds.is_none() {
-                s.cpu_seconds = parse_keyed(b, "usage_usec").map(|us| us as f64 / US);
+                s.cpu_seconds = u.map(|us| us as f64 / US);
             }
             if s.cpu_periods.is_none() {
-                s.cpu_periods = parse_keyed(b, "nr_periods");
-                s.cpu_throttled_periods = parse_keyed(b, "nr_throttled");
-                s.cpu_throttled_seconds = parse_keyed(b, "throttled_usec").map(|us| us as f64 / US);
+                s.cpu_periods = p;
+                s.cpu_throttled_periods = t;
+                s.cpu_throttled_seconds = tt.map(|us| us as f64 / US);
             }
         }
         for (resource, file) in [
@@ -366,12 +390,25 @@ fn read_memory_v1(d: &Path, page_size: u64, buf: &mut Vec<u8>, s: &mut CgroupSta
         .map(|v| v as f64);
     if let Some(b) = read_into(&d.join("memory.stat"), buf) {
         // The hierarchical totals count the children (a pod's containers) too.
-        let get = |k: &str| parse_keyed(b, &format!("total_{k}")).or_else(|| parse_keyed(b, k));
-        let inactive = get("inactive_file");
-        s.memory_rss_bytes = get("rss").map(|v| v as f64);
-        s.memory_cache_bytes = get("cache").map(|v| v as f64);
-        s.page_faults = get("pgfault");
-        s.major_page_faults = get("pgmajfault");
+        let keys = [
+            "total_inactive_file",
+            "total_rss",
+            "total_cache",
+            "total_pgfault",
+            "total_pgmajfault",
+            "inactive_file",
+            "rss",
+            "cache",
+            "pgfault",
+            "pgmajfault",
+        ];
+        let v = parse_keys(b, keys);
+        let get = |i: usize| v[i].or(v[i + 5]);
+        let inactive = get(0);
+        s.memory_rss_bytes = get(1).map(|v| v as f64);
+        s.memory_cache_bytes = get(2).map(|v| v as f64);
+        s.page_faults = get(3);
+        s.major_page_faults = get(4);
         if let (Some(u), Some(i)) = (usage, inactive) {
             s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
         }
@@ -394,11 +431,14 @@ fn read_memory_v2(d: &Path, buf: &mut Vec<u8>, s: &mut CgroupStats) {
         .flatten()
         .map(|v| v as f64);
     if let Some(b) = read_into(&d.join("memory.stat"), buf) {
-        let inactive = parse_keyed(b, "inactive_file");
-        s.memory_rss_bytes = parse_keyed(b, "anon").map(|v| v as f64);
-        s.memory_cache_bytes = parse_keyed(b, "file").map(|v| v as f64);
-        s.page_faults = parse_keyed(b, "pgfault");
-        s.major_page_faults = parse_keyed(b, "pgmajfault");
+        let [inactive, anon, file, pgfault, pgmajfault] = parse_keys(
+            b,
+            ["inactive_file", "anon", "file", "pgfault", "pgmajfault"],
+        );
+        s.memory_rss_bytes = anon.map(|v| v as f64);
+        s.memory_cache_bytes = file.map(|v| v as f64);
+        s.page_faults = pgfault;
+        s.major_page_faults = pgmajfault;
         if let (Some(u), Some(i)) = (usage, inactive) {
             s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
         }
@@ -662,6 +702,10 @@ mod tests {
         let stat = b"usage_usec 10\nnr_periods 3\nnr_throttled 1\n";
         assert_eq!(parse_keyed(stat, "nr_periods"), Some(3));
         assert_eq!(parse_keyed(stat, "nr"), None);
+        assert_eq!(
+            parse_keys(stat, ["nr_throttled", "x", "usage_usec"]),
+            [Some(1), None, Some(10)]
+        );
         assert_eq!(
             parse_pressure(b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"),
             vec![("some", 1234), ("full", 5)]

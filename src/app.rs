@@ -143,6 +143,13 @@ async fn run_until_with(
         metrics_provider = provider_kind.as_str(),
         "role chosen"
     );
+    if choice.role == Role::Node && !cfg.task.cgroup_root.is_dir() {
+        return Err(Error::Config {
+            option: "--cgroup-root",
+            value: cfg.task.cgroup_root.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
     let needs_kube =
         choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
     let kube_client = if needs_kube {
@@ -226,10 +233,30 @@ async fn run_until_with(
             },
             interval: cfg.tick_interval,
         };
-        let (stores, tasks) =
-            crate::watch::cluster::spawn(client.clone(), wc, provider.clone(), cancel.clone());
+        let task_pods = (choice.role == Role::Node).then(|| {
+            crate::watch::task_pods::TaskPodIndex::new(crate::watch::task_pods::TaskPodConfig {
+                namespaces: cfg.task.namespaces.clone(),
+                label_allowlist: cfg.task.label_allowlist.clone(),
+            })
+        });
+        let (stores, tasks) = crate::watch::cluster::spawn_with_tasks(
+            client.clone(),
+            wc,
+            provider.clone(),
+            cancel.clone(),
+            task_pods.clone(),
+        );
         watch_tasks = tasks;
         node_stores = Some(stores);
+        if let Some(index) = task_pods {
+            watch_tasks.push(spawn_tasks(
+                &cfg,
+                &node_name,
+                index,
+                provider.clone(),
+                &cancel,
+            ));
+        }
     }
     watch_tasks.extend(spawn_probes(
         &cfg,
@@ -394,6 +421,25 @@ async fn serve_security(
         security.auth = Some(Arc::new(auth::Authorizer::new(client, settings.clone())));
     }
     Ok((tls_config, security, reloader))
+}
+
+/// The node role's task source: pods from the pod watcher, cgroups under `--cgroup-root`.
+fn spawn_tasks(
+    cfg: &Config,
+    node_name: &str,
+    index: crate::watch::task_pods::TaskPodIndex,
+    provider: Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let tc = crate::task::TaskConfig {
+        node: node_name.to_string(),
+        cgroup_root: cfg.task.cgroup_root.clone(),
+        sysfs: cfg.task.sysfs.clone(),
+        procfs: cfg.procfs.clone(),
+        interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+    };
+    let pods: crate::task::PodList = Arc::new(move || index.pods());
+    crate::task::spawn(tc, pods, provider, cancel.clone())
 }
 
 /// Makes a snapshot every `interval` (every 200 ms until the first ready one) and publishes it.

@@ -450,6 +450,26 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_AUTH_CACHE_TTL", value_name = "DURATION")]
     pub auth_cache_ttl: Option<String>,
 
+    /// Where the cgroup hierarchies are mounted; the node role reads pod and container
+    /// cgroups there, never writes (in a container: /host/sys/fs/cgroup). [default: /sys/fs/cgroup]
+    #[arg(long, env = "KUBE_PROBER_CGROUP_ROOT", value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+
+    /// sysfs root the node role reads CPU and NUMA topology from (in a container: /host/sys).
+    /// [default: /sys]
+    #[arg(long, env = "KUBE_PROBER_SYSFS", value_name = "DIR")]
+    pub sysfs: Option<PathBuf>,
+
+    /// Namespaces whose pods get task metrics (comma-separated; WCA's monitored_namespaces).
+    /// [default: all]
+    #[arg(long, env = "KUBE_PROBER_TASK_NAMESPACES", value_name = "NS,...")]
+    pub task_namespaces: Option<String>,
+
+    /// Pod label keys copied onto task metrics as labels (comma-separated), e.g.
+    /// app.kubernetes.io/name. [default: none]
+    #[arg(long, env = "KUBE_PROBER_TASK_LABEL_ALLOWLIST", value_name = "KEY,...")]
+    pub task_label_allowlist: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

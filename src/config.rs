@@ -88,6 +88,20 @@ pub struct FileConfig {
     pub client_ca_file: Option<PathBuf>,
     pub auth: Option<String>,
     pub auth_cache_ttl: Option<String>,
+    pub cgroup_root: Option<PathBuf>,
+    pub sysfs: Option<PathBuf>,
+    pub task_namespaces: Option<String>,
+    pub task_label_allowlist: Option<String>,
+}
+
+/// The node role's task source: where cgroups and sysfs are, which pods, which labels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSettings {
+    pub cgroup_root: PathBuf,
+    pub sysfs: PathBuf,
+    /// Empty: every namespace.
+    pub namespaces: Vec<String>,
+    pub label_allowlist: Vec<String>,
 }
 
 /// A push output.
@@ -375,6 +389,7 @@ pub struct Config {
     pub probes: ProbesConfig,
     pub sinks: SinksConfig,
     pub serve: ServeConfig,
+    pub task: TaskSettings,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -480,6 +495,7 @@ impl Config {
         let serve = Self::resolve_serve(&mut cli, &mut file)?;
         let sinks = Self::resolve_sinks(&mut cli, &mut file)?;
         let probes = Self::resolve_probes(&mut cli, &mut file)?;
+        let task = Self::resolve_task(&mut cli, &mut file)?;
         let ns_s = cli
             .workload_namespaces
             .take()
@@ -620,6 +636,76 @@ impl Config {
             probes,
             sinks,
             serve,
+            task,
+        })
+    }
+
+    fn resolve_task(cli: &mut Cli, file: &mut FileConfig) -> Result<TaskSettings> {
+        let dir = |option: &'static str, v: Option<PathBuf>, default: &str| -> Result<PathBuf> {
+            let p = v.unwrap_or_else(|| PathBuf::from(default));
+            if p.as_os_str().is_empty() {
+                return Err(invalid(option, "", "must not be empty"));
+            }
+            Ok(p)
+        };
+        let cgroup_root = dir(
+            "--cgroup-root",
+            cli.cgroup_root.take().or(file.cgroup_root.take()),
+            "/sys/fs/cgroup",
+        )?;
+        let sysfs = dir("--sysfs", cli.sysfs.take().or(file.sysfs.take()), "/sys")?;
+        let split = |s: &str| -> Vec<String> {
+            s.split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect()
+        };
+        let ns_s = cli
+            .task_namespaces
+            .take()
+            .or(file.task_namespaces.take())
+            .unwrap_or_default();
+        let namespaces = split(&ns_s);
+        let dns_label = |n: &String| {
+            n.len() <= 63
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        if !namespaces.iter().all(dns_label) {
+            return Err(invalid(
+                "--task-namespaces",
+                &ns_s,
+                "expected comma-separated namespace names",
+            ));
+        }
+        let keys_s = cli
+            .task_label_allowlist
+            .take()
+            .or(file.task_label_allowlist.take())
+            .unwrap_or_default();
+        let label_allowlist = split(&keys_s);
+        // A Kubernetes label key: optional DNS prefix and `/`, then a name of at most 63
+        // characters of [A-Za-z0-9-_.].
+        let valid_key = |k: &String| {
+            let name = k.rsplit_once('/').map_or(k.as_str(), |(_, n)| n);
+            !name.is_empty()
+                && name.len() <= 63
+                && k.len() <= 317
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+        };
+        if let Some(bad) = label_allowlist.iter().find(|k| !valid_key(k)) {
+            return Err(invalid(
+                "--task-label-allowlist",
+                bad,
+                "not a Kubernetes label key",
+            ));
+        }
+        Ok(TaskSettings {
+            cgroup_root,
+            sysfs,
+            namespaces,
+            label_allowlist,
         })
     }
 
@@ -1399,6 +1485,46 @@ mod tests {
         assert_eq!(
             (m[0].kind, m[0].resource),
             (MetricType::Cpu, Some(Resource::Cpu))
+        );
+    }
+
+    #[test]
+    fn task_settings() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.task.cgroup_root, PathBuf::from("/sys/fs/cgroup"));
+        assert_eq!(c.task.sysfs, PathBuf::from("/sys"));
+        assert!(c.task.namespaces.is_empty() && c.task.label_allowlist.is_empty());
+        let file = FileConfig::parse(
+            "cgroup_root: /host/sys/fs/cgroup\nsysfs: /host/sys\ntask_namespaces: a, b\ntask_label_allowlist: app.kubernetes.io/name,tier\n",
+        )
+        .unwrap();
+        let cli = Cli {
+            sysfs: Some(PathBuf::from("/other/sys")),
+            ..Cli::default()
+        };
+        let c = Config::resolve(cli, file).unwrap();
+        assert_eq!(c.task.cgroup_root, PathBuf::from("/host/sys/fs/cgroup"));
+        assert_eq!(c.task.sysfs, PathBuf::from("/other/sys"), "flag over file");
+        assert_eq!(c.task.namespaces, ["a", "b"]);
+        assert_eq!(c.task.label_allowlist, ["app.kubernetes.io/name", "tier"]);
+        let e = err(
+            Cli {
+                task_namespaces: Some("Bad_NS".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("--task-namespaces"), "{e}");
+        let e = err(
+            Cli {
+                task_label_allowlist: Some("ok,not ok".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--task-label-allowlist") && e.contains("not ok"),
+            "{e}"
         );
     }
 

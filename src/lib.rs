@@ -22,6 +22,7 @@ pub mod quantity;
 pub mod role;
 pub mod sink;
 pub mod subcommand;
+pub mod task;
 pub mod telemetry;
 pub mod watch;
 

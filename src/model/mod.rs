@@ -5,6 +5,7 @@ pub mod node;
 pub mod probe;
 pub mod sink;
 pub mod snapshot;
+pub mod task;
 
 pub use cluster::{
     Addon, AddonExpected, AddonOnNode, ClusterState, ContainerRestarts, Controller, CpuMem,
@@ -18,4 +19,8 @@ pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
     BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,
     WindowStats, unix_seconds,
+};
+pub use task::{
+    CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, TaskContainer, TaskPod,
+    TaskSample, TaskSet,
 };

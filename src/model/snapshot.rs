@@ -171,6 +171,10 @@ pub struct Snapshot {
     pub sinks: BTreeMap<String, super::sink::SinkStatus>,
     /// `None` without leader election.
     pub leadership: Option<super::sink::Leadership>,
+    /// Per-pod task measurements (node role); shared, not copied.
+    pub tasks: Option<std::sync::Arc<super::task::TaskSet>>,
+    /// The node's platform facts (node role).
+    pub platform: Option<std::sync::Arc<super::task::Platform>>,
 }
 
 impl Snapshot {
@@ -188,6 +192,8 @@ impl Snapshot {
             probes: Vec::new(),
             sinks: BTreeMap::new(),
             leadership: None,
+            tasks: None,
+            platform: None,
         }
     }
 }

@@ -49,6 +49,15 @@ pub trait NodeRecorder: Send + Sync {
     fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32);
 }
 
+/// Per-pod task measurements and platform facts (node role).
+pub trait TaskRecorder: Send + Sync {
+    /// Every task on the node; replaces the previous set, so series of deleted pods leave the
+    /// next snapshot.
+    fn record_tasks(&self, tasks: crate::model::TaskSet);
+    /// The node's platform facts; replaces the previous ones.
+    fn record_platform(&self, platform: crate::model::Platform);
+}
+
 /// Probe outcomes.
 pub trait ProbeRecorder: Send + Sync {
     fn record_probe_outcome(&self, outcome: ProbeOutcome);
@@ -111,4 +120,5 @@ pub trait Provider: Send + Sync {
     fn probe(&self) -> &dyn ProbeRecorder;
     fn source(&self) -> &dyn SourceRecorder;
     fn sink(&self) -> &dyn SinkRecorder;
+    fn task(&self) -> &dyn TaskRecorder;
 }

@@ -9,7 +9,7 @@ use super::validate::{self, DropReason};
 use super::window::{DEFAULT_CAP, Ring};
 use super::{
     ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
-    SourceRecorder,
+    SourceRecorder, TaskRecorder,
 };
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
@@ -82,6 +82,8 @@ struct Inner {
     gone: HashMap<String, SystemTime>,
     /// Per source: dropped-value logging of its current run.
     drop_log: HashMap<String, DropLog>,
+    tasks: Option<Arc<crate::model::TaskSet>>,
+    platform: Option<Arc<crate::model::Platform>>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -132,6 +134,8 @@ impl Store {
             probes: inner.probes.values().cloned().collect(),
             sinks: inner.sinks.clone(),
             leadership: inner.leadership.clone(),
+            tasks: inner.tasks.clone(),
+            platform: inner.platform.clone(),
         }
     }
 }
@@ -541,6 +545,16 @@ impl SinkRecorder for Store {
     }
 }
 
+impl TaskRecorder for Store {
+    fn record_tasks(&self, tasks: crate::model::TaskSet) {
+        self.lock().tasks = Some(Arc::new(tasks));
+    }
+
+    fn record_platform(&self, platform: crate::model::Platform) {
+        self.lock().platform = Some(Arc::new(platform));
+    }
+}
+
 impl Provider for Store {
     fn cluster(&self) -> &dyn ClusterRecorder {
         self
@@ -555,6 +569,9 @@ impl Provider for Store {
         self
     }
     fn sink(&self) -> &dyn SinkRecorder {
+        self
+    }
+    fn task(&self) -> &dyn TaskRecorder {
         self
     }
 }

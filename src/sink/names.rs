@@ -207,6 +207,219 @@ pub const CLUSTER_SKIPPED_OBJECTS: Family = gauge(
     None,
 );
 
+// Node role: per-pod task metrics (Intel WCA's task_*) and platform facts (platform_*).
+
+pub const TASK_UP: Family = gauge(
+    "kube_prober_task_up",
+    "1 per pod on this node (a task, WCA's term) whose pod cgroup was found and read, 0 while it has none (e.g. not started yet); ready tells pods whose containers are all ready apart.",
+    None,
+);
+pub const TASK_CONTAINERS: Family = gauge(
+    "kube_prober_task_containers",
+    "Container cgroups found in the pod cgroup (WCA's task_subcontainers).",
+    None,
+);
+pub const TASK_RESOURCE_REQUESTS: Family = gauge(
+    "kube_prober_task_resource_requests",
+    "The pod's effective request per resource by Kubernetes' rule (containers and sidecars summed, the larger of that and each init container with the sidecars before it, pod-level resources where set, plus overhead); unit core, byte or integer.",
+    None,
+);
+pub const TASK_RESOURCE_LIMITS: Family = gauge(
+    "kube_prober_task_resource_limits",
+    "The pod's effective limit per resource, counted as Kubernetes' PodLimits does (overhead added only where a limit exists).",
+    None,
+);
+pub const TASK_CPU_USAGE: Family = counter(
+    "kube_prober_task_cpu_usage_seconds",
+    "CPU time used, of the pod cgroup (pause container and overhead included).",
+    Some("seconds"),
+);
+pub const TASK_CPU_PERIODS: Family = counter(
+    "kube_prober_task_cpu_periods",
+    "CFS enforcement periods that elapsed (only with a CPU limit), of the pod cgroup (pause container and overhead included).",
+    None,
+);
+pub const TASK_CPU_THROTTLED_PERIODS: Family = counter(
+    "kube_prober_task_cpu_throttled_periods",
+    "CFS periods in which the cgroup was throttled, of the pod cgroup (pause container and overhead included).",
+    None,
+);
+pub const TASK_CPU_THROTTLED: Family = counter(
+    "kube_prober_task_cpu_throttled_seconds",
+    "Time the cgroup was throttled by its CFS quota, of the pod cgroup (pause container and overhead included).",
+    Some("seconds"),
+);
+pub const TASK_MEMORY_USAGE: Family = gauge(
+    "kube_prober_task_memory_usage_bytes",
+    "Memory charged to the cgroup (v1 memory.usage_in_bytes, v2 memory.current), of the pod cgroup (pause container and overhead included).",
+    Some("bytes"),
+);
+pub const TASK_MEMORY_WORKING_SET: Family = gauge(
+    "kube_prober_task_memory_working_set_bytes",
+    "Memory usage minus inactive file pages, floored at 0, as the kubelet computes the working set, of the pod cgroup (pause container and overhead included).",
+    Some("bytes"),
+);
+pub const TASK_MEMORY_RSS: Family = gauge(
+    "kube_prober_task_memory_rss_bytes",
+    "Anonymous memory (v1 total_rss, v2 anon), of the pod cgroup (pause container and overhead included).",
+    Some("bytes"),
+);
+pub const TASK_MEMORY_CACHE: Family = gauge(
+    "kube_prober_task_memory_cache_bytes",
+    "Page cache (v1 total_cache, v2 file), of the pod cgroup (pause container and overhead included).",
+    Some("bytes"),
+);
+pub const TASK_MEMORY_LIMIT: Family = gauge(
+    "kube_prober_task_memory_limit_bytes",
+    "Memory limit of the cgroup; absent when it has none, of the pod cgroup (pause container and overhead included).",
+    Some("bytes"),
+);
+pub const TASK_PAGE_FAULTS: Family = counter(
+    "kube_prober_task_memory_page_faults",
+    "Page faults (pgfault, minor and major), of the pod cgroup (pause container and overhead included).",
+    None,
+);
+pub const TASK_MAJOR_PAGE_FAULTS: Family = counter(
+    "kube_prober_task_memory_major_page_faults",
+    "Major page faults (pgmajfault), of the pod cgroup (pause container and overhead included).",
+    None,
+);
+pub const TASK_OOM_KILLS: Family = counter(
+    "kube_prober_task_memory_oom_kills",
+    "Processes the OOM killer killed in the cgroup, of the pod cgroup (pause container and overhead included).",
+    None,
+);
+pub const TASK_PRESSURE: Family = counter(
+    "kube_prober_task_pressure_stalled_seconds",
+    "Pressure stall time (cgroup v2 cpu, memory and io .pressure total, some or full), of the pod cgroup (pause container and overhead included).",
+    Some("seconds"),
+);
+pub const TASK_MEMORY_NUMA: Family = gauge(
+    "kube_prober_task_memory_numa_bytes",
+    "Memory of the cgroup on each NUMA node (memory.numa_stat: v1 hierarchical_total pages times the page size, v2 anon+file+unevictable), of the pod cgroup (pause container and overhead included).",
+    Some("bytes"),
+);
+pub const CONTAINER_CPU_USAGE: Family = counter(
+    "kube_prober_container_cpu_usage_seconds",
+    "CPU time used, of the container's cgroup.",
+    Some("seconds"),
+);
+pub const CONTAINER_CPU_PERIODS: Family = counter(
+    "kube_prober_container_cpu_periods",
+    "CFS enforcement periods that elapsed (only with a CPU limit), of the container's cgroup.",
+    None,
+);
+pub const CONTAINER_CPU_THROTTLED_PERIODS: Family = counter(
+    "kube_prober_container_cpu_throttled_periods",
+    "CFS periods in which the cgroup was throttled, of the container's cgroup.",
+    None,
+);
+pub const CONTAINER_CPU_THROTTLED: Family = counter(
+    "kube_prober_container_cpu_throttled_seconds",
+    "Time the cgroup was throttled by its CFS quota, of the container's cgroup.",
+    Some("seconds"),
+);
+pub const CONTAINER_MEMORY_USAGE: Family = gauge(
+    "kube_prober_container_memory_usage_bytes",
+    "Memory charged to the cgroup (v1 memory.usage_in_bytes, v2 memory.current), of the container's cgroup.",
+    Some("bytes"),
+);
+pub const CONTAINER_MEMORY_WORKING_SET: Family = gauge(
+    "kube_prober_container_memory_working_set_bytes",
+    "Memory usage minus inactive file pages, floored at 0, as the kubelet computes the working set, of the container's cgroup.",
+    Some("bytes"),
+);
+pub const CONTAINER_MEMORY_RSS: Family = gauge(
+    "kube_prober_container_memory_rss_bytes",
+    "Anonymous memory (v1 total_rss, v2 anon), of the container's cgroup.",
+    Some("bytes"),
+);
+pub const CONTAINER_MEMORY_CACHE: Family = gauge(
+    "kube_prober_container_memory_cache_bytes",
+    "Page cache (v1 total_cache, v2 file), of the container's cgroup.",
+    Some("bytes"),
+);
+pub const CONTAINER_MEMORY_LIMIT: Family = gauge(
+    "kube_prober_container_memory_limit_bytes",
+    "Memory limit of the cgroup; absent when it has none, of the container's cgroup.",
+    Some("bytes"),
+);
+pub const CONTAINER_PAGE_FAULTS: Family = counter(
+    "kube_prober_container_memory_page_faults",
+    "Page faults (pgfault, minor and major), of the container's cgroup.",
+    None,
+);
+pub const CONTAINER_MAJOR_PAGE_FAULTS: Family = counter(
+    "kube_prober_container_memory_major_page_faults",
+    "Major page faults (pgmajfault), of the container's cgroup.",
+    None,
+);
+pub const CONTAINER_OOM_KILLS: Family = counter(
+    "kube_prober_container_memory_oom_kills",
+    "Processes the OOM killer killed in the cgroup, of the container's cgroup.",
+    None,
+);
+pub const CONTAINER_PRESSURE: Family = counter(
+    "kube_prober_container_pressure_stalled_seconds",
+    "Pressure stall time (cgroup v2 cpu, memory and io .pressure total, some or full), of the container's cgroup.",
+    Some("seconds"),
+);
+pub const CONTAINER_MEMORY_NUMA: Family = gauge(
+    "kube_prober_container_memory_numa_bytes",
+    "Memory of the cgroup on each NUMA node (memory.numa_stat: v1 hierarchical_total pages times the page size, v2 anon+file+unevictable), of the container's cgroup.",
+    Some("bytes"),
+);
+pub const PLATFORM_SOCKETS: Family = gauge(
+    "kube_prober_platform_topology_sockets",
+    "CPU packages with an online CPU (sysfs topology/physical_package_id).",
+    None,
+);
+pub const PLATFORM_CORES: Family = gauge(
+    "kube_prober_platform_topology_cores",
+    "Physical cores with an online CPU (distinct package and core_id).",
+    None,
+);
+pub const PLATFORM_CPUS: Family = gauge(
+    "kube_prober_platform_topology_cpus",
+    "Online logical CPUs (/sys/devices/system/cpu/online).",
+    None,
+);
+pub const PLATFORM_NUMA_NODES: Family = gauge(
+    "kube_prober_platform_topology_numa_nodes",
+    "Online NUMA nodes (/sys/devices/system/node/online).",
+    None,
+);
+pub const PLATFORM_CPU_BUSY: Family = counter(
+    "kube_prober_platform_cpu_busy_seconds",
+    "Busy time of each logical CPU: user+nice+system+irq+softirq+steal from /proc/stat, in seconds.",
+    Some("seconds"),
+);
+pub const PLATFORM_MEMORY_USAGE: Family = gauge(
+    "kube_prober_platform_memory_usage_bytes",
+    "MemTotal - MemFree - Buffers - Cached from /proc/meminfo.",
+    Some("bytes"),
+);
+pub const PLATFORM_NUMA_TOTAL: Family = gauge(
+    "kube_prober_platform_memory_numa_total_bytes",
+    "Memory of each NUMA node (sysfs nodeN/meminfo MemTotal).",
+    Some("bytes"),
+);
+pub const PLATFORM_NUMA_FREE: Family = gauge(
+    "kube_prober_platform_memory_numa_free_bytes",
+    "Free memory of each NUMA node (MemFree).",
+    Some("bytes"),
+);
+pub const PLATFORM_NUMA_USED: Family = gauge(
+    "kube_prober_platform_memory_numa_used_bytes",
+    "Used memory of each NUMA node (MemTotal - MemFree).",
+    Some("bytes"),
+);
+pub const PLATFORM_VMSTAT: Family = counter(
+    "kube_prober_platform_vmstat",
+    "Counters of /proc/vmstat by key: pgfault, pgmajfault, pswpin, pswpout, oom_kill.",
+    None,
+);
+
 pub const PROBE_SUCCESS: Family = gauge(
     "kube_prober_probe_success",
     "1 if the newest run of the probe against the target succeeded, else 0.",
@@ -376,6 +589,48 @@ pub const ALL: &[Family] = &[
     CONTAINER_RESTARTS,
     CONTAINER_LAST_TERMINATION,
     CLUSTER_SKIPPED_OBJECTS,
+    TASK_UP,
+    TASK_CONTAINERS,
+    TASK_RESOURCE_REQUESTS,
+    TASK_RESOURCE_LIMITS,
+    TASK_CPU_USAGE,
+    TASK_CPU_PERIODS,
+    TASK_CPU_THROTTLED_PERIODS,
+    TASK_CPU_THROTTLED,
+    TASK_MEMORY_USAGE,
+    TASK_MEMORY_WORKING_SET,
+    TASK_MEMORY_RSS,
+    TASK_MEMORY_CACHE,
+    TASK_MEMORY_LIMIT,
+    TASK_PAGE_FAULTS,
+    TASK_MAJOR_PAGE_FAULTS,
+    TASK_OOM_KILLS,
+    TASK_PRESSURE,
+    TASK_MEMORY_NUMA,
+    CONTAINER_CPU_USAGE,
+    CONTAINER_CPU_PERIODS,
+    CONTAINER_CPU_THROTTLED_PERIODS,
+    CONTAINER_CPU_THROTTLED,
+    CONTAINER_MEMORY_USAGE,
+    CONTAINER_MEMORY_WORKING_SET,
+    CONTAINER_MEMORY_RSS,
+    CONTAINER_MEMORY_CACHE,
+    CONTAINER_MEMORY_LIMIT,
+    CONTAINER_PAGE_FAULTS,
+    CONTAINER_MAJOR_PAGE_FAULTS,
+    CONTAINER_OOM_KILLS,
+    CONTAINER_PRESSURE,
+    CONTAINER_MEMORY_NUMA,
+    PLATFORM_SOCKETS,
+    PLATFORM_CORES,
+    PLATFORM_CPUS,
+    PLATFORM_NUMA_NODES,
+    PLATFORM_CPU_BUSY,
+    PLATFORM_MEMORY_USAGE,
+    PLATFORM_NUMA_TOTAL,
+    PLATFORM_NUMA_FREE,
+    PLATFORM_NUMA_USED,
+    PLATFORM_VMSTAT,
     PROBE_SUCCESS,
     PROBE_DURATION,
     PROBE_RUNS,

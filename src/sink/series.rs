@@ -7,6 +7,7 @@ use super::names::{self, Family};
 use crate::model::{
     AddonOnNode, ClusterState, NodePods, Operator, PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
 };
+use crate::model::{CgroupStats, Platform, TaskSet};
 
 /// Label pairs of one row: our label key, its value.
 pub type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -377,6 +378,8 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
     if let Some(cs) = &snap.cluster_state {
         visit_cluster(w, cs);
     }
+    visit_tasks(w, snap.tasks.as_deref());
+    visit_platform(w, snap.platform.as_deref());
 
     let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
         snap.probes
@@ -531,4 +534,247 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
         &names::TICK_DURATION,
         &[(vec![], snap.last_tick_duration.as_secs_f64())],
     );
+}
+
+/// A value of one cgroup, the task family and the container family it goes to.
+type CgroupValue = (
+    &'static Family,
+    &'static Family,
+    fn(&CgroupStats) -> Option<f64>,
+);
+
+/// The scalar cgroup values, in `names::ALL` order.
+const CGROUP_VALUES: &[CgroupValue] = &[
+    (&names::TASK_CPU_USAGE, &names::CONTAINER_CPU_USAGE, |s| {
+        s.cpu_seconds
+    }),
+    (
+        &names::TASK_CPU_PERIODS,
+        &names::CONTAINER_CPU_PERIODS,
+        |s| s.cpu_periods.map(|v| v as f64),
+    ),
+    (
+        &names::TASK_CPU_THROTTLED_PERIODS,
+        &names::CONTAINER_CPU_THROTTLED_PERIODS,
+        |s| s.cpu_throttled_periods.map(|v| v as f64),
+    ),
+    (
+        &names::TASK_CPU_THROTTLED,
+        &names::CONTAINER_CPU_THROTTLED,
+        |s| s.cpu_throttled_seconds,
+    ),
+    (
+        &names::TASK_MEMORY_USAGE,
+        &names::CONTAINER_MEMORY_USAGE,
+        |s| s.memory_usage_bytes,
+    ),
+    (
+        &names::TASK_MEMORY_WORKING_SET,
+        &names::CONTAINER_MEMORY_WORKING_SET,
+        |s| s.memory_working_set_bytes,
+    ),
+    (&names::TASK_MEMORY_RSS, &names::CONTAINER_MEMORY_RSS, |s| {
+        s.memory_rss_bytes
+    }),
+    (
+        &names::TASK_MEMORY_CACHE,
+        &names::CONTAINER_MEMORY_CACHE,
+        |s| s.memory_cache_bytes,
+    ),
+    (
+        &names::TASK_MEMORY_LIMIT,
+        &names::CONTAINER_MEMORY_LIMIT,
+        |s| s.memory_limit_bytes,
+    ),
+    (
+        &names::TASK_PAGE_FAULTS,
+        &names::CONTAINER_PAGE_FAULTS,
+        |s| s.page_faults.map(|v| v as f64),
+    ),
+    (
+        &names::TASK_MAJOR_PAGE_FAULTS,
+        &names::CONTAINER_MAJOR_PAGE_FAULTS,
+        |s| s.major_page_faults.map(|v| v as f64),
+    ),
+    (&names::TASK_OOM_KILLS, &names::CONTAINER_OOM_KILLS, |s| {
+        s.oom_kills.map(|v| v as f64)
+    }),
+];
+
+/// `core` for CPU, `byte` for memory, storage and hugepages, `integer` otherwise
+/// (kube-state-metrics' units).
+fn resource_unit(resource: &str) -> &'static str {
+    match resource {
+        "cpu" => "core",
+        "memory" | "ephemeral-storage" | "storage" => "byte",
+        r if r.starts_with("hugepages-") => "byte",
+        _ => "integer",
+    }
+}
+
+/// The per-pod task families and the per-container ones (node role).
+fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
+    let empty = TaskSet::default();
+    let ts = ts.unwrap_or(&empty);
+    let task_names: Vec<String> = ts.tasks.iter().map(|t| t.pod.task_name()).collect();
+    let base = |i: usize| -> Labels<'_> {
+        let p = &ts.tasks[i].pod;
+        let mut l = vec![
+            ("node", ts.node.as_str()),
+            ("namespace", p.namespace.as_str()),
+            ("pod", p.name.as_str()),
+            ("task_name", task_names[i].as_str()),
+            ("task_id", p.uid.as_str()),
+            ("qos", p.qos.as_str()),
+            ("ready", flag(p.ready())),
+        ];
+        l.extend(p.labels.iter().map(|(k, v)| (*k, v.as_str())));
+        l
+    };
+    let idx = 0..ts.tasks.len();
+    let rows: Vec<_> = idx
+        .clone()
+        .map(|i| (base(i), one_if(ts.tasks[i].stats.is_some())))
+        .collect();
+    w.family(&names::TASK_UP, &rows);
+    let rows: Vec<_> = idx
+        .clone()
+        .filter(|&i| ts.tasks[i].stats.is_some())
+        .map(|i| (base(i), ts.tasks[i].containers.len() as f64))
+        .collect();
+    w.family(&names::TASK_CONTAINERS, &rows);
+    for (family, get) in [
+        (
+            &names::TASK_RESOURCE_REQUESTS,
+            (|p: &crate::model::TaskPod| &p.requests) as fn(&_) -> &_,
+        ),
+        (&names::TASK_RESOURCE_LIMITS, |p| &p.limits),
+    ] {
+        let mut rows = Vec::new();
+        for i in idx.clone() {
+            for (r, v) in get(&ts.tasks[i].pod) {
+                let mut l = base(i);
+                l.push(("resource", r.as_str()));
+                l.push(("unit", resource_unit(r)));
+                rows.push((l, *v));
+            }
+        }
+        w.family(family, &rows);
+    }
+    // Per cgroup: (labels, stats) of every pod, then of every container.
+    let pods: Vec<(Labels<'_>, &CgroupStats)> = idx
+        .clone()
+        .filter_map(|i| ts.tasks[i].stats.as_ref().map(|s| (base(i), s)))
+        .collect();
+    let containers: Vec<(Labels<'_>, &CgroupStats)> = idx
+        .flat_map(|i| {
+            let base = &base;
+            ts.tasks[i].containers.iter().map(move |c| {
+                let mut l = base(i);
+                l.push(("container", c.name.as_str()));
+                (l, &c.stats)
+            })
+        })
+        .collect();
+    for (set, container) in [(&pods, false), (&containers, true)] {
+        for (tf, cf, get) in CGROUP_VALUES {
+            let rows: Vec<_> = set
+                .iter()
+                .filter_map(|(l, s)| get(s).map(|v| (l.clone(), v)))
+                .collect();
+            w.family(if container { cf } else { tf }, &rows);
+        }
+        let rows: Vec<_> = set
+            .iter()
+            .flat_map(|(l, s)| {
+                s.pressure.iter().map(move |p| {
+                    let mut l = l.clone();
+                    l.push(("resource", p.resource));
+                    l.push(("kind", p.kind));
+                    (l, p.seconds)
+                })
+            })
+            .collect();
+        let fam = if container {
+            &names::CONTAINER_PRESSURE
+        } else {
+            &names::TASK_PRESSURE
+        };
+        w.family(fam, &rows);
+        let numa: Vec<Vec<String>> = set
+            .iter()
+            .map(|(_, s)| s.numa_bytes.iter().map(|(n, _)| n.to_string()).collect())
+            .collect();
+        let rows: Vec<_> = set
+            .iter()
+            .zip(&numa)
+            .flat_map(|((l, s), ids)| {
+                s.numa_bytes.iter().zip(ids).map(move |((_, v), id)| {
+                    let mut l = l.clone();
+                    l.push(("numa_node", id.as_str()));
+                    (l, *v)
+                })
+            })
+            .collect();
+        let fam = if container {
+            &names::CONTAINER_MEMORY_NUMA
+        } else {
+            &names::TASK_MEMORY_NUMA
+        };
+        w.family(fam, &rows);
+    }
+}
+
+/// The node's platform families (node role).
+fn visit_platform<V: Visitor>(w: &mut V, p: Option<&Platform>) {
+    let empty = Platform::default();
+    let p = p.unwrap_or(&empty);
+    let node = p.node.as_str();
+    let one = |v: Option<u32>| -> Vec<(Labels<'_>, f64)> {
+        v.map(|v| (vec![("node", node)], f64::from(v)))
+            .into_iter()
+            .collect()
+    };
+    w.family(&names::PLATFORM_SOCKETS, &one(p.sockets));
+    w.family(&names::PLATFORM_CORES, &one(p.cores));
+    w.family(&names::PLATFORM_CPUS, &one(p.cpus));
+    w.family(&names::PLATFORM_NUMA_NODES, &one(p.numa_nodes));
+    let cpu_ids: Vec<String> = p
+        .cpu_busy_seconds
+        .iter()
+        .map(|(c, _)| c.to_string())
+        .collect();
+    let rows: Vec<_> = p
+        .cpu_busy_seconds
+        .iter()
+        .zip(&cpu_ids)
+        .map(|((_, v), id)| (vec![("node", node), ("cpu", id.as_str())], *v))
+        .collect();
+    w.family(&names::PLATFORM_CPU_BUSY, &rows);
+    let rows: Vec<_> = p
+        .memory_usage_bytes
+        .map(|v| (vec![("node", node)], v))
+        .into_iter()
+        .collect();
+    w.family(&names::PLATFORM_MEMORY_USAGE, &rows);
+    let ids: Vec<String> = p.numa_memory.iter().map(|n| n.node.to_string()).collect();
+    let numa = |f: fn(&crate::model::NumaMemory) -> f64| -> Vec<(Labels<'_>, f64)> {
+        p.numa_memory
+            .iter()
+            .zip(&ids)
+            .map(|(n, id)| (vec![("node", node), ("numa_node", id.as_str())], f(n)))
+            .collect()
+    };
+    w.family(&names::PLATFORM_NUMA_TOTAL, &numa(|n| n.total_bytes));
+    w.family(&names::PLATFORM_NUMA_FREE, &numa(|n| n.free_bytes));
+    w.family(
+        &names::PLATFORM_NUMA_USED,
+        &numa(|n| (n.total_bytes - n.free_bytes).max(0.0)),
+    );
+    let rows: Vec<_> = p
+        .vmstat
+        .iter()
+        .map(|(k, v)| (vec![("node", node), ("key", *k)], *v))
+        .collect();
+    w.family(&names::PLATFORM_VMSTAT, &rows);
 }

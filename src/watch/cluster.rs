@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use super::task_pods::TaskPodIndex;
 use crate::model::{ClusterState, PodFacts};
 use crate::provider::{Provider, RunOutcome};
 
@@ -432,6 +433,7 @@ fn index_pods(
     derive: DeriveConfig,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
+    tasks: Option<TaskPodIndex>,
 ) -> (PodIndex, JoinHandle<()>) {
     const SOURCE: &str = "watch_pods";
     let live = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
@@ -476,8 +478,10 @@ fn index_pods(
                     building = Some(std::collections::HashMap::new());
                     // Names no pod uses any more go with the old map.
                     interner = Interner::default();
+                    tasks.iter().for_each(TaskPodIndex::begin_relist);
                 }
                 Some(Ok(Event::InitApply(p))) => {
+                    tasks.iter().for_each(|t| t.relist_apply(&p));
                     let (k, v) = entry(&p, &mut interner);
                     building.get_or_insert_with(Default::default).insert(k, v);
                 }
@@ -488,6 +492,7 @@ fn index_pods(
                     // Swap under the lock, drop the old map after it.
                     let old = std::mem::replace(&mut *lock(), fresh);
                     drop(old);
+                    tasks.iter().for_each(TaskPodIndex::end_relist);
                     let _ = synced_tx.send(true);
                     provider.source().record_source_run(
                         SOURCE,
@@ -497,10 +502,12 @@ fn index_pods(
                     );
                 }
                 Some(Ok(Event::Apply(p))) => {
+                    tasks.iter().for_each(|t| t.apply(&p));
                     let (k, v) = entry(&p, &mut interner);
                     lock().insert(k, v);
                 }
                 Some(Ok(Event::Delete(p))) => {
+                    tasks.iter().for_each(|t| t.delete(&p));
                     lock().remove(&key(&p));
                 }
                 Some(Err(e)) => {
@@ -523,6 +530,17 @@ pub fn spawn(
     cfg: WatchConfig,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    spawn_with_tasks(client, cfg, provider, cancel, None)
+}
+
+/// [`spawn`], with the pod watcher also keeping `tasks` (the node role's task pods).
+pub fn spawn_with_tasks(
+    client: kube::Client,
+    cfg: WatchConfig,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+    task_pods: Option<TaskPodIndex>,
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
     let mut tasks = Vec::new();
@@ -549,6 +567,7 @@ pub fn spawn(
         cfg.derive.clone(),
         provider.clone(),
         cancel.clone(),
+        task_pods,
     );
     tasks.push(t);
     let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());

@@ -4,3 +4,4 @@
 pub mod backoff;
 pub mod cluster;
 pub mod derive;
+pub mod task_pods;

@@ -1,0 +1,330 @@
+//! Task collection at 110 pods of 2 containers each (the kubelet's default pod limit).
+//!
+//! Run with `cargo bench --bench task_collect` (env `COLLECTIONS`, default 500). Two parts:
+//!
+//! 1. In process, on a fixture cgroup tree shaped like this machine's (v1 cpu, cpuacct,
+//!    memory, cpuset plus the v2 `unified` tree; systemd driver, containerd scopes, a pause
+//!    scope per pod, a `system.slice` of 40 services to walk past) and, where this machine
+//!    lets us create them, the same 110 × 2 cgroups on the real kernel mounts (removed after):
+//!    the first collection (which walks the tree), then CPU time (utime+stime of this process)
+//!    and wall time per collection over `COLLECTIONS` collections; the series and bytes the
+//!    set renders to on `/metrics`.
+//! 2. The node-role binary against the stand-in API server with those 110 pods and the fixture
+//!    root: VmRSS and VmHWM after 15 s of 1 s collections, `/metrics` bytes and series.
+//!
+//! Budgets (issue #11): ≤ 5 ms CPU per collection of 110 pods, node-role RSS ≤ 16 MiB.
+//! The result is a markdown report on stdout. Under `cargo test --benches` it does nothing.
+
+#[path = "../tests/support/apiserver.rs"]
+mod apiserver;
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{clk_tck, cpu_ticks, env_usize, loadavg, machine_info, mib, ms, rss_kib};
+use kube_prober::model::{Snapshot, TaskContainer, TaskPod, TaskSet};
+use kube_prober::sink::prometheus::{Format, render};
+use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies};
+use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
+
+const PODS: usize = 110;
+const NODE: &str = "bench-node";
+
+fn uid(i: usize) -> String {
+    format!("{i:08x}-aaaa-4bbb-8ccc-dddddddddddd")
+}
+
+fn cid(i: usize, j: usize) -> String {
+    format!("{i:04x}{j:02x}c0ffee")
+}
+
+fn pods() -> Vec<Arc<TaskPod>> {
+    (0..PODS)
+        .map(|i| {
+            Arc::new(TaskPod {
+                uid: uid(i),
+                namespace: "bench".into(),
+                name: format!("pod-{i}"),
+                qos: ["burstable", "besteffort", "guaranteed"][i % 3].into(),
+                cgroup_ids: vec![uid(i)],
+                labels: vec![],
+                containers: (0..2)
+                    .map(|j| TaskContainer {
+                        name: format!("c{j}"),
+                        id: Some(cid(i, j)),
+                        ready: true,
+                    })
+                    .collect(),
+                requests: [("cpu".to_string(), 0.1), ("memory".to_string(), 1e8)]
+                    .into_iter()
+                    .collect(),
+                limits: Default::default(),
+            })
+        })
+        .collect()
+}
+
+fn build_tree(root: &Path) {
+    fixture::init(root, Layout::Hybrid).unwrap();
+    for s in 0..40 {
+        let rel = PathBuf::from(format!("system.slice/service-{s}.service"));
+        fixture::write_cgroup(root, Layout::Hybrid, &rel, &Values::seeded(s)).unwrap();
+    }
+    for i in 0..PODS {
+        let qos = ["burstable", "besteffort", "guaranteed"][i % 3];
+        let pdir = fixture::pod_dir(Driver::Systemd, qos, &uid(i));
+        fixture::write_cgroup(root, Layout::Hybrid, &pdir, &Values::seeded(i as u64)).unwrap();
+        for j in 0..2 {
+            let c = pdir.join(fixture::container_dir(
+                Driver::Systemd,
+                Runtime::Containerd,
+                &cid(i, j),
+            ));
+            fixture::write_cgroup(root, Layout::Hybrid, &c, &Values::seeded(j as u64)).unwrap();
+        }
+        let pause = pdir.join(fixture::container_dir(
+            Driver::Systemd,
+            Runtime::Containerd,
+            &format!("{i:04x}ffpause"),
+        ));
+        fixture::write_cgroup(root, Layout::Hybrid, &pause, &Values::seeded(1)).unwrap();
+    }
+}
+
+/// The same pods as real cgroups under the kernel's mounts; removed on drop.
+struct RealTree {
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for RealTree {
+    fn drop(&mut self) {
+        let mut d = self.dirs.clone();
+        d.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for p in d {
+            let _ = std::fs::remove_dir(&p);
+        }
+    }
+}
+
+fn real_tree(hier: &Hierarchies) -> Result<(RealTree, PathBuf), String> {
+    let mut t = RealTree { dirs: Vec::new() };
+    let top = PathBuf::from(format!("kube-prober-bench-{}", std::process::id()));
+    let roots: Vec<PathBuf> = [
+        Hier::Unified,
+        Hier::Cpu,
+        Hier::Cpuacct,
+        Hier::Memory,
+        Hier::Cpuset,
+    ]
+    .iter()
+    .filter_map(|h| hier.root(*h).map(Path::to_path_buf))
+    .collect();
+    for i in 0..PODS {
+        let qos = ["burstable", "besteffort", "guaranteed"][i % 3];
+        let pdir = top.join(fixture::pod_dir(Driver::Systemd, qos, &uid(i)));
+        for j in 0..3 {
+            let id = if j == 2 {
+                format!("{i:04x}ffpause")
+            } else {
+                cid(i, j)
+            };
+            let rel = pdir.join(fixture::container_dir(
+                Driver::Systemd,
+                Runtime::Containerd,
+                &id,
+            ));
+            for r in &roots {
+                let mut p = r.clone();
+                for comp in rel.components() {
+                    p.push(comp);
+                    if !p.exists() {
+                        std::fs::create_dir(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                        t.dirs.push(p.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok((t, top))
+}
+
+struct Measured {
+    first_ms: f64,
+    cpu_ms: f64,
+    wall_ms: f64,
+}
+
+fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize) -> (Measured, TaskSet) {
+    let mut reader = CgroupReader::new(hier, 4096);
+    let t0 = Instant::now();
+    let first = reader.collect(pods);
+    let first_ms = ms(t0.elapsed());
+    assert!(
+        first
+            .iter()
+            .all(|t| t.stats.is_some() && t.containers.len() == 2),
+        "every pod and container found"
+    );
+    let tck = clk_tck() as f64;
+    let c0 = cpu_ticks("self");
+    let w0 = Instant::now();
+    let mut last = Vec::new();
+    for _ in 0..n {
+        last = reader.collect(pods);
+    }
+    let wall = w0.elapsed();
+    let cpu = (cpu_ticks("self") - c0) as f64 / tck;
+    (
+        Measured {
+            first_ms,
+            cpu_ms: cpu * 1000.0 / n as f64,
+            wall_ms: ms(wall) / n as f64,
+        },
+        TaskSet {
+            node: NODE.into(),
+            tasks: last,
+            collected_at: Some(SystemTime::now()),
+        },
+    )
+}
+
+fn series_and_bytes(set: TaskSet) -> (usize, usize) {
+    let mut snap = Snapshot::empty(SystemTime::now());
+    snap.tasks = Some(Arc::new(set));
+    let body = render(&snap, Format::Text);
+    let series = body
+        .lines()
+        .filter(|l| l.starts_with("kube_prober_task_") || l.starts_with("kube_prober_container_"))
+        .count();
+    (series, body.len())
+}
+
+async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize) {
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node(NODE, ("8", "32Gi"), ("8", "32Gi"))]);
+    for i in 0..PODS {
+        let mut p = apiserver::pod("bench", &format!("pod-{i}"), NODE);
+        p.metadata.uid = Some(uid(i));
+        let st = p.status.as_mut().unwrap();
+        st.qos_class = Some("Burstable".into());
+        if let Some(cs) = st.container_statuses.as_mut() {
+            let mut second = cs[0].clone();
+            second.name = "c1".into();
+            second.container_id = Some(format!("containerd://{}", cid(i, 1)));
+            cs[0].name = "c0".into();
+            cs[0].container_id = Some(format!("containerd://{}", cid(i, 0)));
+            cs.push(second);
+        }
+        api.upsert(&p);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let exe = env!("CARGO_BIN_EXE_kube-prober");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--role",
+            "node",
+            "--listen",
+            &listen,
+            "--tick-interval",
+            "1s",
+        ])
+        .args(["--interval", "1s", "--timeout", "1s", "--log-level", "warn"])
+        .arg("--cgroup-root")
+        .arg(root)
+        .env("KUBECONFIG", &kc)
+        .env("NODE_NAME", NODE)
+        .env("HOME", "/nonexistent")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("http://{listen}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut body = String::new();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Ok(r) = client.get(&url).send().await
+            && let Ok(b) = r.text().await
+            && b.matches("kube_prober_task_up{").count() == PODS
+        {
+            body = b;
+            break;
+        }
+    }
+    assert!(!body.is_empty(), "node role never served 110 tasks");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    if let Ok(r) = client.get(&url).send().await
+        && let Ok(b) = r.text().await
+    {
+        body = b;
+    }
+    let (rss, hwm) = rss_kib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    let series = body.lines().filter(|l| !l.starts_with('#')).count();
+    (rss, hwm, series, body.len())
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("task_collect: benchmark only; run `cargo bench --bench task_collect`");
+        return;
+    }
+    let n = env_usize("COLLECTIONS", 500);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cgroup");
+    build_tree(&root);
+    let pods = pods();
+
+    println!("# task_collect: {PODS} pods × 2 containers, {n} collections\n");
+    for (k, v) in machine_info() {
+        println!("- {k}: {v}");
+    }
+    println!("- load average before: {}\n", loadavg());
+    println!("| tree | first collection (walk) ms | CPU ms / collection | wall ms / collection |");
+    println!("|---|---|---|---|");
+    let (m, set) = measure(Hierarchies::detect(&root), &pods, n);
+    println!(
+        "| fixture (tmpfs, hybrid v1+unified) | {:.2} | {:.3} | {:.3} |",
+        m.first_ms, m.cpu_ms, m.wall_ms
+    );
+    let real = Hierarchies::detect(Path::new("/sys/fs/cgroup"));
+    match real_tree(&real) {
+        Ok((guard, top)) => {
+            let real_pods: Vec<Arc<TaskPod>> = pods.clone();
+            let (m, _) = measure(real.clone(), &real_pods, n);
+            println!(
+                "| real kernel cgroups ({}) | {:.2} | {:.3} | {:.3} |",
+                real.describe(),
+                m.first_ms,
+                m.cpu_ms,
+                m.wall_ms
+            );
+            drop(guard);
+            let _ = top;
+        }
+        Err(e) => println!("| real kernel cgroups | skipped: {e} | | |"),
+    }
+    let (series, bytes) = series_and_bytes(set);
+    println!("\nTask and container series on /metrics: {series}; whole body {bytes} bytes.\n");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rss, hwm, series, bytes) = rt.block_on(node_role_rss(&root));
+    println!("| node role binary (110 pods, 1 s collections, after 15 s) | value |");
+    println!("|---|---|");
+    println!("| VmRSS | {:.1} MiB |", mib(rss));
+    println!("| VmHWM | {:.1} MiB |", mib(hwm));
+    println!("| /metrics series | {series} |");
+    println!("| /metrics bytes | {bytes} |");
+    println!("\nload average after: {}", loadavg());
+}

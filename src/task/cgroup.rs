@@ -1,0 +1,1025 @@
+//! Pod and container cgroups: which hierarchies the kernel offers under the cgroup root, where
+//! the kubelet put each pod (found by walking the tree and matching the pod UID, whatever the
+//! driver or runtime), and the values in their files. `read_*` does I/O, `parse_*` is pure.
+//! Read-only: nothing here ever writes to a cgroup.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::model::{CgroupStats, ContainerSample, Pressure, TaskPod, TaskSample};
+
+/// How deep below a hierarchy's root pod cgroups are looked for
+/// (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice` is 3).
+pub const MAX_DEPTH: usize = 6;
+
+/// A v1 memory limit at or above this is "no limit" (the kernel's PAGE_COUNTER_MAX rounded).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// The hierarchies one kind of value is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hier {
+    /// cgroup v2: the whole tree (pure v2) or `unified` next to v1 controllers (hybrid).
+    Unified,
+    Cpu,
+    Cpuacct,
+    Memory,
+    Cpuset,
+}
+
+impl Hier {
+    const ALL: [Hier; 5] = [
+        Hier::Unified,
+        Hier::Cpu,
+        Hier::Cpuacct,
+        Hier::Memory,
+        Hier::Cpuset,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The hierarchies found under a cgroup root.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hierarchies {
+    pub roots: [Option<PathBuf>; 5],
+    /// True for a pure cgroup v2 mount at the root.
+    pub pure_v2: bool,
+}
+
+impl Hierarchies {
+    /// Finds what exists under `root`: a v2 mount at the root (it has `cgroup.controllers`),
+    /// else v1 controllers `cpu`, `cpuacct` (or the combined `cpu,cpuacct`), `memory`, `cpuset`
+    /// and a v2 `unified` hierarchy beside them.
+    pub fn detect(root: &Path) -> Hierarchies {
+        let mut h = Hierarchies::default();
+        if root.join("cgroup.controllers").is_file() {
+            h.roots[Hier::Unified.index()] = Some(root.to_path_buf());
+            h.pure_v2 = true;
+            return h;
+        }
+        let dir = |name: &str| Some(root.join(name)).filter(|p| p.is_dir());
+        let unified = dir("unified").filter(|p| p.join("cgroup.controllers").is_file());
+        h.roots[Hier::Unified.index()] = unified;
+        h.roots[Hier::Cpu.index()] = dir("cpu").or_else(|| dir("cpu,cpuacct"));
+        h.roots[Hier::Cpuacct.index()] = dir("cpuacct").or_else(|| dir("cpu,cpuacct"));
+        h.roots[Hier::Memory.index()] = dir("memory");
+        h.roots[Hier::Cpuset.index()] = dir("cpuset");
+        h
+    }
+
+    pub fn root(&self, h: Hier) -> Option<&Path> {
+        self.roots[h.index()].as_deref()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.roots.iter().all(Option::is_none)
+    }
+
+    /// Short description for logs: `v2` or `v1(cpu,cpuacct,memory,cpuset)+unified`.
+    pub fn describe(&self) -> String {
+        if self.pure_v2 {
+            return "v2".into();
+        }
+        let names: Vec<&str> = [
+            (Hier::Cpu, "cpu"),
+            (Hier::Cpuacct, "cpuacct"),
+            (Hier::Memory, "memory"),
+            (Hier::Cpuset, "cpuset"),
+        ]
+        .iter()
+        .filter(|(h, _)| self.root(*h).is_some())
+        .map(|(_, n)| *n)
+        .collect();
+        let mut s = format!("v1({})", names.join(","));
+        if self.root(Hier::Unified).is_some() {
+            s.push_str("+unified");
+        }
+        s
+    }
+}
+
+/// An id with dashes and underscores removed, lower-cased: the kubelet writes pod UIDs with
+/// dashes (cgroupfs), underscores (systemd) or none (static pods' hashes).
+pub fn normalize_id(id: &str) -> String {
+    id.chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The normalized pod id a cgroup directory name stands for, if it is a pod cgroup:
+/// `pod<uid>` (cgroupfs) or `...-pod<uid_>.slice` (systemd).
+pub fn parse_pod_dir_name(name: &str) -> Option<String> {
+    let stem = name.strip_suffix(".slice").unwrap_or(name);
+    let at = stem.rfind("pod")?;
+    // `pod` starts the name or follows a `-` (systemd unit naming).
+    if at > 0 && !stem[..at].ends_with('-') {
+        return None;
+    }
+    let id = normalize_id(&stem[at + 3..]);
+    (id.len() >= 8 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// Whether a directory below a pod cgroup is the scope of container `id`: containerd
+/// `cri-containerd-<id>.scope`, CRI-O `crio-<id>.scope`, Docker `docker-<id>.scope`, or the
+/// bare `<id>` of the cgroupfs driver. CRI-O's `crio-conmon-<id>.scope` is its monitor, not
+/// the container.
+pub fn is_container_dir(name: &str, id: &str) -> bool {
+    if id.is_empty() || name.contains("conmon") {
+        return false;
+    }
+    let stem = name.strip_suffix(".scope").unwrap_or(name);
+    stem == id
+        || stem
+            .strip_suffix(id)
+            .is_some_and(|prefix| prefix.ends_with('-') || prefix.ends_with(':'))
+}
+
+/// Walks `root` up to [`MAX_DEPTH`] and returns the directory of each wanted normalized pod id.
+/// Does not descend into pod cgroups (containers are looked up separately).
+pub fn find_pod_dirs(root: &Path, wanted: &[&str]) -> HashMap<String, PathBuf> {
+    let mut found = HashMap::new();
+    let mut level = vec![root.to_path_buf()];
+    for _ in 0..MAX_DEPTH {
+        let mut next = Vec::new();
+        for dir in &level {
+            let Ok(entries) = fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                match parse_pod_dir_name(name) {
+                    Some(id) if wanted.contains(&id.as_str()) => {
+                        found.entry(id).or_insert_with(|| e.path());
+                    }
+                    Some(_) => {}
+                    None => next.push(e.path()),
+                }
+            }
+        }
+        if found.len() == wanted.len() || next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    found
+}
+
+/// Child directories of a pod cgroup that are scopes of the given containers: id -> path.
+pub fn find_container_dirs(pod_dir: &Path, ids: &[&str]) -> HashMap<String, PathBuf> {
+    let mut out = HashMap::new();
+    let Ok(entries) = fs::read_dir(pod_dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = ids.iter().find(|id| is_container_dir(name, id)) {
+            out.insert((*id).to_string(), e.path());
+        }
+    }
+    out
+}
+
+// ---- parsing (pure) ----
+
+/// A single unsigned integer (`memory.usage_in_bytes`, `cpuacct.usage`).
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.trim().parse().ok()
+}
+
+/// A v2 limit (`memory.max`): `Some(None)` for `max`.
+pub fn parse_max(b: &[u8]) -> Option<Option<u64>> {
+    let s = std::str::from_utf8(b).ok()?.trim();
+    if s == "max" {
+        return Some(None);
+    }
+    s.parse().ok().map(Some)
+}
+
+/// The value of `key` in a flat keyed file (`cpu.stat`, `memory.stat`, `memory.events`,
+/// `memory.oom_control`): lines of `key value`.
+pub fn parse_keyed(b: &[u8], key: &str) -> Option<u64> {
+    let s = std::str::from_utf8(b).ok()?;
+    s.lines().find_map(|l| {
+        let mut it = l.split_ascii_whitespace();
+        (it.next()? == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// The values of several keys of a flat keyed file in one pass, in the order of `keys`.
+pub fn parse_keys<const N: usize>(b: &[u8], keys: [&str; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let Ok(s) = std::str::from_utf8(b) else {
+        return out;
+    };
+    for l in s.lines() {
+        let Some((k, v)) = l.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|x| *x == k) {
+            out[i] = v.trim().parse().ok();
+        }
+    }
+    out
+}
+
+/// `some` and `full` totals of a pressure file, in microseconds.
+pub fn parse_pressure(b: &[u8]) -> Vec<(&'static str, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        let kind = match it.next() {
+            Some("some") => "some",
+            Some("full") => "full",
+            _ => continue,
+        };
+        if let Some(t) = it
+            .find_map(|f| f.strip_prefix("total="))
+            .and_then(|v| v.parse().ok())
+        {
+            out.push((kind, t));
+        }
+    }
+    out
+}
+
+fn per_node(fields: std::str::SplitAsciiWhitespace<'_>) -> Vec<(u32, u64)> {
+    fields
+        .filter_map(|f| {
+            let (n, v) = f.strip_prefix('N')?.split_once('=')?;
+            Some((n.parse().ok()?, v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// v1 `memory.numa_stat`: pages per node of the whole subtree (`hierarchical_total=`; the
+/// cgroup's own `total=` only when there is no hierarchical line: WCA let `total=` win).
+pub fn parse_numa_stat_v1(b: &[u8]) -> Vec<(u32, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let line = |key: &str| {
+        s.lines().find_map(|l| {
+            let mut it = l.split_ascii_whitespace();
+            let first = it.next()?;
+            (first.strip_prefix(key)?.starts_with('=')).then(|| per_node(it))
+        })
+    };
+    line("hierarchical_total")
+        .or_else(|| line("total"))
+        .unwrap_or_default()
+}
+
+/// v2 `memory.numa_stat`: bytes per node of `anon`, `file` and `unevictable` summed (what v1's
+/// `total` counts).
+pub fn parse_numa_stat_v2(b: &[u8]) -> Vec<(u32, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let mut sums: std::collections::BTreeMap<u32, u64> = Default::default();
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        if !matches!(it.next(), Some("anon" | "file" | "unevictable")) {
+            continue;
+        }
+        for (n, v) in per_node(it) {
+            *sums.entry(n).or_default() += v;
+        }
+    }
+    sums.into_iter().collect()
+}
+
+// ---- reading ----
+
+/// Reads a (small) cgroup file into `buf`; `None` when it does not exist or cannot be read.
+pub fn read_into<'a>(path: &Path, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+    buf.clear();
+    let mut f = fs::File::open(path).ok()?;
+    f.read_to_end(buf).ok()?;
+    Some(buf.as_slice())
+}
+
+/// The directories of one cgroup in each hierarchy.
+pub type Dirs = [Option<PathBuf>; 5];
+
+const NS: f64 = 1e9;
+const US: f64 = 1e6;
+
+/// Reads every value this kernel offers for one cgroup. `page_size` converts v1 NUMA pages.
+pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
+    let mut s = CgroupStats::default();
+    let dir = |h: Hier| dirs[h.index()].as_deref();
+    let unified = dir(Hier::Unified);
+    let v1_memory = dir(Hier::Memory);
+    // CPU: v1 cpuacct, else v2 cpu.stat (present even without the cpu controller).
+    if let Some(d) = dir(Hier::Cpuacct) {
+        s.cpu_seconds = read_into(&d.join("cpuacct.usage"), buf)
+            .and_then(parse_u64)
+            .map(|ns| ns as f64 / NS);
+    }
+    if let Some(d) = dir(Hier::Cpu)
+        && let Some(b) = read_into(&d.join("cpu.stat"), buf)
+    {
+        let [p, t, tt] = parse_keys(b, ["nr_periods", "nr_throttled", "throttled_time"]);
+        s.cpu_periods = p;
+        s.cpu_throttled_periods = t;
+        s.cpu_throttled_seconds = tt.map(|ns| ns as f64 / NS);
+    }
+    if let Some(d) = unified {
+        // On a hybrid host v1 already gave these: skip the file.
+        let needed = s.cpu_seconds.is_none() || s.cpu_periods.is_none();
+        if needed && let Some(b) = read_into(&d.join("cpu.stat"), buf) {
+            let [u, p, t, tt] = parse_keys(
+                b,
+                ["usage_usec", "nr_periods", "nr_throttled", "throttled_usec"],
+            );
+            if s.cpu_seconds.is_none() {
+                s.cpu_seconds = u.map(|us| us as f64 / US);
+            }
+            if s.cpu_periods.is_none() {
+                s.cpu_periods = p;
+                s.cpu_throttled_periods = t;
+                s.cpu_throttled_seconds = tt.map(|us| us as f64 / US);
+            }
+        }
+        for (resource, file) in [
+            ("cpu", "cpu.pressure"),
+            ("memory", "memory.pressure"),
+            ("io", "io.pressure"),
+        ] {
+            if let Some(b) = read_into(&d.join(file), buf) {
+                for (kind, us) in parse_pressure(b) {
+                    s.pressure.push(Pressure {
+                        resource,
+                        kind,
+                        seconds: us as f64 / US,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(d) = v1_memory {
+        read_memory_v1(d, page_size, buf, &mut s);
+    } else if let Some(d) = unified {
+        read_memory_v2(d, buf, &mut s);
+    }
+    s
+}
+
+fn read_memory_v1(d: &Path, page_size: u64, buf: &mut Vec<u8>, s: &mut CgroupStats) {
+    let usage = read_into(&d.join("memory.usage_in_bytes"), buf).and_then(parse_u64);
+    s.memory_usage_bytes = usage.map(|v| v as f64);
+    s.memory_limit_bytes = read_into(&d.join("memory.limit_in_bytes"), buf)
+        .and_then(parse_u64)
+        .filter(|&v| v < V1_UNLIMITED)
+        .map(|v| v as f64);
+    if let Some(b) = read_into(&d.join("memory.stat"), buf) {
+        // The hierarchical totals count the children (a pod's containers) too.
+        let keys = [
+            "total_inactive_file",
+            "total_rss",
+            "total_cache",
+            "total_pgfault",
+            "total_pgmajfault",
+            "inactive_file",
+            "rss",
+            "cache",
+            "pgfault",
+            "pgmajfault",
+        ];
+        let v = parse_keys(b, keys);
+        let get = |i: usize| v[i].or(v[i + 5]);
+        let inactive = get(0);
+        s.memory_rss_bytes = get(1).map(|v| v as f64);
+        s.memory_cache_bytes = get(2).map(|v| v as f64);
+        s.page_faults = get(3);
+        s.major_page_faults = get(4);
+        if let (Some(u), Some(i)) = (usage, inactive) {
+            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+        }
+    }
+    s.oom_kills =
+        read_into(&d.join("memory.oom_control"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
+    if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
+        s.numa_bytes = parse_numa_stat_v1(b)
+            .into_iter()
+            .map(|(n, pages)| (n, (pages * page_size) as f64))
+            .collect();
+    }
+}
+
+fn read_memory_v2(d: &Path, buf: &mut Vec<u8>, s: &mut CgroupStats) {
+    let usage = read_into(&d.join("memory.current"), buf).and_then(parse_u64);
+    s.memory_usage_bytes = usage.map(|v| v as f64);
+    s.memory_limit_bytes = read_into(&d.join("memory.max"), buf)
+        .and_then(parse_max)
+        .flatten()
+        .map(|v| v as f64);
+    if let Some(b) = read_into(&d.join("memory.stat"), buf) {
+        let [inactive, anon, file, pgfault, pgmajfault] = parse_keys(
+            b,
+            ["inactive_file", "anon", "file", "pgfault", "pgmajfault"],
+        );
+        s.memory_rss_bytes = anon.map(|v| v as f64);
+        s.memory_cache_bytes = file.map(|v| v as f64);
+        s.page_faults = pgfault;
+        s.major_page_faults = pgmajfault;
+        if let (Some(u), Some(i)) = (usage, inactive) {
+            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+        }
+    }
+    s.oom_kills = read_into(&d.join("memory.events"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
+    if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
+        s.numa_bytes = parse_numa_stat_v2(b)
+            .into_iter()
+            .map(|(n, v)| (n, v as f64))
+            .collect();
+    }
+}
+
+// ---- resolution with a cache ----
+
+#[derive(Debug, Default)]
+struct PodPaths {
+    dirs: Dirs,
+    /// Container id -> its directories.
+    containers: HashMap<String, Dirs>,
+    /// The container ids the pod had when its directories were last listed: listed again only
+    /// when they change (a finished init container keeps an id but has no scope).
+    listed: Vec<String>,
+    /// Collections since the last listing.
+    since_list: u64,
+}
+
+/// Collections between walks for pods still without a cgroup (pending pods), unless a new
+/// pod appears.
+const REWALK_EVERY: u64 = 6;
+
+/// Finds and reads pod and container cgroups, remembering where each pod lives so the tree
+/// is walked again only for pods not found yet.
+#[derive(Debug)]
+pub struct CgroupReader {
+    hier: Hierarchies,
+    page_size: u64,
+    /// Pod UID -> where its cgroups are.
+    cache: HashMap<String, PodPaths>,
+    buf: Vec<u8>,
+    /// Tree walks made (for tests and logs).
+    pub walks: u64,
+    /// Pods not found at the last walk, and collections since.
+    missing: std::collections::HashSet<String>,
+    since_walk: u64,
+}
+
+impl CgroupReader {
+    pub fn new(hier: Hierarchies, page_size: u64) -> Self {
+        CgroupReader {
+            hier,
+            page_size,
+            cache: HashMap::new(),
+            buf: Vec::with_capacity(4096),
+            walks: 0,
+            missing: Default::default(),
+            since_walk: 0,
+        }
+    }
+
+    pub fn hierarchies(&self) -> &Hierarchies {
+        &self.hier
+    }
+
+    /// Resolves (where needed) and reads every pod; pods without a cgroup get `stats: None`.
+    pub fn collect(&mut self, pods: &[std::sync::Arc<TaskPod>]) -> Vec<TaskSample> {
+        // Forget pods that are gone.
+        let live: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+        self.cache.retain(|uid, _| live.contains(uid.as_str()));
+        self.resolve_missing(pods);
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in pods {
+            out.push(self.sample(pod));
+        }
+        out
+    }
+
+    fn resolve_missing(&mut self, pods: &[std::sync::Arc<TaskPod>]) {
+        let missing: Vec<&TaskPod> = pods
+            .iter()
+            .filter(|p| !self.cache.contains_key(&p.uid))
+            .map(AsRef::as_ref)
+            .collect();
+        self.since_walk += 1;
+        if missing.is_empty()
+            || (self.since_walk < REWALK_EVERY
+                && missing.iter().all(|p| self.missing.contains(&p.uid)))
+        {
+            return;
+        }
+        self.since_walk = 0;
+        // Normalized id -> pod UID.
+        let mut by_id: HashMap<String, &str> = HashMap::new();
+        for p in &missing {
+            for id in &p.cgroup_ids {
+                by_id.insert(normalize_id(id), p.uid.as_str());
+            }
+        }
+        let wanted: Vec<&str> = by_id.keys().map(String::as_str).collect();
+        let mut found: HashMap<&str, Dirs> = HashMap::new();
+        let mut walked: Vec<(&Path, HashMap<String, PathBuf>)> = Vec::new();
+        for h in Hier::ALL {
+            let Some(root) = self.hier.root(h) else {
+                continue;
+            };
+            // cpu and cpuacct may be one hierarchy: walk it once.
+            let dirs = match walked.iter().find(|(r, _)| *r == root) {
+                Some((_, d)) => d.clone(),
+                None => {
+                    self.walks += 1;
+                    let d = find_pod_dirs(root, &wanted);
+                    walked.push((root, d.clone()));
+                    d
+                }
+            };
+            for (id, path) in dirs {
+                if let Some(uid) = by_id.get(&id) {
+                    found.entry(uid).or_default()[h.index()] = Some(path);
+                }
+            }
+        }
+        self.missing = missing
+            .iter()
+            .filter(|p| !found.contains_key(p.uid.as_str()))
+            .map(|p| p.uid.clone())
+            .collect();
+        for (uid, dirs) in found {
+            self.cache.insert(
+                uid.to_string(),
+                PodPaths {
+                    dirs,
+                    ..PodPaths::default()
+                },
+            );
+        }
+    }
+
+    fn sample(&mut self, pod: &std::sync::Arc<TaskPod>) -> TaskSample {
+        let Some(paths) = self.cache.get_mut(&pod.uid) else {
+            return TaskSample {
+                pod: pod.clone(),
+                stats: None,
+                containers: Vec::new(),
+            };
+        };
+        // Containers not seen yet (new or restarted): list the pod's directories once.
+        let ids: Vec<&str> = pod
+            .containers
+            .iter()
+            .filter_map(|c| c.id.as_deref())
+            .collect();
+        paths.since_list += 1;
+        let changed =
+            paths.listed.len() != ids.len() || paths.listed.iter().zip(&ids).any(|(a, b)| a != b);
+        let unfound = ids.iter().any(|id| !paths.containers.contains_key(*id));
+        if changed || (unfound && paths.since_list >= REWALK_EVERY) {
+            paths.since_list = 0;
+            paths.listed = ids.iter().map(|s| s.to_string()).collect();
+            paths.containers.clear();
+            for h in Hier::ALL {
+                let Some(d) = &paths.dirs[h.index()] else {
+                    continue;
+                };
+                for (id, p) in find_container_dirs(d, &ids) {
+                    paths.containers.entry(id).or_default()[h.index()] = Some(p);
+                }
+            }
+        }
+        let stats = read_stats(&paths.dirs, self.page_size, &mut self.buf);
+        let mut containers = Vec::new();
+        for c in &pod.containers {
+            let Some(dirs) = c.id.as_deref().and_then(|id| paths.containers.get(id)) else {
+                continue;
+            };
+            let cs = read_stats(dirs, self.page_size, &mut self.buf);
+            if !cs.is_empty() {
+                containers.push(ContainerSample {
+                    name: c.name.clone(),
+                    stats: cs,
+                });
+            }
+        }
+        if stats.is_empty() {
+            // The pod cgroup went away: find it again next time.
+            self.cache.remove(&pod.uid);
+            return TaskSample {
+                pod: pod.clone(),
+                stats: None,
+                containers: Vec::new(),
+            };
+        }
+        TaskSample {
+            pod: pod.clone(),
+            stats: Some(stats),
+            containers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TaskContainer;
+    use crate::task::fixture::{self, Driver, Layout, Runtime, Values};
+    use std::sync::Arc;
+
+    #[test]
+    fn pod_dir_names() {
+        let uid = "0f4e3a5b-1c2d-4e5f-8a9b-0c1d2e3f4a5b";
+        let norm = normalize_id(uid);
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "kubepods-burstable-pod0f4e3a5b_1c2d_4e5f_8a9b_0c1d2e3f4a5b.slice",
+                Some(&norm),
+            ),
+            (
+                "kubepods-pod0f4e3a5b_1c2d_4e5f_8a9b_0c1d2e3f4a5b.slice",
+                Some(&norm),
+            ),
+            ("pod0f4e3a5b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", Some(&norm)),
+            // A static pod: the kubelet's hash, no dashes.
+            (
+                "pod6f1e0d2c3b4a59687766554433221100",
+                Some("6f1e0d2c3b4a59687766554433221100"),
+            ),
+            ("kubepods.slice", None),
+            ("kubepods-burstable.slice", None),
+            ("besteffort", None),
+            ("system.slice", None),
+            ("cri-containerd-abc.scope", None),
+            ("mypod1234abcd", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(parse_pod_dir_name(name).as_deref(), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn container_dir_names() {
+        let id = "a1b2c3";
+        for (name, want) in [
+            ("cri-containerd-a1b2c3.scope", true),
+            ("crio-a1b2c3.scope", true),
+            ("docker-a1b2c3.scope", true),
+            ("a1b2c3", true),
+            ("crio-conmon-a1b2c3.scope", false),
+            ("cri-containerd-ffa1b2c3.scope", false),
+            ("cri-containerd-a1b2c3d.scope", false),
+        ] {
+            assert_eq!(is_container_dir(name, id), want, "{name}");
+        }
+        assert!(!is_container_dir("x", ""));
+    }
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_u64(b"123\n"), Some(123));
+        assert_eq!(parse_u64(b"x"), None);
+        assert_eq!(parse_max(b"max\n"), Some(None));
+        assert_eq!(parse_max(b"1024\n"), Some(Some(1024)));
+        let stat = b"usage_usec 10\nnr_periods 3\nnr_throttled 1\n";
+        assert_eq!(parse_keyed(stat, "nr_periods"), Some(3));
+        assert_eq!(parse_keyed(stat, "nr"), None);
+        assert_eq!(
+            parse_keys(stat, ["nr_throttled", "x", "usage_usec"]),
+            [Some(1), None, Some(10)]
+        );
+        assert_eq!(
+            parse_pressure(b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"),
+            vec![("some", 1234), ("full", 5)]
+        );
+        assert_eq!(
+            parse_numa_stat_v1(
+                b"total=10 N0=6 N1=4\nfile=1 N0=1 N1=0\nhierarchical_total=30 N0=20 N1=10\n"
+            ),
+            vec![(0, 20), (1, 10)]
+        );
+        assert_eq!(
+            parse_numa_stat_v1(b"total=10 N0=6 N1=4\n"),
+            vec![(0, 6), (1, 4)]
+        );
+        assert_eq!(
+            parse_numa_stat_v2(b"anon N0=100 N1=1\nfile N0=10 N1=2\nkernel_stack N0=5 N1=5\nunevictable N0=1 N1=0\n"),
+            vec![(0, 111), (1, 3)]
+        );
+    }
+
+    fn pod(uid: &str, qos: &str, ids: &[&str]) -> Arc<TaskPod> {
+        Arc::new(TaskPod {
+            uid: uid.to_string(),
+            namespace: "ns".into(),
+            name: format!("p-{}", &uid[..4]),
+            qos: qos.into(),
+            cgroup_ids: vec![uid.to_string()],
+            labels: vec![],
+            containers: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| TaskContainer {
+                    name: format!("c{i}"),
+                    id: Some(id.to_string()),
+                    ready: true,
+                })
+                .collect(),
+            requests: Default::default(),
+            limits: Default::default(),
+        })
+    }
+
+    /// Every layout, driver, runtime and QoS class: the pod and its containers are found and
+    /// their values read; the pause container's scope is not taken for a container.
+    #[test]
+    fn tree_to_samples_for_every_layout() {
+        let qoses = ["guaranteed", "burstable", "besteffort"];
+        for layout in [Layout::Hybrid, Layout::V2] {
+            for driver in [Driver::Systemd, Driver::Cgroupfs] {
+                for runtime in [Runtime::Containerd, Runtime::Crio, Runtime::Docker] {
+                    let dir = tempfile::tempdir().unwrap();
+                    let root = dir.path();
+                    fixture::init(root, layout).unwrap();
+                    // Noise the walk must pass by.
+                    fixture::write_cgroup(
+                        root,
+                        layout,
+                        Path::new("system.slice/ssh.service"),
+                        &Values::seeded(99),
+                    )
+                    .unwrap();
+                    let mut pods = Vec::new();
+                    for (i, qos) in qoses.iter().enumerate() {
+                        let uid = format!("{i:08x}-1111-2222-3333-444455556666");
+                        let ids = [format!("c0ffee{i}0"), format!("c0ffee{i}1")];
+                        let pdir = fixture::pod_dir(driver, qos, &uid);
+                        fixture::write_cgroup(
+                            root,
+                            layout,
+                            &pdir,
+                            &Values::seeded(10 * i as u64 + 1),
+                        )
+                        .unwrap();
+                        for (j, id) in ids.iter().enumerate() {
+                            let c = pdir.join(fixture::container_dir(driver, runtime, id));
+                            fixture::write_cgroup(
+                                root,
+                                layout,
+                                &c,
+                                &Values::seeded(10 * i as u64 + 2 + j as u64),
+                            )
+                            .unwrap();
+                        }
+                        // The sandbox (pause) scope.
+                        let pause = pdir.join(fixture::container_dir(driver, runtime, "5a4d60b0"));
+                        fixture::write_cgroup(root, layout, &pause, &Values::seeded(7)).unwrap();
+                        pods.push(pod(&uid, qos, &[&ids[0], &ids[1]]));
+                    }
+                    let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
+                    let got = r.collect(&pods);
+                    let ctx = format!("{layout:?} {driver:?} {runtime:?}");
+                    assert_eq!(got.len(), 3, "{ctx}");
+                    for (i, t) in got.iter().enumerate() {
+                        let v = Values::seeded(10 * i as u64 + 1);
+                        let s = t
+                            .stats
+                            .as_ref()
+                            .unwrap_or_else(|| panic!("{ctx}: pod {i} not found"));
+                        assert_eq!(s.cpu_seconds, Some(v.cpu_usec as f64 / 1e6), "{ctx}");
+                        assert_eq!(s.cpu_periods, Some(v.periods), "{ctx}");
+                        assert_eq!(s.cpu_throttled_periods, Some(v.throttled), "{ctx}");
+                        assert_eq!(
+                            s.cpu_throttled_seconds,
+                            Some(v.throttled_usec as f64 / 1e6),
+                            "{ctx}"
+                        );
+                        assert_eq!(s.memory_usage_bytes, Some(v.memory_usage as f64), "{ctx}");
+                        assert_eq!(
+                            s.memory_working_set_bytes,
+                            Some((v.memory_usage - v.inactive_file) as f64),
+                            "{ctx}"
+                        );
+                        assert_eq!(s.memory_rss_bytes, Some(v.rss as f64), "{ctx}");
+                        assert_eq!(s.memory_cache_bytes, Some(v.cache as f64), "{ctx}");
+                        assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64), "{ctx}");
+                        assert_eq!(s.page_faults, Some(v.pgfault), "{ctx}");
+                        assert_eq!(s.major_page_faults, Some(v.pgmajfault), "{ctx}");
+                        assert_eq!(s.oom_kills, Some(v.oom_kill), "{ctx}");
+                        assert_eq!(s.pressure.len(), 6, "{ctx}");
+                        let numa = match layout {
+                            Layout::Hybrid => v.numa0 * 4096,
+                            Layout::V2 => v.numa0,
+                        };
+                        assert_eq!(s.numa_bytes, vec![(0, numa as f64)], "{ctx}");
+                        assert_eq!(t.containers.len(), 2, "{ctx}: pause must not count");
+                        for (j, c) in t.containers.iter().enumerate() {
+                            let cv = Values::seeded(10 * i as u64 + 2 + j as u64);
+                            assert_eq!(c.name, format!("c{j}"));
+                            assert_eq!(
+                                c.stats.cpu_seconds,
+                                Some(cv.cpu_usec as f64 / 1e6),
+                                "{ctx}"
+                            );
+                            assert_eq!(
+                                c.stats.memory_usage_bytes,
+                                Some(cv.memory_usage as f64),
+                                "{ctx}"
+                            );
+                        }
+                    }
+                    // Found once, read from the cache afterwards.
+                    let walks = r.walks;
+                    r.collect(&pods);
+                    assert_eq!(r.walks, walks, "{ctx}");
+                }
+            }
+        }
+    }
+
+    /// The Guaranteed-pod path WCA built (`kubepods-guaranteed.slice/...`) does not exist; the
+    /// real one sits directly under `kubepods.slice` and is found.
+    #[test]
+    fn guaranteed_pods_under_the_qos_root_and_static_pods() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let uid = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            &fixture::pod_dir(Driver::Systemd, "guaranteed", uid),
+            &Values::seeded(1),
+        )
+        .unwrap();
+        assert!(
+            fixture::pod_dir(Driver::Systemd, "guaranteed", uid)
+                .to_string_lossy()
+                .starts_with("kubepods.slice/kubepods-pod")
+        );
+        // A mirror pod: its API UID differs from the hash the kubelet names the cgroup by.
+        let hash = "0123456789abcdef0123456789abcdef";
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            Path::new(&format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{hash}.slice"
+            )),
+            &Values::seeded(2),
+        )
+        .unwrap();
+        let mut mirror = (*pod("99999999-0000-0000-0000-000000000000", "besteffort", &[])).clone();
+        mirror.cgroup_ids.push(hash.into());
+        let pods = vec![pod(uid, "guaranteed", &[]), Arc::new(mirror)];
+        let got = CgroupReader::new(Hierarchies::detect(root), 4096).collect(&pods);
+        assert!(got[0].stats.is_some());
+        assert_eq!(
+            got[1].stats.as_ref().and_then(|s| s.cpu_seconds),
+            Some(Values::seeded(2).cpu_usec as f64 / 1e6)
+        );
+    }
+
+    /// What a hierarchy does not offer stays absent: no v2 memory controller, no limit,
+    /// no pressure on pure v1, and pods without a cgroup.
+    #[test]
+    fn absent_values_are_absent_not_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let uid = "12345678-1234-1234-1234-123456789abc";
+        let rel = fixture::pod_dir(Driver::Cgroupfs, "burstable", uid);
+        let d = root.join(&rel);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 2000000\nuser_usec 1\nsystem_usec 1\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("memory.max"), "max\n").unwrap();
+        let pods = vec![
+            pod(uid, "burstable", &["nope"]),
+            pod("ffffffff-1234-1234-1234-123456789abc", "burstable", &[]),
+        ];
+        let got = CgroupReader::new(Hierarchies::detect(root), 4096).collect(&pods);
+        let s = got[0].stats.as_ref().unwrap();
+        assert_eq!(s.cpu_seconds, Some(2.0));
+        assert_eq!(s.cpu_periods, None, "no cpu controller: no throttling data");
+        assert_eq!(s.memory_usage_bytes, None);
+        assert_eq!(s.memory_limit_bytes, None);
+        assert!(s.pressure.is_empty());
+        assert!(got[0].containers.is_empty());
+        assert_eq!(got[1].stats, None);
+
+        // v1 without the unified tree, unlimited memory.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for c in ["cpu", "cpuacct", "memory"] {
+            std::fs::create_dir_all(root.join(c).join(&rel)).unwrap();
+        }
+        std::fs::write(
+            root.join("memory").join(&rel).join("memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("memory").join(&rel).join("memory.usage_in_bytes"),
+            "4096\n",
+        )
+        .unwrap();
+        let h = Hierarchies::detect(root);
+        assert_eq!(h.describe(), "v1(cpu,cpuacct,memory)");
+        let got = CgroupReader::new(h, 4096).collect(&pods[..1]);
+        let s = got[0].stats.as_ref().unwrap();
+        assert_eq!(s.memory_usage_bytes, Some(4096.0));
+        assert_eq!(s.memory_limit_bytes, None);
+        assert_eq!(
+            s.memory_working_set_bytes, None,
+            "no memory.stat: no inactive_file"
+        );
+        assert!(s.pressure.is_empty());
+        assert_eq!(s.cpu_seconds, None);
+    }
+
+    /// A pod whose cgroup goes away is looked for again; a new container is picked up.
+    #[test]
+    fn cache_follows_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let uid = "12345678-1234-1234-1234-123456789abc";
+        let rel = fixture::pod_dir(Driver::Systemd, "burstable", uid);
+        fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(1)).unwrap();
+        let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
+        let p = pod(uid, "burstable", &["abc1"]);
+        assert!(r.collect(std::slice::from_ref(&p))[0].containers.is_empty());
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            &rel.join("cri-containerd-abc1.scope"),
+            &Values::seeded(2),
+        )
+        .unwrap();
+        // A scope that shows up after its id is listed again a few collections later.
+        let mut found = 0;
+        for _ in 0..REWALK_EVERY {
+            found = r.collect(std::slice::from_ref(&p))[0].containers.len();
+        }
+        assert_eq!(found, 1);
+        std::fs::remove_dir_all(root.join(&rel)).unwrap();
+        assert_eq!(r.collect(std::slice::from_ref(&p))[0].stats, None);
+        fixture::write_cgroup(root, Layout::V2, &rel, &Values::seeded(3)).unwrap();
+        assert!(r.collect(std::slice::from_ref(&p))[0].stats.is_some());
+
+        // A pending pod (no cgroup yet) is looked for every REWALK_EVERY collections, not on
+        // every one; a new pod is looked for at once.
+        let pending = pod("aaaaaaaa-1234-1234-1234-123456789abc", "burstable", &[]);
+        let both = [p.clone(), pending.clone()];
+        let w0 = r.walks;
+        r.collect(&both);
+        assert_eq!(
+            r.walks,
+            w0 + 1,
+            "one walk (one v2 hierarchy) for the new pod"
+        );
+        for _ in 0..REWALK_EVERY - 1 {
+            r.collect(&both);
+        }
+        assert_eq!(r.walks, w0 + 1, "no walk while nothing changed");
+        r.collect(&both);
+        assert_eq!(
+            r.walks,
+            w0 + 2,
+            "looked for again after {REWALK_EVERY} collections"
+        );
+        let uid3 = "bbbbbbbb-1234-1234-1234-123456789abc";
+        fixture::write_cgroup(
+            root,
+            Layout::V2,
+            &fixture::pod_dir(Driver::Cgroupfs, "besteffort", uid3),
+            &Values::seeded(4),
+        )
+        .unwrap();
+        let three = [p, pending, pod(uid3, "besteffort", &[])];
+        let got = r.collect(&three);
+        assert_eq!(r.walks, w0 + 3);
+        assert!(got[2].stats.is_some() && got[1].stats.is_none());
+    }
+}

@@ -1,0 +1,223 @@
+//! Kubelet-shaped cgroup trees in a directory, for tests and benches: cgroup v1 (with the v2
+//! `unified` hierarchy beside it, as hybrid hosts have) or v2, systemd or cgroupfs driver,
+//! containerd, CRI-O or Docker scopes. Writes only below the directory it is given.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// v1 controllers cpu, cpuacct, memory, cpuset plus `unified` (pressure and cpu.stat only).
+    Hybrid,
+    /// One v2 hierarchy at the root with the cpu and memory controllers.
+    V2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    Containerd,
+    Crio,
+    Docker,
+}
+
+/// The values one fixture cgroup holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Values {
+    pub cpu_usec: u64,
+    pub periods: u64,
+    pub throttled: u64,
+    pub throttled_usec: u64,
+    pub memory_usage: u64,
+    pub inactive_file: u64,
+    pub rss: u64,
+    pub cache: u64,
+    /// `None`: no limit.
+    pub memory_limit: Option<u64>,
+    pub pgfault: u64,
+    pub pgmajfault: u64,
+    pub oom_kill: u64,
+    /// Pages (v1) or bytes (v2) on NUMA node 0.
+    pub numa0: u64,
+    pub pressure_some_usec: u64,
+    pub pressure_full_usec: u64,
+}
+
+impl Values {
+    /// Distinct, recognisable values derived from `seed`.
+    pub fn seeded(seed: u64) -> Values {
+        Values {
+            cpu_usec: 1_000_000 * seed + 500_000,
+            periods: 100 * seed,
+            throttled: 10 * seed,
+            throttled_usec: 20_000 * seed,
+            memory_usage: (64 + seed) << 20,
+            inactive_file: (8 + seed) << 20,
+            rss: (32 + seed) << 20,
+            cache: (16 + seed) << 20,
+            memory_limit: Some(512 << 20),
+            pgfault: 1000 * seed,
+            pgmajfault: seed,
+            oom_kill: seed % 3,
+            numa0: 4096 * seed,
+            pressure_some_usec: 3_000_000 * seed,
+            pressure_full_usec: 1_000_000 * seed,
+        }
+    }
+}
+
+/// The QoS path part of a pod cgroup as the kubelet makes it.
+pub fn pod_dir(driver: Driver, qos: &str, uid: &str) -> PathBuf {
+    match (driver, qos) {
+        (Driver::Systemd, "guaranteed") => PathBuf::from(format!(
+            "kubepods.slice/kubepods-pod{}.slice",
+            uid.replace('-', "_")
+        )),
+        (Driver::Systemd, q) => PathBuf::from(format!(
+            "kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{}.slice",
+            uid.replace('-', "_")
+        )),
+        (Driver::Cgroupfs, "guaranteed") => PathBuf::from(format!("kubepods/pod{uid}")),
+        (Driver::Cgroupfs, q) => PathBuf::from(format!("kubepods/{q}/pod{uid}")),
+    }
+}
+
+/// A container's directory name below its pod cgroup.
+pub fn container_dir(driver: Driver, runtime: Runtime, id: &str) -> String {
+    match (driver, runtime) {
+        (Driver::Cgroupfs, _) => id.to_string(),
+        (Driver::Systemd, Runtime::Containerd) => format!("cri-containerd-{id}.scope"),
+        (Driver::Systemd, Runtime::Crio) => format!("crio-{id}.scope"),
+        (Driver::Systemd, Runtime::Docker) => format!("docker-{id}.scope"),
+    }
+}
+
+fn write(dir: &Path, file: &str, body: &str) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join(file), body)
+}
+
+/// Marks `root` as the given layout (the files `Hierarchies::detect` looks at).
+pub fn init(root: &Path, layout: Layout) -> io::Result<()> {
+    match layout {
+        Layout::V2 => write(root, "cgroup.controllers", "cpuset cpu io memory pids\n"),
+        Layout::Hybrid => {
+            for c in ["cpu", "cpuacct", "memory", "cpuset"] {
+                std::fs::create_dir_all(root.join(c))?;
+            }
+            write(&root.join("unified"), "cgroup.controllers", "")
+        }
+    }
+}
+
+/// Writes one cgroup at `rel` (relative to each hierarchy) with `v`.
+pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::Result<()> {
+    let pressure = format!(
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={}\n",
+        v.pressure_some_usec, v.pressure_full_usec
+    );
+    match layout {
+        Layout::Hybrid => {
+            let u = root.join("unified").join(rel);
+            write(
+                &u,
+                "cpu.stat",
+                &format!("usage_usec {}\nuser_usec 0\nsystem_usec 0\n", v.cpu_usec),
+            )?;
+            for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
+                write(&u, f, &pressure)?;
+            }
+            let cpu = root.join("cpu").join(rel);
+            write(
+                &cpu,
+                "cpu.stat",
+                &format!(
+                    "nr_periods {}\nnr_throttled {}\nthrottled_time {}\n",
+                    v.periods,
+                    v.throttled,
+                    v.throttled_usec * 1000
+                ),
+            )?;
+            write(
+                &root.join("cpuacct").join(rel),
+                "cpuacct.usage",
+                &format!("{}\n", v.cpu_usec * 1000),
+            )?;
+            let m = root.join("memory").join(rel);
+            write(
+                &m,
+                "memory.usage_in_bytes",
+                &format!("{}\n", v.memory_usage),
+            )?;
+            write(
+                &m,
+                "memory.limit_in_bytes",
+                &format!("{}\n", v.memory_limit.unwrap_or(9223372036854771712)),
+            )?;
+            write(
+                &m,
+                "memory.stat",
+                &format!(
+                    "cache 0\nrss 0\ninactive_file 0\npgfault 0\ntotal_cache {}\ntotal_rss {}\ntotal_inactive_file {}\ntotal_pgfault {}\ntotal_pgmajfault {}\n",
+                    v.cache, v.rss, v.inactive_file, v.pgfault, v.pgmajfault
+                ),
+            )?;
+            write(
+                &m,
+                "memory.oom_control",
+                &format!("oom_kill_disable 0\nunder_oom 0\noom_kill {}\n", v.oom_kill),
+            )?;
+            write(
+                &m,
+                "memory.numa_stat",
+                &format!("total=1 N0=1\nhierarchical_total={0} N0={0}\n", v.numa0),
+            )?;
+            std::fs::create_dir_all(root.join("cpuset").join(rel))?;
+        }
+        Layout::V2 => {
+            let d = root.join(rel);
+            write(
+                &d,
+                "cpu.stat",
+                &format!(
+                    "usage_usec {}\nuser_usec 0\nsystem_usec 0\nnr_periods {}\nnr_throttled {}\nthrottled_usec {}\n",
+                    v.cpu_usec, v.periods, v.throttled, v.throttled_usec
+                ),
+            )?;
+            for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
+                write(&d, f, &pressure)?;
+            }
+            write(&d, "memory.current", &format!("{}\n", v.memory_usage))?;
+            write(
+                &d,
+                "memory.max",
+                &v.memory_limit
+                    .map_or_else(|| "max\n".to_string(), |l| format!("{l}\n")),
+            )?;
+            write(
+                &d,
+                "memory.stat",
+                &format!(
+                    "anon {}\nfile {}\ninactive_file {}\npgfault {}\npgmajfault {}\n",
+                    v.rss, v.cache, v.inactive_file, v.pgfault, v.pgmajfault
+                ),
+            )?;
+            write(
+                &d,
+                "memory.events",
+                &format!("low 0\nhigh 0\nmax 0\noom 0\noom_kill {}\n", v.oom_kill),
+            )?;
+            write(
+                &d,
+                "memory.numa_stat",
+                &format!("anon N0={}\nfile N0=0\nkernel_stack N0=4096\n", v.numa0),
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,384 @@
+//! The real kernel: kubelet-shaped pod and container cgroups made under this machine's cgroup
+//! mounts (v1 cpu, cpuacct, memory, cpuset and the v2 `unified` tree of a hybrid host, or one
+//! v2 tree), real processes in them that burn CPU and allocate memory, and the reader's values
+//! compared with the kernel's own counters and with what the processes did.
+//!
+//! Tolerances: CPU seconds within 20 ms of the kernel's counter read right after (the
+//! processes are idle by then) and within 150 ms of the CPU time the process itself reports
+//! (it ran a little before it was moved into the cgroup); memory within 2 MiB of the kernel's
+//! counter, and at least the 64 MiB the process touched, at most 64 + 24 MiB.
+//!
+//! Every cgroup is removed by a guard, also when an assertion fails. Names carry the pid and
+//! a counter, so parallel runs never meet. Skips (with the reason printed) only where cgroups
+//! cannot be created (not root, read-only or absent mounts).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube_prober::model::{TaskContainer, TaskPod};
+use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies};
+
+const CHILD_ENV: &str = "KUBE_PROBER_TASK_KERNEL_CHILD";
+const MEM_BYTES: usize = 64 << 20;
+const BURN_SECONDS: f64 = 1.0;
+
+/// Own CPU time (utime + stime) in seconds, from /proc/self/stat (USER_HZ = 100).
+fn proc_cpu_seconds(pid: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: f64 = f.get(11)?.parse().ok()?;
+    let st: f64 = f.get(12)?.parse().ok()?;
+    Some((ut + st) / 100.0)
+}
+
+/// The worker: runs as a child of this test binary (`child_worker` with the env set). Waits
+/// for `go` on stdin (it has been moved into its cgroups by then), does its work, prints
+/// `done`, and waits for stdin to close.
+#[test]
+fn child_worker() {
+    let Ok(role) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    stdin.lock().read_line(&mut line).unwrap();
+    let mut keep: Vec<u8> = Vec::new();
+    match role.as_str() {
+        "burn" => {
+            let start = proc_cpu_seconds("self").unwrap_or(0.0);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut x: u64 = 1;
+            while proc_cpu_seconds("self").unwrap_or(f64::MAX) - start < BURN_SECONDS
+                && Instant::now() < deadline
+            {
+                for i in 0..100_000u64 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+                }
+                std::hint::black_box(x);
+            }
+        }
+        "mem" => {
+            keep = vec![0u8; MEM_BYTES];
+            for i in (0..keep.len()).step_by(4096) {
+                keep[i] = 1;
+            }
+            std::hint::black_box(&keep);
+        }
+        _ => {}
+    }
+    println!("done");
+    std::io::stdout().flush().unwrap();
+    let mut rest = String::new();
+    let _ = stdin.lock().read_line(&mut rest);
+    drop(keep);
+}
+
+/// Cgroups and children made by the test; removed on drop, children first.
+struct Guard {
+    dirs: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Deepest first.
+        let mut dirs = self.dirs.clone();
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in dirs {
+            for _ in 0..50 {
+                if std::fs::remove_dir(&d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if d.exists() {
+                eprintln!("could not remove {}", d.display());
+            }
+        }
+    }
+}
+
+impl Guard {
+    /// Makes `rel` (and its parents) in every hierarchy root.
+    fn mkdirs(&mut self, roots: &[PathBuf], rel: &Path) -> std::io::Result<()> {
+        for root in roots {
+            let mut p = root.clone();
+            for comp in rel.components() {
+                p.push(comp);
+                if !p.exists() {
+                    std::fs::create_dir(&p)?;
+                    self.dirs.push(p.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn spawn_worker(role: &str) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
+/// Waits for the worker's `done` line (the harness prints its own lines too).
+fn wait_done(out: &mut BufReader<std::process::ChildStdout>) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out.read_line(&mut line).unwrap();
+        assert!(n > 0, "worker exited before it was done");
+        if line.trim_end().ends_with("done") {
+            return;
+        }
+    }
+}
+
+fn read_u64(p: &Path) -> u64 {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+#[test]
+fn real_cgroups_match_the_kernel_and_the_processes() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let hier = Hierarchies::detect(root);
+    if hier.is_empty() {
+        println!("SKIPPED: no cgroup hierarchy under {}", root.display());
+        return;
+    }
+    let roots: Vec<PathBuf> = [
+        Hier::Unified,
+        Hier::Cpu,
+        Hier::Cpuacct,
+        Hier::Memory,
+        Hier::Cpuset,
+    ]
+    .iter()
+    .filter_map(|h| hier.root(*h).map(Path::to_path_buf))
+    .fold(Vec::new(), |mut v, r| {
+        if !v.contains(&r) {
+            v.push(r);
+        }
+        v
+    });
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    // A pod UID unique to this run: pid and counter in its hex digits.
+    let uid = format!(
+        "{pid:08x}-{n:04x}-4000-8000-{:012x}",
+        Instant::now().elapsed().as_nanos() as u64 ^ 0xfeed
+    );
+    let top = PathBuf::from(format!("kube-prober-test-{pid}-{n}"));
+    let pod_rel = top.join(format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        uid.replace('-', "_")
+    ));
+    let (burn_id, mem_id) = (format!("{pid:x}b{n:x}"), format!("{pid:x}a{n:x}"));
+    let burn_rel = pod_rel.join(format!("cri-containerd-{burn_id}.scope"));
+    let mem_rel = pod_rel.join(format!("cri-containerd-{mem_id}.scope"));
+    let mut guard = Guard {
+        dirs: Vec::new(),
+        children: Vec::new(),
+    };
+    for rel in [&burn_rel, &mem_rel] {
+        if let Err(e) = guard.mkdirs(&roots, rel) {
+            println!(
+                "SKIPPED: cannot create cgroups under {} ({e}); needs root and writable cgroup mounts",
+                root.display()
+            );
+            return;
+        }
+    }
+    let memory_root = hier
+        .root(Hier::Memory)
+        .or(hier.root(Hier::Unified))
+        .unwrap()
+        .to_path_buf();
+    // A limit on the memory container, as the kubelet would set it.
+    let limit: u64 = 256 << 20;
+    let limit_file = if hier.pure_v2 {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    let has_memory = memory_root.join(&mem_rel).join(limit_file).exists();
+    if has_memory {
+        std::fs::write(
+            memory_root.join(&mem_rel).join(limit_file),
+            limit.to_string(),
+        )
+        .unwrap();
+    }
+
+    let mut outs = Vec::new();
+    for (role, rel) in [("burn", &burn_rel), ("mem", &mem_rel)] {
+        let (mut child, out) = spawn_worker(role);
+        let cpid = child.id().to_string();
+        // Into every hierarchy but cpuset (which needs cpus and mems set first).
+        for r in &roots {
+            if Some(r.as_path()) == hier.root(Hier::Cpuset) {
+                continue;
+            }
+            std::fs::write(r.join(rel).join("cgroup.procs"), &cpid).unwrap();
+        }
+        child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        guard.children.push(child);
+        outs.push((cpid, out));
+    }
+    for (_, out) in &mut outs {
+        wait_done(out);
+    }
+    let burn_pid = outs[0].0.clone();
+    let burn_cpu = proc_cpu_seconds(&burn_pid).unwrap();
+
+    let pod = Arc::new(TaskPod {
+        uid: uid.clone(),
+        namespace: "test".into(),
+        name: "kernel".into(),
+        qos: "burstable".into(),
+        cgroup_ids: vec![uid.clone()],
+        labels: vec![],
+        containers: vec![
+            TaskContainer {
+                name: "burn".into(),
+                id: Some(burn_id.clone()),
+                ready: true,
+            },
+            TaskContainer {
+                name: "mem".into(),
+                id: Some(mem_id.clone()),
+                ready: true,
+            },
+        ],
+        requests: Default::default(),
+        limits: Default::default(),
+    });
+    let mut reader = CgroupReader::new(hier.clone(), 4096);
+    let got = reader.collect(&[pod]);
+    let t = &got[0];
+    let pod_stats = t
+        .stats
+        .as_ref()
+        .expect("pod cgroup found by walking the real tree");
+    assert_eq!(t.containers.len(), 2, "both container scopes found");
+    let burn = &t.containers[0].stats;
+    let mem = &t.containers[1].stats;
+
+    // CPU against the kernel's counter and the process's own CPU time.
+    let kernel_cpu = if let Some(d) = hier.root(Hier::Cpuacct) {
+        read_u64(&d.join(&burn_rel).join("cpuacct.usage")) as f64 / 1e9
+    } else {
+        let s = std::fs::read_to_string(
+            hier.root(Hier::Unified)
+                .unwrap()
+                .join(&burn_rel)
+                .join("cpu.stat"),
+        )
+        .unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap()
+            / 1e6
+    };
+    let cpu = burn.cpu_seconds.expect("cpu seconds");
+    println!("burn: reported {cpu:.3} s, kernel {kernel_cpu:.3} s, process {burn_cpu:.3} s");
+    assert!(
+        (cpu - kernel_cpu).abs() < 0.02,
+        "reported {cpu} vs kernel {kernel_cpu}"
+    );
+    assert!(
+        (cpu - burn_cpu).abs() < 0.15,
+        "reported {cpu} vs process {burn_cpu}"
+    );
+    assert!(
+        cpu >= BURN_SECONDS - 0.15,
+        "the worker burned {BURN_SECONDS} s"
+    );
+    let pod_cpu = pod_stats.cpu_seconds.unwrap();
+    assert!(
+        pod_cpu + 0.001 >= cpu + mem.cpu_seconds.unwrap_or(0.0),
+        "pod {pod_cpu} counts its containers"
+    );
+
+    if has_memory {
+        let usage_file = if hier.pure_v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        };
+        let kernel_mem = read_u64(&memory_root.join(&mem_rel).join(usage_file)) as f64;
+        let used = mem.memory_usage_bytes.expect("memory usage");
+        println!("mem: reported {used} B, kernel {kernel_mem} B");
+        let mib = (1 << 20) as f64;
+        assert!(
+            (used - kernel_mem).abs() <= 2.0 * mib,
+            "reported {used} vs kernel {kernel_mem}"
+        );
+        assert!(
+            used >= MEM_BYTES as f64,
+            "at least what the process touched: {used}"
+        );
+        assert!(used <= (MEM_BYTES as f64) + 24.0 * mib, "{used}");
+        let rss = mem.memory_rss_bytes.expect("rss");
+        assert!(rss >= MEM_BYTES as f64 * 0.95, "rss {rss}");
+        let ws = mem.memory_working_set_bytes.expect("working set");
+        assert!(
+            ws <= used && ws >= MEM_BYTES as f64 * 0.95,
+            "working set {ws}"
+        );
+        assert_eq!(mem.memory_limit_bytes, Some(limit as f64));
+        assert_eq!(burn.memory_limit_bytes, None, "no limit: absent");
+        assert!(
+            pod_stats.memory_usage_bytes.unwrap() >= used,
+            "pod counts its containers"
+        );
+        assert!(mem.page_faults.unwrap_or(0) >= (MEM_BYTES / 4096) as u64 / 2);
+        assert_eq!(mem.oom_kills, Some(0));
+    } else {
+        println!("no memory controller on this hierarchy: memory values must be absent");
+        assert_eq!(mem.memory_usage_bytes, None);
+    }
+    if let Some(u) = hier.root(Hier::Unified)
+        && u.join(&pod_rel).join("cpu.pressure").exists()
+    {
+        assert!(
+            pod_stats
+                .pressure
+                .iter()
+                .any(|p| p.resource == "cpu" && p.kind == "some")
+        );
+    }
+    drop(guard);
+    for r in &roots {
+        assert!(
+            !r.join(&top).exists(),
+            "{} left behind",
+            r.join(&top).display()
+        );
+    }
+}

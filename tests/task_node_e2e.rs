@@ -1,0 +1,185 @@
+//! The node role end to end: the binary watches its pods on the stand-in API server, finds
+//! their cgroups in a fixture cgroup root (cgroup v2, systemd driver, containerd) and serves the
+//! task, container and platform families; pods added and deleted through watch events appear
+//! and disappear.
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
+use support::{Prober, get, promtool_check, wait_ready};
+
+const NODE: &str = "worker-7";
+
+fn task_pod(name: &str, uid: &str, container_id: &str, node: &str) -> Pod {
+    let mut p = apiserver::pod("shop", name, node);
+    p.metadata.uid = Some(uid.to_string());
+    let status = p.status.as_mut().unwrap();
+    status.qos_class = Some("Burstable".into());
+    if let Some(cs) = status.container_statuses.as_mut() {
+        cs[0].container_id = Some(format!("containerd://{container_id}"));
+    }
+    p
+}
+
+fn write_pod(root: &Path, uid: &str, container_id: &str, seed: u64) {
+    let pdir = fixture::pod_dir(Driver::Systemd, "burstable", uid);
+    fixture::write_cgroup(root, Layout::V2, &pdir, &Values::seeded(seed)).unwrap();
+    let c = pdir.join(fixture::container_dir(
+        Driver::Systemd,
+        Runtime::Containerd,
+        container_id,
+    ));
+    fixture::write_cgroup(root, Layout::V2, &c, &Values::seeded(seed + 1)).unwrap();
+}
+
+fn write_sysfs(sys: &Path) {
+    let cpu = sys.join("devices/system/cpu");
+    for c in 0..2 {
+        let t = cpu.join(format!("cpu{c}/topology"));
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("physical_package_id"), "0\n").unwrap();
+        std::fs::write(t.join("core_id"), format!("{c}\n")).unwrap();
+    }
+    std::fs::write(cpu.join("online"), "0-1\n").unwrap();
+    let node = sys.join("devices/system/node/node0");
+    std::fs::create_dir_all(&node).unwrap();
+    std::fs::write(sys.join("devices/system/node/online"), "0\n").unwrap();
+    std::fs::write(
+        node.join("meminfo"),
+        "Node 0 MemTotal: 1000 kB\nNode 0 MemFree: 400 kB\n",
+    )
+    .unwrap();
+}
+
+/// Polls /metrics until `ok` holds for the body (at most 20 s).
+async fn wait_metrics(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = get(&p.url("/metrics")).await;
+        if status == 200 && ok(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "{what}: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_role_serves_task_metrics_that_follow_the_pods() {
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node(NODE, ("4", "8Gi"), ("4", "8Gi"))]);
+    let uid_a = "aaaaaaaa-1111-2222-3333-444444444444";
+    let uid_b = "bbbbbbbb-1111-2222-3333-444444444444";
+    let uid_other = "cccccccc-1111-2222-3333-444444444444";
+    api.upsert(&task_pod("web-a", uid_a, "c0ffee01", NODE));
+    api.upsert(&task_pod("elsewhere", uid_other, "c0ffee09", "worker-8"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cg = dir.path().join("cgroup");
+    let sys = dir.path().join("sys");
+    fixture::init(&cg, Layout::V2).unwrap();
+    write_pod(&cg, uid_a, "c0ffee01", 1);
+    write_pod(&cg, uid_b, "c0ffee02", 3);
+    write_pod(&cg, uid_other, "c0ffee09", 5);
+    write_sysfs(&sys);
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let kc = kc.to_string_lossy().into_owned();
+    let cg_s = cg.to_string_lossy().into_owned();
+    let sys_s = sys.to_string_lossy().into_owned();
+    let p = Prober::start_with_env(
+        &[
+            "--role",
+            "node",
+            "--tick-interval",
+            "1s",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+            "--cgroup-root",
+            &cg_s,
+            "--sysfs",
+            &sys_s,
+            "--task-label-allowlist",
+            "app",
+        ],
+        &[("KUBECONFIG", kc.as_str()), ("NODE_NAME", NODE)],
+    );
+    wait_ready(&p).await;
+
+    let v = Values::seeded(1);
+    let cpu_a = format!(
+        "kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\",namespace=\"shop\",pod=\"web-a\",task_name=\"shop/web-a\",task_id=\"{uid_a}\",qos=\"burstable\",ready=\"true\",app=\"web-a\"}} {}",
+        v.cpu_usec as f64 / 1e6
+    );
+    let body = wait_metrics(&p, "task series of web-a", |b| b.contains(&cpu_a)).await;
+    assert!(
+        !body.contains(uid_other),
+        "a pod on another node is no task"
+    );
+    assert!(!body.contains(uid_b), "no pod yet for this cgroup");
+    let cv = Values::seeded(2);
+    assert!(
+        body.contains(&format!(
+            "kube_prober_container_memory_working_set_bytes{{node=\"{NODE}\",namespace=\"shop\",pod=\"web-a\",task_name=\"shop/web-a\",task_id=\"{uid_a}\",qos=\"burstable\",ready=\"true\",app=\"web-a\",container=\"main\"}} {}",
+            cv.memory_usage - cv.inactive_file
+        )),
+        "{body}"
+    );
+    assert!(body.contains(&format!(
+        "kube_prober_task_resource_requests{{node=\"{NODE}\",namespace=\"shop\",pod=\"web-a\",task_name=\"shop/web-a\",task_id=\"{uid_a}\",qos=\"burstable\",ready=\"true\",app=\"web-a\",resource=\"cpu\",unit=\"core\"}} 0.1"
+    )), "{body}");
+    assert!(body.contains("kube_prober_task_pressure_stalled_seconds_total{"));
+    assert!(body.contains(&format!(
+        "kube_prober_platform_topology_cores{{node=\"{NODE}\"}} 2"
+    )));
+    assert!(body.contains(&format!(
+        "kube_prober_platform_memory_numa_used_bytes{{node=\"{NODE}\",numa_node=\"0\"}} 614400"
+    )));
+    assert!(body.contains("kube_prober_source_up{source=\"task_cgroups\"} 1"));
+    let (code, out) = promtool_check(&body);
+    assert_eq!(code, 0, "promtool: {out}");
+
+    // A new pod appears, a deleted one leaves.
+    api.upsert(&task_pod("web-b", uid_b, "c0ffee02", NODE));
+    wait_metrics(&p, "web-b appears", |b| {
+        b.contains(&format!("task_id=\"{uid_b}\"")) && b.contains("container=\"main\"")
+    })
+    .await;
+    assert!(api.delete::<Pod>("shop", "web-a"));
+    let body = wait_metrics(&p, "web-a leaves", |b| {
+        !b.contains(&format!("task_id=\"{uid_a}\""))
+    })
+    .await;
+    assert!(body.contains(&format!("task_id=\"{uid_b}\"")));
+    let (code, out) = promtool_check(&body);
+    assert_eq!(code, 0, "promtool: {out}");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[test]
+fn a_missing_cgroup_root_is_a_clear_error() {
+    let (code, err) = support::run_binary(
+        &[
+            "--role",
+            "node",
+            "--cgroup-root",
+            "/nonexistent/cgroup",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[
+            ("KUBECONFIG", "/nonexistent/kubeconfig"),
+            ("NODE_NAME", NODE),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cgroup-root"), "{err}");
+}

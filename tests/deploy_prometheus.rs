@@ -76,11 +76,8 @@ fn start_role(
     };
     let (mut args, mut env) = deploy::container_command(w, &downward);
     deploy::local_listen(&mut args);
-    for a in args.iter_mut() {
-        if a == "--procfs=/host/proc" {
-            *a = "--procfs=/proc".into();
-        }
-    }
+    // The container's hostPath mounts (/host/proc, /host/sys) are this machine's paths.
+    deploy::outside_container(&mut args, &deploy::host_mounts(w));
     for (k, v) in env.iter_mut() {
         if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
             *v = "http://127.0.0.1:9".into();

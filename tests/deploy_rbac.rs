@@ -127,12 +127,8 @@ fn start_workload(
             };
             let (mut args, mut env) = deploy::container_command(w, &downward);
             deploy::local_listen(&mut args);
-            // /host/proc is this machine's /proc (the container's hostPath mount).
-            for a in args.iter_mut() {
-                if a == "--procfs=/host/proc" {
-                    *a = "--procfs=/proc".into();
-                }
-            }
+            // The container's hostPath mounts (/host/proc, /host/sys) are this machine's paths.
+            deploy::outside_container(&mut args, &deploy::host_mounts(w));
             // The collector is not there; point the push at a closed port so it fails at once.
             for (k, v) in env.iter_mut() {
                 if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {

@@ -189,6 +189,25 @@ pub fn local_listen(args: &mut [String]) -> String {
     addr
 }
 
+/// Paths in `--flag=PATH` arguments that lie under one of the container's `mounts` (e.g.
+/// `--procfs=/host/proc`, `--cgroup-root=/host/sys/fs/cgroup`), mapped to where the hostPath
+/// lives on this machine, for running the manifest's command outside a sandbox.
+pub fn outside_container(args: &mut [String], mounts: &[Mount]) {
+    for arg in args.iter_mut() {
+        let Some((flag, path)) = arg.split_once('=') else {
+            continue;
+        };
+        for m in mounts {
+            if let Some(rest) = path.strip_prefix(m.dest.as_str())
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                *arg = format!("{flag}={}{rest}", m.source.display());
+                break;
+            }
+        }
+    }
+}
+
 /// The uid and gid the image runs as (Dockerfile `USER`, manifests' `runAsUser`).
 pub const IMAGE_UID: u32 = 65532;
 /// Where the Dockerfile puts the binary.

@@ -107,7 +107,7 @@ async fn run_until_with(
     let needs_kube =
         choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
     let kube_client = if needs_kube {
-        Some(kubeclient::client(choice.kubeconfig.as_deref()).await?)
+        Some(kubeclient::client(choice.kubeconfig.as_deref(), cfg.max_response_bytes).await?)
     } else {
         None
     };
@@ -370,11 +370,13 @@ fn spawn_probes(
             .schedules
             .get(timeout_of)
             .map_or(Duration::from_secs(5), |s| s.1);
-        HttpProbe::new(name, url, timeout).map_err(|reason| Error::Config {
-            option: "probe URL",
-            value: url.to_string(),
-            reason,
-        })
+        HttpProbe::new(name, url, timeout)
+            .map(|p| p.max_body_bytes(cfg.max_response_bytes))
+            .map_err(|reason| Error::Config {
+                option: "probe URL",
+                value: url.to_string(),
+                reason,
+            })
     };
     let mut dns_names = p.dns_names.clone().unwrap_or_else(|| match role {
         Role::Cluster => vec!["kubernetes.default.svc.cluster.local".into()],
@@ -463,6 +465,7 @@ fn spawn_usage(
         h.insecure_skip_verify = u.insecure_skip_verify;
         h.token = u.token.clone();
         h.ca_file = u.ca_file.clone();
+        h.max_body_bytes = cfg.max_response_bytes;
         if u.openshift_auth {
             let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
             h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));

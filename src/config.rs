@@ -81,6 +81,7 @@ pub struct FileConfig {
     pub leader_elect_renew_deadline: Option<String>,
     pub leader_elect_retry_period: Option<String>,
     pub leader_elect_identity: Option<String>,
+    pub max_response_bytes: Option<String>,
 }
 
 /// A push output.
@@ -276,6 +277,8 @@ pub struct Config {
     pub addon_keys: Vec<AddonKeys>,
     pub probes: ProbesConfig,
     pub sinks: SinksConfig,
+    /// Cap on every answer read from outside (see [`crate::limit`]).
+    pub max_response_bytes: usize,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -298,6 +301,21 @@ fn invalid(option: &'static str, value: &str, reason: impl Into<String>) -> Erro
 }
 
 /// Parses a duration like `15s`, `1m30s`, `500ms`, bounded to `[min, max]`.
+/// `--max-response-bytes`: bytes or a quantity (`32Mi`), 64 KiB to 4 GiB.
+fn max_response_bytes(value: Option<String>) -> Result<usize> {
+    let Some(v) = value else {
+        return Ok(crate::limit::DEFAULT_MAX_RESPONSE_BYTES);
+    };
+    const OPT: &str = "--max-response-bytes";
+    let n = crate::quantity::parse_quantity(v.trim())
+        .map_err(|e| invalid(OPT, &v, format!("{e} (expected bytes, e.g. 33554432 or 32Mi)")))?;
+    let (min, max) = (64.0 * 1024.0, 4.0 * 1024.0 * 1024.0 * 1024.0);
+    if !(min..=max).contains(&n) || n.fract() != 0.0 {
+        return Err(invalid(OPT, &v, "must be a whole number of bytes from 64Ki to 4Gi"));
+    }
+    usize::try_from(n as u64).map_err(|_| invalid(OPT, &v, "too large for this platform"))
+}
+
 fn duration(option: &'static str, value: &str, min: Duration, max: Duration) -> Result<Duration> {
     let d = humantime::parse_duration(value.trim())
         .map_err(|e| invalid(option, value, format!("{e} (expected e.g. 15s, 1m, 500ms)")))?;
@@ -493,6 +511,12 @@ impl Config {
                 )
             })?;
 
+        let max_response_bytes = max_response_bytes(
+            cli.max_response_bytes
+                .take()
+                .or(file.max_response_bytes.take()),
+        )?;
+
         Ok(Config {
             role: cli.role.or(file.role),
             listen,
@@ -514,6 +538,7 @@ impl Config {
             addon_keys,
             probes,
             sinks,
+            max_response_bytes,
         })
     }
 

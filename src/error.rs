@@ -51,6 +51,10 @@ pub enum Error {
     #[error("role '{role}' is not available: {reason}")]
     RoleUnavailable { role: String, reason: String },
 
+    /// An answer from outside the process was larger than `--max-response-bytes`.
+    #[error("{what}: {reason}")]
+    TooLarge { what: String, reason: String },
+
     /// A source or operation ran past its deadline.
     #[error("{what} timed out after {after:?}")]
     Timeout {
@@ -71,6 +75,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::RoleUnavailable { .. } => "role",
             Error::Timeout { .. } => "timeout",
+            Error::TooLarge { .. } => "too_large",
         }
     }
 

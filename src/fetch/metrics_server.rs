@@ -125,7 +125,8 @@ const BACKOFF: Duration = Duration::from_millis(200);
 fn transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::HyperError(_) => true,
+        kube::Error::Service(_) => !too_large(e),
         _ => false,
     }
 }
@@ -160,8 +161,21 @@ where
     }
 }
 
-/// A kube error as [`Error::Http`], keeping the API server's `Status` or the error chain.
+/// Whether `e` is an answer past `--max-response-bytes`: never retried (it would only be
+/// read again), and counted as `too_large`.
+fn too_large(e: &kube::Error) -> bool {
+    crate::limit::find_too_large(e).is_some()
+}
+
+/// A kube error as [`Error::Http`] (or [`Error::TooLarge`]), keeping the API server's `Status`
+/// or the error chain.
 fn list_error(what: &str, e: &kube::Error) -> Error {
+    if let Some(t) = crate::limit::find_too_large(e) {
+        return Error::TooLarge {
+            what: what.to_string(),
+            reason: t.to_string(),
+        };
+    }
     let reason = match e {
         kube::Error::Api(s) => {
             let mut r = format!("status {}", s.code);

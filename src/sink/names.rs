@@ -225,7 +225,7 @@ pub const PROBE_RUNS: Family = counter(
 );
 pub const PROBE_FAILURES: Family = counter(
     "kube_prober_probe_failures",
-    "Failed probe runs, by probe, target and reason (timeout, refused, dns, status_<code>, bad_body, no_items, error).",
+    "Failed probe runs, by probe, target and reason (timeout, refused, dns, status_<code>, bad_body, no_items, too_large, error).",
     None,
 );
 

@@ -1,0 +1,300 @@
+//! Faults on the bounds of what kube-prober reads and pushes, against the real binary and the
+//! stand-ins over real HTTP: an oversized answer from metrics.k8s.io, from a probe target and
+//! from an HTTP backend. Each asserts the counted `too_large` failure, that the process keeps
+//! serving, and its peak RSS (VmHWM of the child), printed as `peak_rss_mib=...`.
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use support::{Prober, get, wait_ready};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: u64 = 1 << 20;
+/// What a misbehaving peer sends: the 80 MiB that took RSS to 805–863 MiB before the cap.
+const HUGE: u64 = 80 * MIB;
+
+/// Peak resident set size of `pid` in MiB (VmHWM).
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb / 1024.0
+}
+
+/// The value of the sample `series` (name and labels as rendered) in `metrics`, 0 if absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls `/metrics` until each `(series, at_least)` has reached its value (at most `within`).
+async fn wait_metrics(p: &Prober, want: &[(&str, f64)], within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (_, m) = get(&p.url("/metrics")).await;
+        if want.iter().all(|(s, v)| sample(&m, s) >= *v) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "missing {want:?} in:\n{m}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An HTTP/1.1 server that answers every request with 200 and a chunked body of `size` bytes
+/// made on the fly (`prefix`, then spaces), never holding it; counts the bytes it wrote.
+struct HugeServer {
+    url: String,
+    written: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+}
+
+async fn huge_server(prefix: &'static str, size: u64) -> HugeServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let written = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let (w, r) = (written.clone(), requests.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let (w, r) = (w.clone(), r.clone());
+            tokio::spawn(async move {
+                // Read the request head (small; no body).
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|x| x == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                r.fetch_add(1, Ordering::Relaxed);
+                let hdr = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                if sock.write_all(hdr.as_bytes()).await.is_err() {
+                    return;
+                }
+                let filler = vec![b' '; 64 * 1024];
+                let mut sent = 0u64;
+                let mut first = true;
+                while sent < size {
+                    let chunk: Vec<u8> = if first {
+                        first = false;
+                        let mut c = prefix.as_bytes().to_vec();
+                        c.extend_from_slice(&filler[..filler.len() - c.len()]);
+                        c
+                    } else {
+                        filler[..(size - sent).min(filler.len() as u64) as usize].to_vec()
+                    };
+                    let framed = [
+                        format!("{:x}\r\n", chunk.len()).into_bytes(),
+                        chunk,
+                        b"\r\n".to_vec(),
+                    ]
+                    .concat();
+                    if sock.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                    sent += framed.len() as u64;
+                    w.fetch_add(framed.len() as u64, Ordering::Relaxed);
+                }
+                let _ = sock.write_all(b"0\r\n\r\n").await;
+            });
+        }
+    });
+    HugeServer {
+        url,
+        written,
+        requests,
+    }
+}
+
+/// 400 NodeMetrics of about 205 KiB each (an oversized annotation): one 80 MiB LIST answer,
+/// as a misbehaving metrics.k8s.io would send it.
+fn huge_node_metrics(now: SystemTime) -> Vec<k8s_metrics::v1beta1::NodeMetrics> {
+    let filler = "x".repeat(205 * 1024);
+    (0..400)
+        .map(|i| {
+            let name = if i == 0 {
+                "node-a".to_string()
+            } else {
+                format!("node-{i}")
+            };
+            let mut m = apiserver::node_metrics(&name, "1", "1Gi", now);
+            m.metadata.annotations = Some([("filler".to_string(), filler.clone())].into());
+            m
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded() {
+    let api = apiserver::start().await;
+    let now = SystemTime::now();
+    api.set_nodes(vec![apiserver::node("node-a", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_node_metrics(huge_node_metrics(now));
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let p = Prober::start_with_env(
+        &[
+            "--role",
+            "cluster",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+            "--tick-interval",
+            "1s",
+            "--max-response-bytes",
+            "8Mi",
+        ],
+        &[("KUBECONFIG", kc.to_str().unwrap())],
+    );
+    wait_ready(&p).await;
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_source_errors_total{source=\"metrics_server\",reason=\"too_large\"}",
+            3.0,
+        )],
+        Duration::from_secs(20),
+    )
+    .await;
+    let peak = peak_rss_mib(p.child.id());
+    println!("fault=metrics_server_80MiB cap_mib=8 peak_rss_mib={peak:.1}");
+    assert_eq!(
+        sample(&m, "kube_prober_source_up{source=\"metrics_server\"}"),
+        0.0
+    );
+    assert!(!m.contains("source=\"metrics_server\",reason=\"http\""), "{m}");
+    // Never retried (it would only be read again): one LIST per failed run, not three. The
+    // runs are read from a snapshot made after the LISTs were counted.
+    let lists = api.hits(apiserver::NODE_METRICS_PATH) as f64;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (_, later) = get(&p.url("/metrics")).await;
+    let runs = sample(&later, "kube_prober_source_runs_total{source=\"metrics_server\"}");
+    assert!(
+        lists <= runs + 1.0,
+        "{lists} LISTs for {runs} runs: a too-large answer was retried"
+    );
+    // The process kept serving and its memory stayed far below the body size: before the cap
+    // the same answer took it to 805–863 MiB.
+    assert_eq!(get(&p.url("/healthz")).await.0, 200);
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB for an 80 MiB answer");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_probe_answer_fails_the_probe_as_too_large() {
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node("worker-7", ("4", "8Gi"), ("4", "8Gi"))]);
+    let kubelet = huge_server("ok", HUGE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let url = format!("{}/healthz", kubelet.url);
+    let p = Prober::start_with_env(
+        &[
+            "--role",
+            "node",
+            "--kubelet-healthz-url",
+            &url,
+            "--probe-interval",
+            "1s",
+            "--max-response-bytes",
+            "1Mi",
+        ],
+        &[("KUBECONFIG", kc.to_str().unwrap()), ("NODE_NAME", "worker-7")],
+    );
+    wait_ready(&p).await;
+    let want = format!(
+        "kube_prober_probe_failures_total{{probe=\"kubelet_healthz\",target=\"{url}\",reason=\"too_large\"}}"
+    );
+    let m = wait_metrics(&p, &[(&want, 2.0)], Duration::from_secs(20)).await;
+    assert!(m.contains(&format!(
+        "kube_prober_probe_success{{probe=\"kubelet_healthz\",target=\"{url}\"}} 0"
+    )));
+    let peak = peak_rss_mib(p.child.id());
+    let per_request = kubelet.written.load(Ordering::Relaxed) as f64
+        / kubelet.requests.load(Ordering::Relaxed).max(1) as f64
+        / MIB as f64;
+    println!(
+        "fault=probe_target_80MiB cap_mib=1 peak_rss_mib={peak:.1} read_per_request_mib={per_request:.1}"
+    );
+    assert!(
+        per_request < 16.0,
+        "{per_request:.1} MiB of an 80 MiB body read"
+    );
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_backend_answer_is_a_too_large_source_error() {
+    let prom = huge_server("{\"status\":\"success\",\"data\":{\"result\":[", HUGE).await;
+    let p = Prober::start(&[
+        "--role",
+        "host",
+        "--metrics-provider",
+        "Prometheus",
+        "--metrics-provider-address",
+        &prom.url,
+        "--interval",
+        "5s",
+        "--timeout",
+        "5s",
+        "--max-response-bytes",
+        "1Mi",
+    ]);
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_source_errors_total{source=\"prometheus\",reason=\"too_large\"}",
+            1.0,
+        )],
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(sample(&m, "kube_prober_source_up{source=\"prometheus\"}"), 0.0);
+    assert!(!m.contains("source=\"prometheus\",reason=\"timeout\""), "{m}");
+    let peak = peak_rss_mib(p.child.id());
+    let per_request = prom.written.load(Ordering::Relaxed) as f64
+        / prom.requests.load(Ordering::Relaxed).max(1) as f64
+        / MIB as f64;
+    println!(
+        "fault=http_backend_80MiB cap_mib=1 peak_rss_mib={peak:.1} read_per_request_mib={per_request:.1}"
+    );
+    // Up to 4 queries run at once (the fetcher's concurrency), each holding at most the cap.
+    assert!(per_request < 16.0, "{per_request:.1} MiB of 80 read");
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[test]
+fn a_cap_below_64_kib_is_a_config_error() {
+    let (code, err) = support::run_binary(&["--role", "host", "--max-response-bytes", "1Ki"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-response-bytes"), "{err}");
+    let (code, err) = support::run_binary(
+        &["--role", "host", "--max-response-bytes", "lots"],
+        &[("KUBE_PROBER_MAX_RESPONSE_BYTES", "1Mi")],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected bytes"), "{err}");
+}

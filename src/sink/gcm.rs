@@ -1230,6 +1230,20 @@ impl Sink for GcmSink {
         "gcm"
     }
 
+    /// Until every series written may be written again (its sampling period after its last
+    /// point), plus a millisecond for the truncation of point times.
+    fn ready_in(&self) -> Duration {
+        let now = SystemTime::now();
+        let period = self.cfg.min_sampling_period;
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.series
+            .values()
+            .filter_map(|m| m.last_end?.checked_add(period))
+            .filter_map(|due| due.duration_since(now).ok())
+            .max()
+            .map_or(Duration::ZERO, |d| d + Duration::from_millis(1))
+    }
+
     async fn push(
         &self,
         snapshot: Arc<Snapshot>,

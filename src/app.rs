@@ -659,10 +659,16 @@ async fn spawn_sinks(
                 let resource = OtlpResource {
                     cluster_name: ctx.cluster_name.to_string(),
                     role: role.as_str().to_string(),
-                    node_name: (role == Role::Node).then(|| ctx.node_name.to_string()),
+                    node_name: matches!(role, Role::Node | Role::Host)
+                        .then(|| ctx.node_name.to_string()),
                     project: ctx.identity.project.clone().unwrap_or_default(),
                     location: ctx.identity.location.clone().unwrap_or_default(),
                     instance_id: instance_id.clone(),
+                    host_id: if role == Role::Host {
+                        machine_id()
+                    } else {
+                        String::new()
+                    },
                 };
                 let sink = OtlpSink::new(&oc, &resource)?;
                 tracing::info!(
@@ -776,4 +782,11 @@ fn local_hostname() -> Result<String> {
         });
     }
     Ok(name)
+}
+
+/// This machine's id for OTLP's `host.id` (host role): `/etc/machine-id`, empty when unreadable.
+fn machine_id() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }

@@ -134,6 +134,7 @@ fn resource() -> OtlpResource {
         project: "my-proj".into(),
         location: "us-central1-a".into(),
         instance_id: "pod-uid-1".into(),
+        host_id: String::new(),
     }
 }
 

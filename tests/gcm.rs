@@ -1135,3 +1135,54 @@ async fn a_final_push_that_cannot_wait_stops_within_its_deadline() {
     assert_eq!(newest_restarts(&gcm), Some(2), "the previous point stays");
     assert!(gcm.errors().is_empty(), "{:?}", gcm.errors());
 }
+
+/// An address nothing listens on (yet).
+fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// Connection attempts that never reached Cloud Monitoring are not requests: a push to a
+/// closed port fails as `unavailable` with `requests` 0 (it counted every attempt before).
+/// When the server comes up on that port, the next push counts exactly the requests it answered,
+/// a retried UNAVAILABLE from the server included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_count_only_what_the_server_answered() {
+    crypto();
+    let addr = free_addr();
+    let mut c = GcmConfig {
+        client: GcmClientConfig {
+            endpoint: Some(format!("http://{addr}")),
+            anonymous: true,
+            ..Default::default()
+        },
+        retry_initial: Duration::from_millis(20),
+        retry_max: Duration::from_millis(50),
+        push_deadline: Duration::from_millis(500),
+        ..Default::default()
+    };
+    c.min_sampling_period = Duration::from_millis(100);
+    let sink = GcmSink::new(c).await.unwrap();
+    let err = timed(sink.push(snapshot(cluster(2, 0)), PushScope::All))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, "unavailable", "{err:?}");
+    assert_eq!(err.sent, kube_prober::sink::PushReport::default(), "{err:?}");
+    assert!(sink.stats().retries >= 1, "the attempts were retried");
+    assert_eq!(sink.stats().requests, 0);
+
+    let gcm = GcmStandIn::with_period_on(addr, Duration::from_millis(100)).await;
+    gcm.fail_next(1, Code::Unavailable);
+    let report = timed(async {
+        loop {
+            match sink.push(snapshot(cluster(2, 0)), PushScope::All).await {
+                Ok(r) => break r,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(report.requests as usize, gcm.calls().len(), "{report:?}");
+    assert_eq!(report.requests, 2, "one UNAVAILABLE from the server, then OK");
+    assert_eq!(sink.stats().requests, 2);
+}

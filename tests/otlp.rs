@@ -923,6 +923,9 @@ async fn an_unreachable_receiver_fails_with_a_transport_reason() {
         .expect("bounded")
         .expect_err("nothing listens");
         assert_eq!(e.reason, reason, "{protocol}: {e:?}");
+        // The receiver never answered: no request is counted.
+        assert_eq!(e.sent.requests, 0, "{protocol}: {e:?}");
+        assert!(e.message.contains("refused"), "{protocol}: {}", e.message);
     }
 }
 

@@ -287,7 +287,7 @@ pub const SINK_POINTS: Family = counter(
 );
 pub const SINK_REQUESTS: Family = counter(
     "kube_prober_sink_requests",
-    "Requests sent by each push output.",
+    "Requests of each push output that the receiver answered (successfully or not).",
     None,
 );
 pub const SINK_LAST_SUCCESS: Family = gauge(

@@ -1,10 +1,14 @@
 //! Faults on the bounds of what kube-prober reads and pushes, against the real binary and the
 //! stand-ins over real HTTP: an oversized answer from metrics.k8s.io, from a probe target and
 //! from an HTTP backend. Each asserts the counted `too_large` failure, that the process keeps
-//! serving, and its peak RSS (VmHWM of the child), printed as `peak_rss_mib=...`.
+//! serving, and its peak RSS (VmHWM of the child), printed as `peak_rss_mib=...`. Then a push
+//! output that is down and comes back (`recovered_in_ms=...`) and SIGTERM during a push that
+//! hangs (`shutdown_ms=...`).
 
 #[path = "support/apiserver.rs"]
 mod apiserver;
+#[path = "support/gcm.rs"]
+mod gcm_support;
 mod support;
 
 use std::sync::Arc;
@@ -297,4 +301,156 @@ fn a_cap_below_64_kib_is_a_config_error() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("expected bytes"), "{err}");
+}
+
+/// An address nothing listens on (yet).
+fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The binary in the cluster role with a Cloud Monitoring sink at `endpoint`, pushing every
+/// second (no probes: only the sink talks to the outside besides the API server).
+fn cluster_with_gcm(kubeconfig: &std::path::Path, endpoint: &str, extra: &[&str]) -> Prober {
+    let mut args = vec![
+        "--role",
+        "cluster",
+        "--cluster-name",
+        "c1",
+        "--sink",
+        "gcm",
+        "--gcm-project",
+        "p1",
+        "--gcm-location",
+        "us-central1-a",
+        "--gcm-endpoint",
+        endpoint,
+        "--gcm-anonymous",
+        "--leader-elect",
+        "false",
+        "--tick-interval",
+        "1s",
+        "--disable-probes",
+        "cluster_dns,metrics_server,apiserver_readyz",
+    ];
+    args.extend_from_slice(extra);
+    Prober::start_with_env(&args, &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
+}
+
+/// Cloud Monitoring down at start, then up on the same address: failed pushes are counted as
+/// `unavailable` with no request (nothing answered), the first push after it comes up delivers
+/// every series, and in the end the requests counted are exactly those the server received,
+/// without a single sampling-period violation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_down_at_start_recovers_with_exact_counts() {
+    let api = apiserver::start().await;
+    api.generate(3, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let addr = free_addr();
+    let p = cluster_with_gcm(
+        &kc,
+        &format!("http://{addr}"),
+        &["--sink-interval", "1s", "--sink-timeout", "1s"],
+    );
+    wait_ready(&p).await;
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_sink_failures_total{sink=\"gcm\",reason=\"unavailable\"}",
+            2.0,
+        )],
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(sample(&m, "kube_prober_sink_requests_total{sink=\"gcm\"}"), 0.0, "{m}");
+    assert_eq!(sample(&m, "kube_prober_sink_points_total{sink=\"gcm\"}"), 0.0);
+
+    let gcm = gcm_support::GcmStandIn::with_period_on(addr, Duration::from_secs(10)).await;
+    let up = Instant::now();
+    let deadline = up + Duration::from_secs(20);
+    while gcm.writes().is_empty() {
+        assert!(Instant::now() < deadline, "no push within 20 s of recovery");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let recovered = up.elapsed();
+    println!("fault=gcm_down_then_up recovered_in_ms={}", recovered.as_millis());
+    // Every node's series arrived in that push.
+    assert_eq!(
+        gcm.series_of("workload.googleapis.com/kube-prober/node/available").len(),
+        3
+    );
+    // Exact final state: requests counted = requests the server received (the snapshot is
+    // rendered at tick time, so wait for one that has seen them all).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = get(&p.url("/metrics")).await;
+        let counted = sample(&m, "kube_prober_sink_requests_total{sink=\"gcm\"}");
+        let received = gcm.writes().len() as f64;
+        if counted == received && counted > 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "counted {counted}, received {received}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gcm.errors().is_empty(), "{:?}", gcm.errors());
+    assert_eq!(p.terminate(), 0);
+}
+
+/// A receiver that accepts connections and never answers: every push hangs. Counts the
+/// connections accepted.
+async fn black_hole() -> (String, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicU64::new(0));
+    let n = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            n.fetch_add(1, Ordering::SeqCst);
+            held.push(sock);
+        }
+    });
+    (url, accepted)
+}
+
+/// SIGTERM while a push hangs: shutdown waits for it at most `--shutdown-timeout` (1 s here,
+/// shorter than the 3 s sink timeout), has no time left for a final push, and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
+    let api = apiserver::start().await;
+    api.generate(2, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let (url, accepted) = black_hole().await;
+    let p = cluster_with_gcm(
+        &kc,
+        &url,
+        &[
+            "--sink-interval",
+            "3s",
+            "--sink-timeout",
+            "3s",
+            "--shutdown-timeout",
+            "1s",
+        ],
+    );
+    wait_ready(&p).await;
+    // The first push (after one interval) connects and hangs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while accepted.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no push started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    let code = p.terminate();
+    let took = started.elapsed();
+    println!("fault=sigterm_during_hanging_push shutdown_ms={}", took.as_millis());
+    assert_eq!(code, 0);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "shutdown took {took:?} with --shutdown-timeout 1s and a push hanging"
+    );
 }

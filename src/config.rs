@@ -307,11 +307,20 @@ fn max_response_bytes(value: Option<String>) -> Result<usize> {
         return Ok(crate::limit::DEFAULT_MAX_RESPONSE_BYTES);
     };
     const OPT: &str = "--max-response-bytes";
-    let n = crate::quantity::parse_quantity(v.trim())
-        .map_err(|e| invalid(OPT, &v, format!("{e} (expected bytes, e.g. 33554432 or 32Mi)")))?;
+    let n = crate::quantity::parse_quantity(v.trim()).map_err(|e| {
+        invalid(
+            OPT,
+            &v,
+            format!("{e} (expected bytes, e.g. 33554432 or 32Mi)"),
+        )
+    })?;
     let (min, max) = (64.0 * 1024.0, 4.0 * 1024.0 * 1024.0 * 1024.0);
     if !(min..=max).contains(&n) || n.fract() != 0.0 {
-        return Err(invalid(OPT, &v, "must be a whole number of bytes from 64Ki to 4Gi"));
+        return Err(invalid(
+            OPT,
+            &v,
+            "must be a whole number of bytes from 64Ki to 4Gi",
+        ));
     }
     usize::try_from(n as u64).map_err(|_| invalid(OPT, &v, "too large for this platform"))
 }

@@ -354,7 +354,9 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = std::convert::Infallible> {
+    fn chunks(
+        parts: &[&'static [u8]],
+    ) -> impl Body<Data = Bytes, Error = std::convert::Infallible> {
         let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = parts
             .iter()
             .map(|p| Ok(Frame::data(Bytes::from_static(p))))
@@ -362,9 +364,7 @@ mod tests {
         http_body_util::StreamBody::new(futures_util::stream::iter(frames))
     }
 
-    async fn collect<B: Body<Data = Bytes, Error = BoxError>>(
-        b: B,
-    ) -> Result<Bytes, BoxError> {
+    async fn collect<B: Body<Data = Bytes, Error = BoxError>>(b: B) -> Result<Bytes, BoxError> {
         Ok(b.collect().await?.to_bytes())
     }
 
@@ -393,7 +393,9 @@ mod tests {
     fn watches_are_told_apart() {
         let u = |s: &str| s.parse::<http::Uri>().unwrap();
         assert!(is_watch(&u("/api/v1/nodes?watch=true&resourceVersion=5")));
-        assert!(is_watch(&u("/api/v1/pods?allowWatchBookmarks=true&watch=1")));
+        assert!(is_watch(&u(
+            "/api/v1/pods?allowWatchBookmarks=true&watch=1"
+        )));
         assert!(!is_watch(&u("/api/v1/nodes?limit=500")));
         assert!(!is_watch(&u("/readyz")));
     }

@@ -184,7 +184,11 @@ async fn wait_until_ready<S: Sink>(sink: &S, left: Duration) {
         return;
     }
     if wait + FINAL_SEND_RESERVE.min(left / 2) <= left {
-        tracing::info!(sink = sink.name(), ?wait, "final push waits for the sampling period");
+        tracing::info!(
+            sink = sink.name(),
+            ?wait,
+            "final push waits for the sampling period"
+        );
         tokio::time::sleep(wait).await;
     } else {
         tracing::warn!(

@@ -186,13 +186,19 @@ async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded(
         sample(&m, "kube_prober_source_up{source=\"metrics_server\"}"),
         0.0
     );
-    assert!(!m.contains("source=\"metrics_server\",reason=\"http\""), "{m}");
+    assert!(
+        !m.contains("source=\"metrics_server\",reason=\"http\""),
+        "{m}"
+    );
     // Never retried (it would only be read again): one LIST per failed run, not three. The
     // runs are read from a snapshot made after the LISTs were counted.
     let lists = api.hits(apiserver::NODE_METRICS_PATH) as f64;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (_, later) = get(&p.url("/metrics")).await;
-    let runs = sample(&later, "kube_prober_source_runs_total{source=\"metrics_server\"}");
+    let runs = sample(
+        &later,
+        "kube_prober_source_runs_total{source=\"metrics_server\"}",
+    );
     assert!(
         lists <= runs + 1.0,
         "{lists} LISTs for {runs} runs: a too-large answer was retried"
@@ -207,7 +213,11 @@ async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_probe_answer_fails_the_probe_as_too_large() {
     let api = apiserver::start().await;
-    api.set_nodes(vec![apiserver::node("worker-7", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_nodes(vec![apiserver::node(
+        "worker-7",
+        ("4", "8Gi"),
+        ("4", "8Gi"),
+    )]);
     let kubelet = huge_server("ok", HUGE).await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
@@ -224,7 +234,10 @@ async fn an_oversized_probe_answer_fails_the_probe_as_too_large() {
             "--max-response-bytes",
             "1Mi",
         ],
-        &[("KUBECONFIG", kc.to_str().unwrap()), ("NODE_NAME", "worker-7")],
+        &[
+            ("KUBECONFIG", kc.to_str().unwrap()),
+            ("NODE_NAME", "worker-7"),
+        ],
     );
     wait_ready(&p).await;
     let want = format!(
@@ -275,8 +288,14 @@ async fn an_oversized_backend_answer_is_a_too_large_source_error() {
         Duration::from_secs(20),
     )
     .await;
-    assert_eq!(sample(&m, "kube_prober_source_up{source=\"prometheus\"}"), 0.0);
-    assert!(!m.contains("source=\"prometheus\",reason=\"timeout\""), "{m}");
+    assert_eq!(
+        sample(&m, "kube_prober_source_up{source=\"prometheus\"}"),
+        0.0
+    );
+    assert!(
+        !m.contains("source=\"prometheus\",reason=\"timeout\""),
+        "{m}"
+    );
     let peak = peak_rss_mib(p.child.id());
     let per_request = prom.written.load(Ordering::Relaxed) as f64
         / prom.requests.load(Ordering::Relaxed).max(1) as f64
@@ -364,8 +383,15 @@ async fn a_sink_down_at_start_recovers_with_exact_counts() {
         Duration::from_secs(20),
     )
     .await;
-    assert_eq!(sample(&m, "kube_prober_sink_requests_total{sink=\"gcm\"}"), 0.0, "{m}");
-    assert_eq!(sample(&m, "kube_prober_sink_points_total{sink=\"gcm\"}"), 0.0);
+    assert_eq!(
+        sample(&m, "kube_prober_sink_requests_total{sink=\"gcm\"}"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "kube_prober_sink_points_total{sink=\"gcm\"}"),
+        0.0
+    );
 
     let gcm = gcm_support::GcmStandIn::with_period_on(addr, Duration::from_secs(10)).await;
     let up = Instant::now();
@@ -375,10 +401,14 @@ async fn a_sink_down_at_start_recovers_with_exact_counts() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let recovered = up.elapsed();
-    println!("fault=gcm_down_then_up recovered_in_ms={}", recovered.as_millis());
+    println!(
+        "fault=gcm_down_then_up recovered_in_ms={}",
+        recovered.as_millis()
+    );
     // Every node's series arrived in that push.
     assert_eq!(
-        gcm.series_of("workload.googleapis.com/kube-prober/node/available").len(),
+        gcm.series_of("workload.googleapis.com/kube-prober/node/available")
+            .len(),
         3
     );
     // Exact final state: requests counted = requests the server received (the snapshot is
@@ -391,7 +421,10 @@ async fn a_sink_down_at_start_recovers_with_exact_counts() {
         if counted == received && counted > 0.0 {
             break;
         }
-        assert!(Instant::now() < deadline, "counted {counted}, received {received}");
+        assert!(
+            Instant::now() < deadline,
+            "counted {counted}, received {received}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(gcm.errors().is_empty(), "{:?}", gcm.errors());
@@ -447,7 +480,10 @@ async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
     let started = Instant::now();
     let code = p.terminate();
     let took = started.elapsed();
-    println!("fault=sigterm_during_hanging_push shutdown_ms={}", took.as_millis());
+    println!(
+        "fault=sigterm_during_hanging_push shutdown_ms={}",
+        took.as_millis()
+    );
     assert_eq!(code, 0);
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_millis(2500),

@@ -1167,7 +1167,11 @@ async fn requests_count_only_what_the_server_answered() {
         .await
         .unwrap_err();
     assert_eq!(err.reason, "unavailable", "{err:?}");
-    assert_eq!(err.sent, kube_prober::sink::PushReport::default(), "{err:?}");
+    assert_eq!(
+        err.sent,
+        kube_prober::sink::PushReport::default(),
+        "{err:?}"
+    );
     assert!(sink.stats().retries >= 1, "the attempts were retried");
     assert_eq!(sink.stats().requests, 0);
 
@@ -1183,6 +1187,9 @@ async fn requests_count_only_what_the_server_answered() {
     })
     .await;
     assert_eq!(report.requests as usize, gcm.calls().len(), "{report:?}");
-    assert_eq!(report.requests, 2, "one UNAVAILABLE from the server, then OK");
+    assert_eq!(
+        report.requests, 2,
+        "one UNAVAILABLE from the server, then OK"
+    );
     assert_eq!(sink.stats().requests, 2);
 }

@@ -832,6 +832,11 @@ mod tests {
             host_id: String::new(),
             ..r
         };
-        assert!(!no_id.attributes().iter().any(|kv| kv.key.as_str() == "host.id"));
+        assert!(
+            !no_id
+                .attributes()
+                .iter()
+                .any(|kv| kv.key.as_str() == "host.id")
+        );
     }
 }

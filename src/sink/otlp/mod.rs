@@ -870,7 +870,8 @@ impl OtlpSink {
                 }
                 // Failures tonic makes up itself (TLS, broken connection, its own timeout)
                 // never had an answer either.
-                let answered = reached && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
+                let answered =
+                    reached && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
                 (
                     answered,
                     Err((

@@ -1166,7 +1166,11 @@ async fn requests_count_only_what_the_server_answered() {
     let err = timed(sink.push(snapshot(cluster(2, 0)), PushScope::All))
         .await
         .unwrap_err();
-    assert_eq!(err.reason, "unavailable", "{err:?}");
+    // The last try may be cut by the push deadline instead (a retry that lands on it).
+    assert!(
+        ["unavailable", "deadline_exceeded"].contains(&err.reason.as_str()),
+        "{err:?}"
+    );
     assert_eq!(
         err.sent,
         kube_prober::sink::PushReport::default(),

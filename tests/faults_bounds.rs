@@ -490,3 +490,56 @@ async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
         "shutdown took {took:?} with --shutdown-timeout 1s and a push hanging"
     );
 }
+
+/// The kube-client probes read through the same cap: one NodeMetrics item past it fails the
+/// metrics-server probe as `too_large`, and `/readyz` still passes through a capped client. A
+/// watch (a stream of small events) is not cut by a cap far below its total size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_probes_and_watches_through_the_capped_client() {
+    use futures_util::StreamExt;
+    use kube_prober::probe::Probe;
+    use kube_prober::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
+
+    let api = apiserver::start().await;
+    let now = SystemTime::now();
+    api.set_node_metrics(huge_node_metrics(now).into_iter().take(2).collect());
+    let client = kube_prober::kubeclient::client_from_config(api.config(), 64 * 1024).unwrap();
+    let failure = MetricsServerProbe::new(client.clone())
+        .check()
+        .await
+        .unwrap_err();
+    assert_eq!(failure.reason, "too_large", "{failure:?}");
+    assert!(failure.detail.contains("65536-byte limit"), "{failure:?}");
+    assert_eq!(
+        ApiServerReadyProbe::new(client.clone()).check().await,
+        Ok(())
+    );
+
+    // 300 Nodes of about 1 KiB each arrive through one watch: far more than the 64 KiB cap in
+    // total, each event well under it.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let mut stream = nodes
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    for i in 0..300 {
+        api.upsert(&apiserver::node(
+            &format!("w-{i:03}"),
+            ("4", "8Gi"),
+            ("4", "8Gi"),
+        ));
+    }
+    let mut seen = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen < 300 {
+        let ev = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("events in time")
+            .expect("stream open")
+            .expect("no error");
+        if matches!(ev, kube::api::WatchEvent::Added(_)) {
+            seen += 1;
+        }
+    }
+}

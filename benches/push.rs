@@ -500,6 +500,7 @@ fn run_otlp(
             project: "bench-project".into(),
             location: "us-central1".into(),
             instance_id: "bench-pod-uid".into(),
+            host_id: String::new(),
         };
         let rx = Arc::new(rx);
         let (rx2, up) = (rx.clone(), px.up.clone());

@@ -154,7 +154,7 @@ async fn run_until_with(
         choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
     let kube_client = if needs_kube {
         Some(kubeclient::honour_retry_after(
-            kubeclient::client(choice.kubeconfig.as_deref()).await?,
+            kubeclient::client(choice.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
         ))
     } else {
         None
@@ -533,11 +533,13 @@ fn spawn_probes(
             .schedules
             .get(timeout_of)
             .map_or(Duration::from_secs(5), |s| s.1);
-        HttpProbe::new(name, url, timeout).map_err(|reason| Error::Config {
-            option: "probe URL",
-            value: url.to_string(),
-            reason,
-        })
+        HttpProbe::new(name, url, timeout)
+            .map(|p| p.max_body_bytes(cfg.max_response_bytes))
+            .map_err(|reason| Error::Config {
+                option: "probe URL",
+                value: url.to_string(),
+                reason,
+            })
     };
     let mut dns_names = p.dns_names.clone().unwrap_or_else(|| match role {
         Role::Cluster => vec!["kubernetes.default.svc.cluster.local".into()],
@@ -626,6 +628,7 @@ fn spawn_usage(
         h.insecure_skip_verify = u.insecure_skip_verify;
         h.token = u.token.clone();
         h.ca_file = u.ca_file.clone();
+        h.max_body_bytes = cfg.max_response_bytes;
         if u.openshift_auth {
             let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
             h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
@@ -820,10 +823,16 @@ async fn spawn_sinks(
                 let resource = OtlpResource {
                     cluster_name: ctx.cluster_name.to_string(),
                     role: role.as_str().to_string(),
-                    node_name: (role == Role::Node).then(|| ctx.node_name.to_string()),
+                    node_name: matches!(role, Role::Node | Role::Host)
+                        .then(|| ctx.node_name.to_string()),
                     project: ctx.identity.project.clone().unwrap_or_default(),
                     location: ctx.identity.location.clone().unwrap_or_default(),
                     instance_id: instance_id.clone(),
+                    host_id: if role == Role::Host {
+                        machine_id()
+                    } else {
+                        String::new()
+                    },
                 };
                 let sink = OtlpSink::new(&oc, &resource)?;
                 tracing::info!(
@@ -937,4 +946,11 @@ fn local_hostname() -> Result<String> {
         });
     }
     Ok(name)
+}
+
+/// This machine's id for OTLP's `host.id` (host role): `/etc/machine-id`, empty when unreadable.
+fn machine_id() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }

@@ -470,6 +470,12 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_TASK_LABEL_ALLOWLIST", value_name = "KEY,...")]
     pub task_label_allowlist: Option<String>,
 
+    /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,
+    /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams. A larger
+    /// answer is a `too_large` error. [default: 32Mi]
+    #[arg(long, env = "KUBE_PROBER_MAX_RESPONSE_BYTES", value_name = "BYTES")]
+    pub max_response_bytes: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

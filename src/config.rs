@@ -92,6 +92,7 @@ pub struct FileConfig {
     pub sysfs: Option<PathBuf>,
     pub task_namespaces: Option<String>,
     pub task_label_allowlist: Option<String>,
+    pub max_response_bytes: Option<String>,
 }
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
@@ -390,6 +391,8 @@ pub struct Config {
     pub sinks: SinksConfig,
     pub serve: ServeConfig,
     pub task: TaskSettings,
+    /// Cap on every answer read from outside (see [`crate::limit`]).
+    pub max_response_bytes: usize,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -412,6 +415,30 @@ fn invalid(option: &'static str, value: &str, reason: impl Into<String>) -> Erro
 }
 
 /// Parses a duration like `15s`, `1m30s`, `500ms`, bounded to `[min, max]`.
+/// `--max-response-bytes`: bytes or a quantity (`32Mi`), 64 KiB to 4 GiB.
+fn max_response_bytes(value: Option<String>) -> Result<usize> {
+    let Some(v) = value else {
+        return Ok(crate::limit::DEFAULT_MAX_RESPONSE_BYTES);
+    };
+    const OPT: &str = "--max-response-bytes";
+    let n = crate::quantity::parse_quantity(v.trim()).map_err(|e| {
+        invalid(
+            OPT,
+            &v,
+            format!("{e} (expected bytes, e.g. 33554432 or 32Mi)"),
+        )
+    })?;
+    let (min, max) = (64.0 * 1024.0, 4.0 * 1024.0 * 1024.0 * 1024.0);
+    if !(min..=max).contains(&n) || n.fract() != 0.0 {
+        return Err(invalid(
+            OPT,
+            &v,
+            "must be a whole number of bytes from 64Ki to 4Gi",
+        ));
+    }
+    usize::try_from(n as u64).map_err(|_| invalid(OPT, &v, "too large for this platform"))
+}
+
 fn duration(option: &'static str, value: &str, min: Duration, max: Duration) -> Result<Duration> {
     let d = humantime::parse_duration(value.trim())
         .map_err(|e| invalid(option, value, format!("{e} (expected e.g. 15s, 1m, 500ms)")))?;
@@ -613,6 +640,12 @@ impl Config {
             .unwrap_or_else(|| "info".into());
         crate::telemetry::parse_filter(&log_level)?;
 
+        let max_response_bytes = max_response_bytes(
+            cli.max_response_bytes
+                .take()
+                .or(file.max_response_bytes.take()),
+        )?;
+
         Ok(Config {
             role: cli.role.or(file.role),
             listen,
@@ -637,6 +670,7 @@ impl Config {
             sinks,
             serve,
             task,
+            max_response_bytes,
         })
     }
 

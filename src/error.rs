@@ -55,6 +55,10 @@ pub enum Error {
     #[error("{what}: {reason}")]
     Parse { what: String, reason: String },
 
+    /// An answer from outside the process was larger than `--max-response-bytes`.
+    #[error("{what}: {reason}")]
+    TooLarge { what: String, reason: String },
+
     /// A source or operation ran past its deadline.
     #[error("{what} timed out after {after:?}")]
     Timeout {
@@ -67,7 +71,7 @@ pub enum Error {
 /// [`Error::metric_label`] of the errors fetchers return). Add a label here when a fetcher
 /// starts returning a new kind of error; docs/metrics.md must list exactly these
 /// (tests/docs.rs provokes each one from real input).
-pub const SOURCE_ERROR_REASONS: &[&str] = &["http", "io", "parse", "timeout"];
+pub const SOURCE_ERROR_REASONS: &[&str] = &["http", "io", "parse", "timeout", "too_large"];
 
 impl Error {
     /// A short, low-cardinality label for this error, used as the `reason` label of error counters.
@@ -82,6 +86,7 @@ impl Error {
             Error::RoleUnavailable { .. } => "role",
             Error::Timeout { .. } => "timeout",
             Error::Parse { .. } => "parse",
+            Error::TooLarge { .. } => "too_large",
         }
     }
 

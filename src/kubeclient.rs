@@ -11,12 +11,13 @@ fn kube_err(what: &str, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// A client for `kubeconfig` (its current context), or in-cluster config when `None`.
+/// A client for `kubeconfig` (its current context), or in-cluster config when `None`; no
+/// response body it reads may exceed `max_response_bytes` (see [`crate::limit`]).
 ///
 /// kube's default retry (429/503/504, up to 15 tries) is turned off: every source has its own
 /// deadline and keeps its last good data, and a failure must show as what it is, not as a
 /// timeout after minutes of silent retries.
-pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+pub async fn client(kubeconfig: Option<&Path>, max_response_bytes: usize) -> Result<kube::Client> {
     let mut config = match kubeconfig {
         Some(path) => {
             // A kubeconfig we cannot use is the user's to fix: a config error (exit 2).
@@ -33,7 +34,19 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
         None => kube::Config::incluster().map_err(|e| kube_err("in-cluster config", e))?,
     };
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| kube_err("building the Kubernetes client", e))
+    client_from_config(config, max_response_bytes)
+}
+
+/// A client for `config` whose response bodies are capped at `max_response_bytes` (whole
+/// bodies; one event per line for watches).
+pub fn client_from_config(config: kube::Config, max_response_bytes: usize) -> Result<kube::Client> {
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| kube_err("building the Kubernetes client", e))?;
+    Ok(builder
+        .with_layer(&crate::limit::BodyCapLayer {
+            limit: max_response_bytes,
+        })
+        .build())
 }
 
 /// `client` with a `Retry-After` gate: after a 429 or 503 naming a time, no request to the same

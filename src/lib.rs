@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod identity;
 pub mod kubeclient;
 pub mod leader;
+pub mod limit;
 pub mod model;
 pub mod output;
 pub mod probe;

@@ -152,6 +152,10 @@ pub async fn run_sink<S: Sink>(
         );
     }
     let left = deadline.saturating_duration_since(Instant::now());
+    if !left.is_zero() && published.borrow().snapshot.tick > 0 {
+        wait_until_ready(sink.as_ref(), left).await;
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
     let current = published.borrow().clone();
     if !left.is_zero() && current.snapshot.tick > 0 {
         tracing::info!(sink = sink.name(), "final push");
@@ -163,6 +167,36 @@ pub async fn run_sink<S: Sink>(
             provider.as_ref(),
         )
         .await;
+    }
+}
+
+/// Time kept for the final push itself after waiting for the sink to be ready (at most half
+/// of what is left).
+const FINAL_SEND_RESERVE: Duration = Duration::from_secs(2);
+
+/// Waits until the sink can write the newest value of every series (Cloud Monitoring refuses a
+/// point less than its sampling period after the previous one), if that wait still leaves time
+/// for the push within `left`; otherwise pushes at once, and series written too recently keep
+/// their previous point (logged).
+async fn wait_until_ready<S: Sink>(sink: &S, left: Duration) {
+    let wait = sink.ready_in();
+    if wait.is_zero() {
+        return;
+    }
+    if wait + FINAL_SEND_RESERVE.min(left / 2) <= left {
+        tracing::info!(
+            sink = sink.name(),
+            ?wait,
+            "final push waits for the sampling period"
+        );
+        tokio::time::sleep(wait).await;
+    } else {
+        tracing::warn!(
+            sink = sink.name(),
+            ?wait,
+            ?left,
+            "final push cannot wait for the sampling period within the shutdown timeout; series written less than a period ago keep their previous point"
+        );
     }
 }
 

@@ -1043,3 +1043,157 @@ fn without_credentials_pushes_fail_with_reason_credentials() {
     let out = run_child(&[("GOOGLE_APPLICATION_CREDENTIALS", key.to_str().unwrap())]);
     assert!(out.contains("CHILD-OK-KEYFILE"), "{out}");
 }
+
+/// A snapshot with `fluentbit` at `restarts`, as tick `tick`, published for the push runner.
+fn published(tick: u64, restarts: u32) -> Arc<kube_prober::api::server::Published> {
+    let mut s = (*snapshot(cluster(2, restarts))).clone();
+    s.tick = tick;
+    Arc::new(kube_prober::api::server::Published::render(
+        Arc::new(s),
+        "metrics_server",
+    ))
+}
+
+/// The newest value of fluentbit's restart series, as the stand-in stored it.
+fn newest_restarts(gcm: &GcmStandIn) -> Option<i64> {
+    let all = by_type(gcm);
+    let r = find(
+        &all,
+        &t("addon/restart"),
+        &[("pod_name", "fluentbit-abcde")],
+        &[("container_name", "fluentbit")],
+    );
+    r.first().map(|s| int(s))
+}
+
+/// Runs a GCM sink in the push runner (ticks every 300 ms, period `period`), waits for the first
+/// write, publishes restarts 7 and stops it with `final_push` to spare. Returns the stand-in and
+/// how long the runner took to stop.
+async fn stop_soon_after_a_push(
+    period: Duration,
+    final_push: Duration,
+) -> (GcmStandIn, Duration, kube_prober::model::SinkStatus) {
+    use kube_prober::output::{SinkSchedule, run_sink};
+    use kube_prober::provider::{Provider, Store};
+    let gcm = GcmStandIn::with_period(period).await;
+    let mut c = cfg(&gcm);
+    c.min_sampling_period = period;
+    let sink = Arc::new(GcmSink::new(c).await.unwrap());
+    let store = Arc::new(Store::new());
+    let (tx, rx) = tokio::sync::watch::channel(published(1, 2));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(run_sink(
+        sink,
+        SinkSchedule {
+            interval: Duration::from_millis(300),
+            timeout: Duration::from_secs(5),
+            final_push,
+        },
+        rx,
+        store.clone() as Arc<dyn Provider>,
+        None,
+        cancel.clone(),
+    ));
+    timed(async {
+        while newest_restarts(&gcm).is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(newest_restarts(&gcm), Some(2));
+    // Newer values, then SIGTERM well within the sampling period of the first write.
+    tx.send_replace(published(2, 7));
+    let stopping = std::time::Instant::now();
+    cancel.cancel();
+    timed(task).await.unwrap();
+    let took = stopping.elapsed();
+    let status = store.snapshot(SystemTime::now()).sinks["gcm"].clone();
+    (gcm, took, status)
+}
+
+/// SIGTERM less than the sampling period after a push: the final push waits until the series
+/// may be written again (the deadline allows it) and delivers the newest values. Before, it
+/// sent nothing: every series had been written too recently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_push_waits_for_the_sampling_period_and_delivers_the_newest_values() {
+    let (gcm, took, status) =
+        stop_soon_after_a_push(Duration::from_millis(1500), Duration::from_secs(4)).await;
+    assert_eq!(newest_restarts(&gcm), Some(7), "the newest value went out");
+    assert!(gcm.errors().is_empty(), "{:?}", gcm.errors());
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert!(status.failures.is_empty(), "{status:?}");
+}
+
+/// When waiting would not leave time for the push within the deadline, the runner does not
+/// wait: it pushes at once (series written too recently keep their previous point) and stops
+/// within its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_push_that_cannot_wait_stops_within_its_deadline() {
+    let (gcm, took, _) =
+        stop_soon_after_a_push(Duration::from_secs(5), Duration::from_millis(600)).await;
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    assert_eq!(newest_restarts(&gcm), Some(2), "the previous point stays");
+    assert!(gcm.errors().is_empty(), "{:?}", gcm.errors());
+}
+
+/// An address nothing listens on (yet).
+fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// Connection attempts that never reached Cloud Monitoring are not requests: a push to a
+/// closed port fails as `unavailable` with `requests` 0 (it counted every attempt before).
+/// When the server comes up on that port, the next push counts exactly the requests it answered,
+/// a retried UNAVAILABLE from the server included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_count_only_what_the_server_answered() {
+    crypto();
+    let addr = free_addr();
+    let mut c = GcmConfig {
+        client: GcmClientConfig {
+            endpoint: Some(format!("http://{addr}")),
+            anonymous: true,
+            ..Default::default()
+        },
+        retry_initial: Duration::from_millis(20),
+        retry_max: Duration::from_millis(50),
+        push_deadline: Duration::from_millis(500),
+        ..Default::default()
+    };
+    c.min_sampling_period = Duration::from_millis(100);
+    let sink = GcmSink::new(c).await.unwrap();
+    let err = timed(sink.push(snapshot(cluster(2, 0)), PushScope::All))
+        .await
+        .unwrap_err();
+    // The last try may be cut by the push deadline instead (a retry that lands on it).
+    assert!(
+        ["unavailable", "deadline_exceeded"].contains(&err.reason.as_str()),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.sent,
+        kube_prober::sink::PushReport::default(),
+        "{err:?}"
+    );
+    assert!(sink.stats().retries >= 1, "the attempts were retried");
+    assert_eq!(sink.stats().requests, 0);
+
+    let gcm = GcmStandIn::with_period_on(addr, Duration::from_millis(100)).await;
+    gcm.fail_next(1, Code::Unavailable);
+    let report = timed(async {
+        loop {
+            match sink.push(snapshot(cluster(2, 0)), PushScope::All).await {
+                Ok(r) => break r,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(report.requests as usize, gcm.calls().len(), "{report:?}");
+    assert_eq!(
+        report.requests, 2,
+        "one UNAVAILABLE from the server, then OK"
+    );
+    assert_eq!(sink.stats().requests, 2);
+}

@@ -134,6 +134,7 @@ fn resource() -> OtlpResource {
         project: "my-proj".into(),
         location: "us-central1-a".into(),
         instance_id: "pod-uid-1".into(),
+        host_id: String::new(),
     }
 }
 
@@ -922,6 +923,9 @@ async fn an_unreachable_receiver_fails_with_a_transport_reason() {
         .expect("bounded")
         .expect_err("nothing listens");
         assert_eq!(e.reason, reason, "{protocol}: {e:?}");
+        // The receiver never answered: no request is counted.
+        assert_eq!(e.sent.requests, 0, "{protocol}: {e:?}");
+        assert!(e.message.contains("refused"), "{protocol}: {}", e.message);
     }
 }
 

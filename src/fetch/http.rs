@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use reqwest::{Client, RequestBuilder, StatusCode};
 
 use crate::error::{Error, Result};
@@ -62,7 +62,8 @@ pub struct HttpConfig {
 }
 
 impl HttpConfig {
-    /// Defaults for `address`: 10 s timeout, 2 retries from 200 ms, 64 MiB bodies.
+    /// Defaults for `address`: 10 s timeout, 2 retries from 200 ms, bodies up to
+    /// [`crate::limit::DEFAULT_MAX_RESPONSE_BYTES`].
     pub fn new(address: impl Into<String>) -> Self {
         HttpConfig {
             address: address.into(),
@@ -72,7 +73,7 @@ impl HttpConfig {
             timeout: Duration::from_secs(10),
             retries: 2,
             backoff: Duration::from_millis(200),
-            max_body_bytes: 64 << 20,
+            max_body_bytes: crate::limit::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -175,7 +176,7 @@ impl HttpBackend {
 
     /// One try: the answer and the `Retry-After` it asked for (429 and 503, in seconds).
     async fn once(&self, what: &str, req: RequestBuilder) -> Result<(Answer, Option<Duration>)> {
-        let mut resp = req.send().await.map_err(|e| {
+        let resp = req.send().await.map_err(|e| {
             let kind = if e.is_timeout() {
                 "timed out"
             } else if e.is_connect() {
@@ -187,34 +188,8 @@ impl HttpBackend {
         })?;
         let status = resp.status();
         let asked = retry_after(status, resp.headers());
-        let limit = self.cfg.max_body_bytes;
-        if resp.content_length().is_some_and(|n| n > limit as u64) {
-            return Err(http_err(
-                what,
-                format!("body larger than the {limit}-byte limit"),
-            ));
-        }
-        let mut body = BytesMut::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| http_err(what, format!("reading the body: {e}")))?
-        {
-            if body.len() + chunk.len() > limit {
-                return Err(http_err(
-                    what,
-                    format!("body larger than the {limit}-byte limit"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok((
-            Answer {
-                status,
-                body: body.freeze(),
-            },
-            asked,
-        ))
+        let body = read_body(what, resp, self.cfg.max_body_bytes).await?;
+        Ok((Answer { status, body }, asked))
     }
 }
 
@@ -235,6 +210,19 @@ fn retry_after(status: StatusCode, headers: &reqwest::header::HeaderMap) -> Opti
         .parse()
         .ok()?;
     Some(Duration::from_secs(secs))
+}
+
+/// The body, at most `limit` bytes: larger is [`Error::TooLarge`] (not retried).
+async fn read_body(what: &str, resp: reqwest::Response, limit: usize) -> Result<Bytes> {
+    crate::limit::read_capped(resp, limit)
+        .await
+        .map_err(|e| match e {
+            crate::limit::ReadError::TooLarge(t) => Error::TooLarge {
+                what: what.to_string(),
+                reason: t.to_string(),
+            },
+            crate::limit::ReadError::Read(e) => http_err(what, format!("reading the body: {e}")),
+        })
 }
 
 /// `Authorization: Bearer <token>`.

@@ -127,7 +127,8 @@ const BACKOFF: Duration = Duration::from_millis(200);
 fn transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::HyperError(_) => true,
+        kube::Error::Service(_) => !too_large(e),
         _ => false,
     }
 }
@@ -162,9 +163,21 @@ where
     }
 }
 
-/// A kube error as [`Error::Http`] (or [`Error::Parse`] for an answer that did not decode),
-/// keeping the API server's `Status` or the error chain.
+/// Whether `e` is an answer past `--max-response-bytes`: never retried (it would only be
+/// read again), and counted as `too_large`.
+fn too_large(e: &kube::Error) -> bool {
+    crate::limit::find_too_large(e).is_some()
+}
+
+/// A kube error as [`Error::Http`] ([`Error::TooLarge`] past the cap, [`Error::Parse`] for an
+/// answer that did not decode), keeping the API server's `Status` or the error chain.
 fn list_error(what: &str, e: &kube::Error) -> Error {
+    if let Some(t) = crate::limit::find_too_large(e) {
+        return Error::TooLarge {
+            what: what.to_string(),
+            reason: t.to_string(),
+        };
+    }
     if let kube::Error::SerdeError(err) = e {
         return Error::Parse {
             what: what.to_string(),

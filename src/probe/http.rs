@@ -13,6 +13,8 @@ pub struct HttpProbe {
     headers: Vec<(String, String)>,
     /// The body must contain this (e.g. `ok` for `/healthz`).
     body_contains: Option<String>,
+    /// Larger bodies fail the probe with reason `too_large`.
+    max_body_bytes: usize,
     client: reqwest::Client,
 }
 
@@ -33,6 +35,7 @@ impl HttpProbe {
             url: url.into(),
             headers: Vec::new(),
             body_contains: None,
+            max_body_bytes: crate::limit::DEFAULT_MAX_RESPONSE_BYTES,
             client,
         })
     }
@@ -44,6 +47,12 @@ impl HttpProbe {
 
     pub fn body_contains(mut self, s: &str) -> Self {
         self.body_contains = Some(s.into());
+        self
+    }
+
+    /// The cap on the body read (`--max-response-bytes`).
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = n;
         self
     }
 }
@@ -78,10 +87,7 @@ impl Probe for HttpProbe {
             ));
         }
         if let Some(want) = &self.body_contains {
-            let body = resp
-                .text()
-                .await
-                .map_err(|e| Failure::new("bad_body", e.to_string()))?;
+            let body = read_text(resp, self.max_body_bytes).await?;
             if !body.contains(want.as_str()) {
                 let shown: String = body.chars().take(100).collect();
                 return Err(Failure::new(
@@ -91,5 +97,14 @@ impl Probe for HttpProbe {
             }
         }
         Ok(())
+    }
+}
+
+/// The body as text, at most `limit` bytes (`too_large` past it).
+async fn read_text(resp: reqwest::Response, limit: usize) -> Result<String, Failure> {
+    match crate::limit::read_capped(resp, limit).await {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(crate::limit::ReadError::TooLarge(t)) => Err(Failure::new("too_large", t.to_string())),
+        Err(crate::limit::ReadError::Read(e)) => Err(Failure::new("bad_body", e.to_string())),
     }
 }

@@ -7,6 +7,9 @@ use kube::api::{Api, ListParams};
 use super::{Failure, Probe};
 
 fn kube_failure(e: kube::Error) -> Failure {
+    if let Some(t) = crate::limit::find_too_large(&e) {
+        return Failure::new("too_large", t.to_string());
+    }
     match &e {
         kube::Error::Api(s) => Failure::new(format!("status_{}", s.code), e.to_string()),
         _ => Failure::new("error", e.to_string()),

@@ -664,6 +664,8 @@ struct Sent {
     keys: Vec<(String, Option<SystemTime>)>,
     points: u64,
     attempts: u64,
+    /// Attempts the server answered (a status of its own): what `requests` counts.
+    answered: u64,
     result: std::result::Result<(), tonic::Status>,
 }
 
@@ -739,6 +741,14 @@ fn should_retry(status: &tonic::Status) -> bool {
         Some(_) => false,
         None => retryable(status.code()),
     }
+}
+
+/// Whether Cloud Monitoring (or a proxy in front of it) sent this status. tonic attaches the
+/// transport error as the `source` of statuses it makes up itself (connection refused or
+/// reset, TLS, DNS); statuses read from the server's trailers or HTTP status have none. A
+/// token that could not be had fails before the request is sent.
+fn answered_by_server(status: &tonic::Status) -> bool {
+    std::error::Error::source(status).is_none() && credentials_error(status).is_none()
 }
 
 /// The failure certainly wrote nothing, so the series may be written again at once.
@@ -1001,13 +1011,15 @@ impl GcmSink {
 
     /// One request, retried with exponential backoff and jitter on UNAVAILABLE,
     /// DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED while the push deadline allows.
+    /// Returns the result, the attempts and how many of them the server answered.
     async fn send(
         &self,
         req: CreateTimeSeriesRequest,
         deadline: Instant,
-    ) -> (Result<(), tonic::Status>, u64) {
+    ) -> (Result<(), tonic::Status>, u64, u64) {
         let mut backoff = self.cfg.retry_initial;
         let mut attempts = 0u64;
+        let mut answered = 0u64;
         loop {
             let Some(left) = deadline
                 .checked_duration_since(Instant::now())
@@ -1018,6 +1030,7 @@ impl GcmSink {
                         "push deadline passed before the request",
                     )),
                     attempts,
+                    answered,
                 );
             };
             attempts += 1;
@@ -1025,8 +1038,13 @@ impl GcmSink {
             r.set_timeout(left);
             let mut client = self.client.clone();
             let status = match tokio::time::timeout(left, client.create_time_series(r)).await {
-                Ok(Ok(_)) => return (Ok(()), attempts),
-                Ok(Err(s)) => s,
+                Ok(Ok(_)) => return (Ok(()), attempts, answered + 1),
+                Ok(Err(s)) => {
+                    if answered_by_server(&s) {
+                        answered += 1;
+                    }
+                    s
+                }
                 Err(_) => {
                     return (
                         Err(tonic::Status::deadline_exceeded(format!(
@@ -1034,15 +1052,16 @@ impl GcmSink {
                             self.cfg.push_deadline
                         ))),
                         attempts,
+                        answered,
                     );
                 }
             };
             if !should_retry(&status) {
-                return (Err(status), attempts);
+                return (Err(status), attempts, answered);
             }
             let wait = backoff.mul_f64(0.5 + 0.5 * jitter_fraction());
             if Instant::now() + wait >= deadline {
-                return (Err(status), attempts);
+                return (Err(status), attempts, answered);
             }
             tracing::debug!(code = ?status.code(), error = %status.message(), ?wait, "CreateTimeSeries failed; retrying");
             self.stats
@@ -1100,11 +1119,12 @@ impl GcmSink {
                         .collect(),
                 };
                 drop(drafts);
-                let (result, attempts) = self.send(req, deadline).await;
+                let (result, attempts, answered) = self.send(req, deadline).await;
                 Sent {
                     keys,
                     points,
                     attempts,
+                    answered,
                     result,
                 }
             }
@@ -1130,7 +1150,8 @@ impl GcmSink {
         let mut failed_requests = 0u64;
         let mut undo = Vec::new();
         for s in sent {
-            report.requests += s.attempts;
+            // Requests the server answered; attempts that never reached it are not requests.
+            report.requests += s.answered;
             match s.result {
                 Ok(()) => report.points += s.points,
                 Err(status) => {
@@ -1228,6 +1249,20 @@ impl GcmSink {
 impl Sink for GcmSink {
     fn name(&self) -> &'static str {
         "gcm"
+    }
+
+    /// Until every series written may be written again (its sampling period after its last
+    /// point), plus a millisecond for the truncation of point times.
+    fn ready_in(&self) -> Duration {
+        let now = SystemTime::now();
+        let period = self.cfg.min_sampling_period;
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.series
+            .values()
+            .filter_map(|m| m.last_end?.checked_add(period))
+            .filter_map(|due| due.duration_since(now).ok())
+            .max()
+            .map_or(Duration::ZERO, |d| d + Duration::from_millis(1))
     }
 
     async fn push(

@@ -52,4 +52,11 @@ pub trait Sink: Send + Sync + 'static {
         snapshot: Arc<Snapshot>,
         scope: PushScope,
     ) -> impl Future<Output = Result<PushReport, PushError>> + Send;
+
+    /// How long until a push would carry the newest value of every series it last wrote
+    /// (Cloud Monitoring's sampling period); zero for outputs that take any rate. The final
+    /// push at shutdown waits this long when its deadline allows.
+    fn ready_in(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }

@@ -438,7 +438,7 @@ pub const PROBE_RUNS: Family = counter(
 );
 pub const PROBE_FAILURES: Family = counter(
     "kube_prober_probe_failures",
-    "Failed probe runs, by probe, target and reason (timeout, refused, dns, status_<code>, bad_body, no_items, error).",
+    "Failed probe runs, by probe, target and reason (timeout, refused, dns, status_<code>, bad_body, no_items, too_large, error).",
     None,
 );
 
@@ -515,7 +515,7 @@ pub const SINK_POINTS: Family = counter(
 );
 pub const SINK_REQUESTS: Family = counter(
     "kube_prober_sink_requests",
-    "Requests sent by each push output.",
+    "Requests of each push output that the receiver answered (successfully or not).",
     None,
 );
 pub const SINK_LAST_SUCCESS: Family = gauge(

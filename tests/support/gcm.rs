@@ -155,6 +155,11 @@ impl GcmStandIn {
     }
 
     pub async fn with_period(min_period: Duration) -> Self {
+        Self::with_period_on(([127, 0, 0, 1], 0).into(), min_period).await
+    }
+
+    /// Listening on `addr` (e.g. the port a sink already points at, to come up late).
+    pub async fn with_period_on(addr: std::net::SocketAddr, min_period: Duration) -> Self {
         let inner = Arc::new(Mutex::new(Inner {
             min_period,
             max_page: 1000,
@@ -163,8 +168,8 @@ impl GcmStandIn {
             calls: Vec::new(),
             faults: VecDeque::new(),
         }));
-        let incoming = tonic::transport::server::TcpIncoming::bind(([127, 0, 0, 1], 0).into())
-            .expect("bind 127.0.0.1:0");
+        let incoming =
+            tonic::transport::server::TcpIncoming::bind(addr).expect("bind the stand-in");
         let addr = incoming.local_addr().expect("local addr");
         let svc = Svc {
             inner: inner.clone(),

@@ -477,7 +477,7 @@ pub struct OtlpResource {
     pub cluster_name: String,
     /// `cluster`, `node` or `host`.
     pub role: String,
-    /// This node's name (node role).
+    /// This node's name (node role), or this machine's (host role: `host.name`).
     pub node_name: Option<String>,
     /// GCE project, or empty off GCE.
     pub project: String,
@@ -485,6 +485,29 @@ pub struct OtlpResource {
     pub location: String,
     /// `service.instance.id`: unique per running instance (e.g. the pod UID).
     pub instance_id: String,
+    /// `host.id` of the host role: the machine-id (`/etc/machine-id`), or empty.
+    pub host_id: String,
+}
+
+/// `host.arch` as the semantic conventions spell it.
+fn host_arch() -> Option<&'static str> {
+    Some(match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "x86",
+        "arm" => "arm32",
+        "powerpc64" => "ppc64",
+        "s390x" => "s390x",
+        _ => return None,
+    })
+}
+
+/// `os.type` as the semantic conventions spell it.
+fn os_type() -> &'static str {
+    match std::env::consts::OS {
+        "macos" => "darwin",
+        other => other,
+    }
 }
 
 /// True for GCE zone names like `us-central1-a` (region, dash, one letter).
@@ -518,6 +541,19 @@ impl OtlpResource {
             && let Some(n) = self.node_name.as_ref().filter(|n| !n.is_empty())
         {
             out.push(KeyValue::new("k8s.node.name", n.clone()));
+        }
+        if self.role == "host" {
+            // No cluster: the machine is what the series describe (semconv `host.*`, `os.*`).
+            if let Some(n) = self.node_name.as_ref().filter(|n| !n.is_empty()) {
+                out.push(KeyValue::new("host.name", n.clone()));
+            }
+            if !self.host_id.is_empty() {
+                out.push(KeyValue::new("host.id", self.host_id.clone()));
+            }
+            if let Some(arch) = host_arch() {
+                out.push(KeyValue::new("host.arch", arch));
+            }
+            out.push(KeyValue::new("os.type", os_type()));
         }
         if !self.project.is_empty() {
             out.push(KeyValue::new("cloud.provider", "gcp"));
@@ -732,6 +768,7 @@ mod tests {
             project: "my-proj".into(),
             location: "us-central1-a".into(),
             instance_id: "uid-1".into(),
+            host_id: String::new(),
         };
         let a: HashMap<String, String> = r
             .attributes()
@@ -770,6 +807,36 @@ mod tests {
                 .attributes()
                 .iter()
                 .any(|kv| kv.key.as_str().starts_with("cloud."))
+        );
+        assert!(!a.keys().any(|k| k.starts_with("host.")), "{a:?}");
+    }
+
+    #[test]
+    fn the_host_role_names_its_host() {
+        let r = OtlpResource {
+            role: "host".into(),
+            node_name: Some("box-1".into()),
+            host_id: "0123abcd".into(),
+            ..Default::default()
+        };
+        let a: HashMap<String, String> = r
+            .attributes()
+            .into_iter()
+            .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+            .collect();
+        assert_eq!(a["host.name"], "box-1");
+        assert_eq!(a["host.id"], "0123abcd");
+        assert_eq!(a["os.type"], std::env::consts::OS);
+        assert!(!a.contains_key("k8s.node.name"));
+        let no_id = OtlpResource {
+            host_id: String::new(),
+            ..r
+        };
+        assert!(
+            !no_id
+                .attributes()
+                .iter()
+                .any(|kv| kv.key.as_str() == "host.id")
         );
     }
 }

@@ -47,8 +47,9 @@
 //!
 //! A failed request ends the push: the remaining batches are not sent (the receiver is most
 //! likely down or refusing, and each further request would wait for its own timeout), and
-//! `PushError::sent` counts the requests tried, the failed one included, and the points of
-//! those that succeeded. The next push sends everything again. The per-request timeout is the
+//! `PushError::sent` counts the requests the receiver answered, the failed one included when
+//! it answered (a connect, TLS or transport failure, or no answer in time, is not a request),
+//! and the points of those that succeeded. The next push sends everything again. The per-request timeout is the
 //! configured one; the push runner's timeout bounds the whole push.
 //!
 //! Retries inside the exporter are off: the push runner has its own ticker, timeout and
@@ -285,11 +286,15 @@ fn tls_files_given(tls: &OtlpTls) -> bool {
     tls.ca_pem.is_some() || tls.client.is_some()
 }
 
-/// The last HTTP transport error, in full: opentelemetry-otlp reports only "network error".
+/// The last transport error, in full: opentelemetry-otlp reports only "network error" (HTTP)
+/// or the gRPC code. Set by the OTLP/HTTP client, and by the gRPC channel's connector when it
+/// could not connect (then the gRPC code stays the reason: `keep_reason`). Either way the
+/// request never reached the receiver, so it is not counted as a request.
 #[derive(Debug, Clone, Default)]
 struct TransportError {
     message: String,
     timeout: bool,
+    keep_reason: bool,
 }
 
 type LastError = Arc<Mutex<Option<TransportError>>>;
@@ -340,10 +345,66 @@ impl opentelemetry_http::HttpClient for HttpTransport {
                     source = s.source();
                 }
                 if let Ok(mut last) = self.last_error.lock() {
-                    *last = Some(TransportError { message, timeout });
+                    *last = Some(TransportError {
+                        message,
+                        timeout,
+                        keep_reason: false,
+                    });
                 }
             }
             result
+        })
+    }
+}
+
+/// The gRPC channel's connector: plain TCP (tonic adds TLS on top), recording a failed
+/// connect in `last_error` so the export it fails is not counted as a request.
+#[derive(Debug, Clone)]
+struct WatchedConnector {
+    last_error: LastError,
+}
+
+impl tower_service::Service<http::Uri> for WatchedConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Self::Response>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let last_error = self.last_error.clone();
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+                .ok_or_else(|| std::io::Error::other(format!("no host in {uri}")))?;
+            let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                Some("https") => 443,
+                _ => 80,
+            });
+            match tokio::net::TcpStream::connect((host.as_str(), port)).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    Ok(hyper_util::rt::TokioIo::new(stream))
+                }
+                Err(e) => {
+                    if let Ok(mut last) = last_error.lock() {
+                        *last = Some(TransportError {
+                            message: format!("connecting to {host}:{port}: {e}"),
+                            timeout: e.kind() == std::io::ErrorKind::TimedOut,
+                            keep_reason: true,
+                        });
+                    }
+                    Err(e)
+                }
+            }
         })
     }
 }
@@ -383,17 +444,11 @@ fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExpo
                 }
                 Ok(req)
             };
-            let mut b = MetricExporter::builder()
-                .with_tonic()
-                .with_endpoint(s.endpoint.clone())
-                .with_protocol(Protocol::Grpc)
-                .with_timeout(s.timeout)
-                .with_metadata(metadata)
-                .with_interceptor(interceptor)
-                .with_retry_policy(RetryPolicy::disabled());
-            if s.compression == OtlpCompression::Gzip {
-                b = b.with_compression(Compression::Gzip);
-            }
+            // Our own channel (same endpoint, timeout and TLS as the exporter would make), so
+            // that a failed connect is known: see `WatchedConnector`.
+            let mut endpoint = tonic::transport::Endpoint::from_shared(s.endpoint.clone())
+                .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?
+                .timeout(s.timeout);
             if https {
                 let mut tls = ClientTlsConfig::new();
                 tls = match &s.tls.ca_pem {
@@ -403,7 +458,23 @@ fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExpo
                 if let Some((cert, key)) = &s.tls.client {
                     tls = tls.identity(Identity::from_pem(cert, key));
                 }
-                b = b.with_tls_config(tls);
+                endpoint = endpoint
+                    .tls_config(tls)
+                    .map_err(|e| config_err("otlp TLS", &s.endpoint, e.to_string()))?;
+            }
+            let channel = endpoint.connect_with_connector_lazy(WatchedConnector {
+                last_error: last_error.clone(),
+            });
+            let mut b = MetricExporter::builder()
+                .with_tonic()
+                .with_channel(channel)
+                .with_protocol(Protocol::Grpc)
+                .with_timeout(s.timeout)
+                .with_metadata(metadata)
+                .with_interceptor(interceptor)
+                .with_retry_policy(RetryPolicy::disabled());
+            if s.compression == OtlpCompression::Gzip {
+                b = b.with_compression(Compression::Gzip);
             }
             b.build().map_err(build_err)
         }
@@ -732,17 +803,24 @@ impl OtlpSink {
         if points == 0 {
             return Ok(());
         }
-        sent.requests += 1;
-        match self.export(state, &rm).await {
+        let (answered, result) = self.export(state, &rm).await;
+        // Only requests the receiver answered count; a connect or transport failure, or no
+        // answer in time, is not a request.
+        if answered {
+            sent.requests += 1;
+        }
+        match result {
             Ok(()) => {
                 sent.points += points;
                 Ok(())
             }
             Err((reason, message)) => {
-                let before = if sent.requests > 1 {
+                let earlier = sent.requests - u64::from(answered);
+                let before = if earlier > 0 {
                     format!(
                         " (request {} of this push; {} points went out before it)",
-                        sent.requests, sent.points
+                        earlier + 1,
+                        sent.points
                     )
                 } else {
                     String::new()
@@ -756,12 +834,13 @@ impl OtlpSink {
         }
     }
 
-    /// Sends one `ResourceMetrics`: `Err((reason, message))` on failure.
+    /// Sends one `ResourceMetrics`: whether the receiver answered, and `Err((reason, message))`
+    /// on failure.
     async fn export(
         &self,
         state: &State,
         rm: &ResourceMetrics,
-    ) -> std::result::Result<(), (String, String)> {
+    ) -> (bool, std::result::Result<(), (String, String)>) {
         let points = count_points(rm);
         let timeout = self.settings.timeout;
         if let Ok(mut last) = self.last_error.lock() {
@@ -770,37 +849,50 @@ impl OtlpSink {
         // A little over the exporter's own timeout, so its error (with details) wins.
         let limit = timeout + Duration::from_millis(500);
         match tokio::time::timeout(limit, state.exporter.export(rm)).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => (true, Ok(())),
             Ok(Err(e)) => {
                 let mut message = e.to_string();
                 let mut reason = classify(&message);
                 let transport = self.last_error.lock().ok().and_then(|mut l| l.take());
+                let reached = transport.is_none();
                 if let Some(t) = transport {
                     let lower = t.message.to_ascii_lowercase();
-                    reason = if t.timeout {
-                        "timeout".to_string()
-                    } else if lower.contains("certificate") || lower.contains("alert") {
-                        "tls".to_string()
-                    } else {
-                        "transport".to_string()
-                    };
+                    if !t.keep_reason {
+                        reason = if t.timeout {
+                            "timeout".to_string()
+                        } else if lower.contains("certificate") || lower.contains("alert") {
+                            "tls".to_string()
+                        } else {
+                            "transport".to_string()
+                        };
+                    }
                     message = format!("{message}: {}", t.message);
                 }
+                // Failures tonic makes up itself (TLS, broken connection, its own timeout)
+                // never had an answer either.
+                let answered =
+                    reached && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
+                (
+                    answered,
+                    Err((
+                        reason,
+                        format!(
+                            "OTLP export of {points} points to {} failed: {message}",
+                            self.settings.endpoint
+                        ),
+                    )),
+                )
+            }
+            Err(_) => (
+                false,
                 Err((
-                    reason,
+                    "timeout".into(),
                     format!(
-                        "OTLP export of {points} points to {} failed: {message}",
+                        "OTLP export to {} did not finish within {limit:?}",
                         self.settings.endpoint
                     ),
-                ))
-            }
-            Err(_) => Err((
-                "timeout".into(),
-                format!(
-                    "OTLP export to {} did not finish within {limit:?}",
-                    self.settings.endpoint
-                ),
-            )),
+                )),
+            ),
         }
     }
 }

@@ -1,0 +1,417 @@
+//! Byte caps on everything read from outside the process (`--max-response-bytes`).
+//!
+//! - Kubernetes client: [`BodyCapLayer`] wraps every response body the kube client reads
+//!   (LISTs, GETs, `/readyz`, metrics.k8s.io, error bodies) in a [`CappedBody`] that fails
+//!   with [`TooLarge`] once more than the cap has arrived, or at once when `Content-Length`
+//!   already says so. kube collects a whole body before parsing it (`Client::request_text`),
+//!   so without the cap one answer is held in memory several times over.
+//! - Watch streams (`?watch=true`) live for minutes and carry any number of events, so a cap
+//!   on their total would cut every healthy watch. What can grow without bound there is one
+//!   event: kube splits the stream into lines with no line limit. A watch body is therefore
+//!   capped per line (one event) instead of in total.
+//! - reqwest answers (HTTP backends, HTTP probes): [`read_capped`].
+//!
+//! The failure is always recognisable ([`find_too_large`]) so sources count it as
+//! `too_large` and probes fail with reason `too_large`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+
+/// The error type of capped bodies (tower's `BoxError`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The default cap: 32 MiB.
+///
+/// The largest single answer kube-prober reads in normal operation is the metrics.k8s.io
+/// NodeMetrics list, which metrics-server serves in one piece whatever `limit` says. At 5,000
+/// nodes (Kubernetes' supported maximum) with GKE's ~28 node labels copied into each item
+/// (about 1.5 KB of JSON per node) it weighs 7.2 MiB; 32 MiB leaves 4× headroom for longer
+/// label sets, and also fits a 500-object LIST page of Nodes or Pods at up to 64 KiB per
+/// object. A body at the cap costs a few times its size in memory while it is parsed.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 << 20;
+
+/// A response (or one watch event) was larger than the cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge {
+    pub limit: usize,
+    /// `response body` or `watch event`.
+    pub what: &'static str,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} larger than the {}-byte limit (--max-response-bytes)",
+            self.what, self.limit
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// The [`TooLarge`] somewhere in `e`'s chain, looking inside `io::Error`s and kube's
+/// `Service` errors (which do not expose their payload as a `source`).
+pub fn find_too_large<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a TooLarge> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    let mut depth = 0;
+    while let Some(err) = cur {
+        depth += 1;
+        if depth > 16 {
+            return None;
+        }
+        if let Some(t) = err.downcast_ref::<TooLarge>() {
+            return Some(t);
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            let inner: &(dyn std::error::Error + 'static) = inner;
+            if let Some(t) = find_too_large(inner) {
+                return Some(t);
+            }
+        }
+        if let Some(kube::Error::Service(inner)) = err.downcast_ref::<kube::Error>() {
+            let inner: &(dyn std::error::Error + 'static) = inner.as_ref();
+            if let Some(t) = find_too_large(inner) {
+                return Some(t);
+            }
+        }
+        if let Some(kube::Error::ReadEvents(io)) = err.downcast_ref::<kube::Error>() {
+            if let Some(t) = find_too_large(io) {
+                return Some(t);
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// How a body is capped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// The whole body.
+    Total(usize),
+    /// Each newline-terminated line (one watch event).
+    PerLine(usize),
+}
+
+/// A body that fails with [`TooLarge`] past its cap.
+pub struct CappedBody<B> {
+    inner: Pin<Box<B>>,
+    cap: Cap,
+    /// Bytes so far (whole body), or since the last newline (per line).
+    seen: usize,
+    /// Failed already (e.g. by `Content-Length`): the next poll reports it, then the end.
+    failed: Option<TooLarge>,
+    done: bool,
+}
+
+impl<B> CappedBody<B> {
+    pub fn new(inner: B, cap: Cap) -> Self {
+        CappedBody {
+            inner: Box::pin(inner),
+            cap,
+            seen: 0,
+            failed: None,
+            done: false,
+        }
+    }
+
+    fn too_large(&self) -> TooLarge {
+        match self.cap {
+            Cap::Total(limit) => TooLarge {
+                limit,
+                what: "response body",
+            },
+            Cap::PerLine(limit) => TooLarge {
+                limit,
+                what: "watch event",
+            },
+        }
+    }
+
+    /// Counts `data`; false when it goes past the cap.
+    fn account(&mut self, data: &[u8]) -> bool {
+        match self.cap {
+            Cap::Total(limit) => {
+                self.seen = self.seen.saturating_add(data.len());
+                self.seen <= limit
+            }
+            Cap::PerLine(limit) => {
+                let mut parts = data.split(|b| *b == b'\n');
+                if let Some(first) = parts.next() {
+                    self.seen = self.seen.saturating_add(first.len());
+                    if self.seen > limit {
+                        return false;
+                    }
+                }
+                for part in parts {
+                    self.seen = part.len();
+                    if self.seen > limit {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    }
+}
+
+impl<B> Body for CappedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if let Some(e) = self.failed.take() {
+            self.done = true;
+            return Poll::Ready(Some(Err(Box::new(e))));
+        }
+        match ready!(self.inner.as_mut().poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref()
+                    && !self.account(data)
+                {
+                    // Stop reading: the inner body (and its connection) is dropped with us.
+                    self.done = true;
+                    return Poll::Ready(Some(Err(Box::new(self.too_large()))));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+            None => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.done || self.failed.is_some() {
+            return SizeHint::default();
+        }
+        self.inner.size_hint()
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || (self.failed.is_none() && self.inner.is_end_stream())
+    }
+}
+
+/// A tower layer for the kube client: caps every response body it reads.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyCapLayer {
+    pub limit: usize,
+}
+
+impl<S> tower_layer::Layer<S> for BodyCapLayer {
+    type Service = BodyCap<S>;
+    fn layer(&self, inner: S) -> BodyCap<S> {
+        BodyCap {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+/// See [`BodyCapLayer`].
+#[derive(Debug, Clone)]
+pub struct BodyCap<S> {
+    inner: S,
+    limit: usize,
+}
+
+/// Whether a request URI is a watch (`watch=true` or `watch=1` in the query).
+pub fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True"))
+    })
+}
+
+impl<S, ReqBody, ResBody> tower_service::Service<http::Request<ReqBody>> for BodyCap<S>
+where
+    S: tower_service::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = http::Response<CappedBody<ResBody>>;
+    type Error = S::Error;
+    type Future = CapFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
+        let cap = if is_watch(req.uri()) {
+            Cap::PerLine(self.limit)
+        } else {
+            Cap::Total(self.limit)
+        };
+        CapFuture {
+            inner: Box::pin(self.inner.call(req)),
+            cap,
+        }
+    }
+}
+
+/// The response future of [`BodyCap`].
+pub struct CapFuture<F> {
+    inner: Pin<Box<F>>,
+    cap: Cap,
+}
+
+impl<F, ResBody, E> Future for CapFuture<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+{
+    type Output = Result<http::Response<CappedBody<ResBody>>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let cap = self.cap;
+        let res = ready!(self.inner.as_mut().poll(cx))?;
+        let declared = content_length(res.headers());
+        Poll::Ready(Ok(res.map(|b| {
+            let mut body = CappedBody::new(b, cap);
+            if let (Cap::Total(limit), Some(n)) = (cap, declared)
+                && n > limit as u64
+            {
+                body.failed = Some(body.too_large());
+            }
+            body
+        })))
+    }
+}
+
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Why [`read_capped`] failed.
+#[derive(Debug)]
+pub enum ReadError {
+    TooLarge(TooLarge),
+    Read(reqwest::Error),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::TooLarge(t) => t.fmt(f),
+            ReadError::Read(e) => write!(f, "reading the body: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// The whole body of `resp`, at most `limit` bytes (refused early on a larger
+/// `Content-Length`, else as soon as more has arrived).
+pub async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<Bytes, ReadError> {
+    let too_large = || {
+        ReadError::TooLarge(TooLarge {
+            limit,
+            what: "response body",
+        })
+    };
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut body = BytesMut::new();
+    while let Some(chunk) = resp.chunk().await.map_err(ReadError::Read)? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn chunks(
+        parts: &[&'static [u8]],
+    ) -> impl Body<Data = Bytes, Error = std::convert::Infallible> {
+        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = parts
+            .iter()
+            .map(|p| Ok(Frame::data(Bytes::from_static(p))))
+            .collect();
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    async fn collect<B: Body<Data = Bytes, Error = BoxError>>(b: B) -> Result<Bytes, BoxError> {
+        Ok(b.collect().await?.to_bytes())
+    }
+
+    #[tokio::test]
+    async fn a_total_cap_passes_up_to_the_limit_and_fails_past_it() {
+        let ok = CappedBody::new(chunks(&[b"12345", b"678"]), Cap::Total(8));
+        assert_eq!(collect(ok).await.unwrap(), Bytes::from_static(b"12345678"));
+        let big = CappedBody::new(chunks(&[b"12345", b"6789"]), Cap::Total(8));
+        let e = collect(big).await.unwrap_err();
+        let t = find_too_large(e.as_ref()).unwrap();
+        assert_eq!(t.limit, 8);
+        assert_eq!(t.what, "response body");
+    }
+
+    #[tokio::test]
+    async fn a_line_cap_lets_a_long_stream_of_short_lines_through() {
+        let parts: Vec<&'static [u8]> = [&b"abc\nde"[..], &b"f\nghi\n"[..]].repeat(100);
+        let ok = CappedBody::new(chunks(&parts), Cap::PerLine(4));
+        assert_eq!(collect(ok).await.unwrap().len(), 1200);
+        let long = CappedBody::new(chunks(&[b"abc\nde", b"fgh\n"]), Cap::PerLine(4));
+        let e = collect(long).await.unwrap_err();
+        assert_eq!(find_too_large(e.as_ref()).unwrap().what, "watch event");
+    }
+
+    #[test]
+    fn watches_are_told_apart() {
+        let u = |s: &str| s.parse::<http::Uri>().unwrap();
+        assert!(is_watch(&u("/api/v1/nodes?watch=true&resourceVersion=5")));
+        assert!(is_watch(&u(
+            "/api/v1/pods?allowWatchBookmarks=true&watch=1"
+        )));
+        assert!(!is_watch(&u("/api/v1/nodes?limit=500")));
+        assert!(!is_watch(&u("/readyz")));
+    }
+
+    #[test]
+    fn found_inside_kube_and_io_errors() {
+        let t = TooLarge {
+            limit: 1,
+            what: "response body",
+        };
+        let k = kube::Error::Service(Box::new(t.clone()));
+        assert_eq!(find_too_large(&k), Some(&t));
+        let io = std::io::Error::other(kube::Error::Service(Box::new(t.clone())));
+        let k = kube::Error::ReadEvents(io);
+        assert_eq!(find_too_large(&k), Some(&t));
+        let other = kube::Error::Service("refused".into());
+        assert_eq!(find_too_large(&other), None);
+    }
+}

@@ -1,0 +1,545 @@
+//! Faults on the bounds of what kube-prober reads and pushes, against the real binary and the
+//! stand-ins over real HTTP: an oversized answer from metrics.k8s.io, from a probe target and
+//! from an HTTP backend. Each asserts the counted `too_large` failure, that the process keeps
+//! serving, and its peak RSS (VmHWM of the child), printed as `peak_rss_mib=...`. Then a push
+//! output that is down and comes back (`recovered_in_ms=...`) and SIGTERM during a push that
+//! hangs (`shutdown_ms=...`).
+
+#[path = "support/apiserver.rs"]
+mod apiserver;
+#[path = "support/gcm.rs"]
+mod gcm_support;
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use support::{Prober, get, wait_ready};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: u64 = 1 << 20;
+/// What a misbehaving peer sends: the 80 MiB that took RSS to 805–863 MiB before the cap.
+const HUGE: u64 = 80 * MIB;
+
+/// Peak resident set size of `pid` in MiB (VmHWM).
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb / 1024.0
+}
+
+/// The value of the sample `series` (name and labels as rendered) in `metrics`, 0 if absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls `/metrics` until each `(series, at_least)` has reached its value (at most `within`).
+async fn wait_metrics(p: &Prober, want: &[(&str, f64)], within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (_, m) = get(&p.url("/metrics")).await;
+        if want.iter().all(|(s, v)| sample(&m, s) >= *v) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "missing {want:?} in:\n{m}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An HTTP/1.1 server that answers every request with 200 and a chunked body of `size` bytes
+/// made on the fly (`prefix`, then spaces), never holding it; counts the bytes it wrote.
+struct HugeServer {
+    url: String,
+    written: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+}
+
+async fn huge_server(prefix: &'static str, size: u64) -> HugeServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let written = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let (w, r) = (written.clone(), requests.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let (w, r) = (w.clone(), r.clone());
+            tokio::spawn(async move {
+                // Read the request head (small; no body).
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|x| x == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                r.fetch_add(1, Ordering::Relaxed);
+                let hdr = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                if sock.write_all(hdr.as_bytes()).await.is_err() {
+                    return;
+                }
+                let filler = vec![b' '; 64 * 1024];
+                let mut sent = 0u64;
+                let mut first = true;
+                while sent < size {
+                    let chunk: Vec<u8> = if first {
+                        first = false;
+                        let mut c = prefix.as_bytes().to_vec();
+                        c.extend_from_slice(&filler[..filler.len() - c.len()]);
+                        c
+                    } else {
+                        filler[..(size - sent).min(filler.len() as u64) as usize].to_vec()
+                    };
+                    let framed = [
+                        format!("{:x}\r\n", chunk.len()).into_bytes(),
+                        chunk,
+                        b"\r\n".to_vec(),
+                    ]
+                    .concat();
+                    if sock.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                    sent += framed.len() as u64;
+                    w.fetch_add(framed.len() as u64, Ordering::Relaxed);
+                }
+                let _ = sock.write_all(b"0\r\n\r\n").await;
+            });
+        }
+    });
+    HugeServer {
+        url,
+        written,
+        requests,
+    }
+}
+
+/// 400 NodeMetrics of about 205 KiB each (an oversized annotation): one 80 MiB LIST answer,
+/// as a misbehaving metrics.k8s.io would send it.
+fn huge_node_metrics(now: SystemTime) -> Vec<k8s_metrics::v1beta1::NodeMetrics> {
+    let filler = "x".repeat(205 * 1024);
+    (0..400)
+        .map(|i| {
+            let name = if i == 0 {
+                "node-a".to_string()
+            } else {
+                format!("node-{i}")
+            };
+            let mut m = apiserver::node_metrics(&name, "1", "1Gi", now);
+            m.metadata.annotations = Some([("filler".to_string(), filler.clone())].into());
+            m
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded() {
+    let api = apiserver::start().await;
+    let now = SystemTime::now();
+    api.set_nodes(vec![apiserver::node("node-a", ("4", "8Gi"), ("4", "8Gi"))]);
+    api.set_node_metrics(huge_node_metrics(now));
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let p = Prober::start_with_env(
+        &[
+            "--role",
+            "cluster",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+            "--tick-interval",
+            "1s",
+            "--max-response-bytes",
+            "8Mi",
+        ],
+        &[("KUBECONFIG", kc.to_str().unwrap())],
+    );
+    wait_ready(&p).await;
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_source_errors_total{source=\"metrics_server\",reason=\"too_large\"}",
+            3.0,
+        )],
+        Duration::from_secs(20),
+    )
+    .await;
+    let peak = peak_rss_mib(p.child.id());
+    println!("fault=metrics_server_80MiB cap_mib=8 peak_rss_mib={peak:.1}");
+    assert_eq!(
+        sample(&m, "kube_prober_source_up{source=\"metrics_server\"}"),
+        0.0
+    );
+    assert!(
+        !m.contains("source=\"metrics_server\",reason=\"http\""),
+        "{m}"
+    );
+    // Never retried (it would only be read again): one LIST per failed run, not three. The
+    // runs are read from a snapshot made after the LISTs were counted.
+    let lists = api.hits(apiserver::NODE_METRICS_PATH) as f64;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (_, later) = get(&p.url("/metrics")).await;
+    let runs = sample(
+        &later,
+        "kube_prober_source_runs_total{source=\"metrics_server\"}",
+    );
+    assert!(
+        lists <= runs + 1.0,
+        "{lists} LISTs for {runs} runs: a too-large answer was retried"
+    );
+    // The process kept serving and its memory stayed far below the body size: before the cap
+    // the same answer took it to 805–863 MiB.
+    assert_eq!(get(&p.url("/healthz")).await.0, 200);
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB for an 80 MiB answer");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_probe_answer_fails_the_probe_as_too_large() {
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node(
+        "worker-7",
+        ("4", "8Gi"),
+        ("4", "8Gi"),
+    )]);
+    let kubelet = huge_server("ok", HUGE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let url = format!("{}/healthz", kubelet.url);
+    let p = Prober::start_with_env(
+        &[
+            "--role",
+            "node",
+            "--kubelet-healthz-url",
+            &url,
+            "--probe-interval",
+            "1s",
+            "--max-response-bytes",
+            "1Mi",
+        ],
+        &[
+            ("KUBECONFIG", kc.to_str().unwrap()),
+            ("NODE_NAME", "worker-7"),
+        ],
+    );
+    wait_ready(&p).await;
+    let want = format!(
+        "kube_prober_probe_failures_total{{probe=\"kubelet_healthz\",target=\"{url}\",reason=\"too_large\"}}"
+    );
+    let m = wait_metrics(&p, &[(&want, 2.0)], Duration::from_secs(20)).await;
+    assert!(m.contains(&format!(
+        "kube_prober_probe_success{{probe=\"kubelet_healthz\",target=\"{url}\"}} 0"
+    )));
+    let peak = peak_rss_mib(p.child.id());
+    let per_request = kubelet.written.load(Ordering::Relaxed) as f64
+        / kubelet.requests.load(Ordering::Relaxed).max(1) as f64
+        / MIB as f64;
+    println!(
+        "fault=probe_target_80MiB cap_mib=1 peak_rss_mib={peak:.1} read_per_request_mib={per_request:.1}"
+    );
+    assert!(
+        per_request < 16.0,
+        "{per_request:.1} MiB of an 80 MiB body read"
+    );
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_backend_answer_is_a_too_large_source_error() {
+    let prom = huge_server("{\"status\":\"success\",\"data\":{\"result\":[", HUGE).await;
+    let p = Prober::start(&[
+        "--role",
+        "host",
+        "--metrics-provider",
+        "Prometheus",
+        "--metrics-provider-address",
+        &prom.url,
+        "--interval",
+        "5s",
+        "--timeout",
+        "5s",
+        "--max-response-bytes",
+        "1Mi",
+    ]);
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_source_errors_total{source=\"prometheus\",reason=\"too_large\"}",
+            1.0,
+        )],
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        sample(&m, "kube_prober_source_up{source=\"prometheus\"}"),
+        0.0
+    );
+    assert!(
+        !m.contains("source=\"prometheus\",reason=\"timeout\""),
+        "{m}"
+    );
+    let peak = peak_rss_mib(p.child.id());
+    let per_request = prom.written.load(Ordering::Relaxed) as f64
+        / prom.requests.load(Ordering::Relaxed).max(1) as f64
+        / MIB as f64;
+    println!(
+        "fault=http_backend_80MiB cap_mib=1 peak_rss_mib={peak:.1} read_per_request_mib={per_request:.1}"
+    );
+    // Up to 4 queries run at once (the fetcher's concurrency), each holding at most the cap.
+    assert!(per_request < 16.0, "{per_request:.1} MiB of 80 read");
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB");
+    assert_eq!(p.terminate(), 0);
+}
+
+#[test]
+fn a_cap_below_64_kib_is_a_config_error() {
+    let (code, err) = support::run_binary(&["--role", "host", "--max-response-bytes", "1Ki"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-response-bytes"), "{err}");
+    let (code, err) = support::run_binary(
+        &["--role", "host", "--max-response-bytes", "lots"],
+        &[("KUBE_PROBER_MAX_RESPONSE_BYTES", "1Mi")],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected bytes"), "{err}");
+}
+
+/// An address nothing listens on (yet).
+fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The binary in the cluster role with a Cloud Monitoring sink at `endpoint`, pushing every
+/// second (no probes: only the sink talks to the outside besides the API server).
+fn cluster_with_gcm(kubeconfig: &std::path::Path, endpoint: &str, extra: &[&str]) -> Prober {
+    let mut args = vec![
+        "--role",
+        "cluster",
+        "--cluster-name",
+        "c1",
+        "--sink",
+        "gcm",
+        "--gcm-project",
+        "p1",
+        "--gcm-location",
+        "us-central1-a",
+        "--gcm-endpoint",
+        endpoint,
+        "--gcm-anonymous",
+        "--leader-elect",
+        "false",
+        "--tick-interval",
+        "1s",
+        "--disable-probes",
+        "cluster_dns,metrics_server,apiserver_readyz",
+    ];
+    args.extend_from_slice(extra);
+    Prober::start_with_env(&args, &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
+}
+
+/// Cloud Monitoring down at start, then up on the same address: failed pushes are counted as
+/// `unavailable` with no request (nothing answered), the first push after it comes up delivers
+/// every series, and in the end the requests counted are exactly those the server received,
+/// without a single sampling-period violation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_down_at_start_recovers_with_exact_counts() {
+    let api = apiserver::start().await;
+    api.generate(3, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let addr = free_addr();
+    let p = cluster_with_gcm(
+        &kc,
+        &format!("http://{addr}"),
+        &["--sink-interval", "1s", "--sink-timeout", "1s"],
+    );
+    wait_ready(&p).await;
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_sink_failures_total{sink=\"gcm\",reason=\"unavailable\"}",
+            2.0,
+        )],
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        sample(&m, "kube_prober_sink_requests_total{sink=\"gcm\"}"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "kube_prober_sink_points_total{sink=\"gcm\"}"),
+        0.0
+    );
+
+    let gcm = gcm_support::GcmStandIn::with_period_on(addr, Duration::from_secs(10)).await;
+    let up = Instant::now();
+    let deadline = up + Duration::from_secs(20);
+    while gcm.writes().is_empty() {
+        assert!(Instant::now() < deadline, "no push within 20 s of recovery");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let recovered = up.elapsed();
+    println!(
+        "fault=gcm_down_then_up recovered_in_ms={}",
+        recovered.as_millis()
+    );
+    // Every node's series arrived in that push.
+    assert_eq!(
+        gcm.series_of("workload.googleapis.com/kube-prober/node/available")
+            .len(),
+        3
+    );
+    // Exact final state: requests counted = requests the server received (the snapshot is
+    // rendered at tick time, so wait for one that has seen them all).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = get(&p.url("/metrics")).await;
+        let counted = sample(&m, "kube_prober_sink_requests_total{sink=\"gcm\"}");
+        let received = gcm.writes().len() as f64;
+        if counted == received && counted > 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counted {counted}, received {received}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gcm.errors().is_empty(), "{:?}", gcm.errors());
+    assert_eq!(p.terminate(), 0);
+}
+
+/// A receiver that accepts connections and never answers: every push hangs. Counts the
+/// connections accepted.
+async fn black_hole() -> (String, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicU64::new(0));
+    let n = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            n.fetch_add(1, Ordering::SeqCst);
+            held.push(sock);
+        }
+    });
+    (url, accepted)
+}
+
+/// SIGTERM while a push hangs: shutdown waits for it at most `--shutdown-timeout` (1 s here,
+/// shorter than the 3 s sink timeout), has no time left for a final push, and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
+    let api = apiserver::start().await;
+    api.generate(2, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let (url, accepted) = black_hole().await;
+    let p = cluster_with_gcm(
+        &kc,
+        &url,
+        &[
+            "--sink-interval",
+            "3s",
+            "--sink-timeout",
+            "3s",
+            "--shutdown-timeout",
+            "1s",
+        ],
+    );
+    wait_ready(&p).await;
+    // The first push (after one interval) connects and hangs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while accepted.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no push started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    let code = p.terminate();
+    let took = started.elapsed();
+    println!(
+        "fault=sigterm_during_hanging_push shutdown_ms={}",
+        took.as_millis()
+    );
+    assert_eq!(code, 0);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "shutdown took {took:?} with --shutdown-timeout 1s and a push hanging"
+    );
+}
+
+/// The kube-client probes read through the same cap: one NodeMetrics item past it fails the
+/// metrics-server probe as `too_large`, and `/readyz` still passes through a capped client. A
+/// watch (a stream of small events) is not cut by a cap far below its total size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_probes_and_watches_through_the_capped_client() {
+    use futures_util::StreamExt;
+    use kube_prober::probe::Probe;
+    use kube_prober::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
+
+    let api = apiserver::start().await;
+    let now = SystemTime::now();
+    api.set_node_metrics(huge_node_metrics(now).into_iter().take(2).collect());
+    let client = kube_prober::kubeclient::client_from_config(api.config(), 64 * 1024).unwrap();
+    let failure = MetricsServerProbe::new(client.clone())
+        .check()
+        .await
+        .unwrap_err();
+    assert_eq!(failure.reason, "too_large", "{failure:?}");
+    assert!(failure.detail.contains("65536-byte limit"), "{failure:?}");
+    assert_eq!(
+        ApiServerReadyProbe::new(client.clone()).check().await,
+        Ok(())
+    );
+
+    // 300 Nodes of about 1 KiB each arrive through one watch: far more than the 64 KiB cap in
+    // total, each event well under it.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let mut stream = nodes
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    for i in 0..300 {
+        api.upsert(&apiserver::node(
+            &format!("w-{i:03}"),
+            ("4", "8Gi"),
+            ("4", "8Gi"),
+        ));
+    }
+    let mut seen = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen < 300 {
+        let ev = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("events in time")
+            .expect("stream open")
+            .expect("no error");
+        if matches!(ev, kube::api::WatchEvent::Added(_)) {
+            seen += 1;
+        }
+    }
+}

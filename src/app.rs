@@ -411,7 +411,7 @@ async fn serve_security(
     if let Some(settings) = &cfg.serve.auth {
         let client = match kube_client {
             Some(c) => c,
-            None => kubeclient::client(cfg.kubeconfig.as_deref()).await?,
+            None => kubeclient::client(cfg.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
         };
         if cfg.serve.tls.is_none() {
             tracing::warn!(

@@ -82,10 +82,10 @@ pub fn find_too_large<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'
                 return Some(t);
             }
         }
-        if let Some(kube::Error::ReadEvents(io)) = err.downcast_ref::<kube::Error>() {
-            if let Some(t) = find_too_large(io) {
-                return Some(t);
-            }
+        if let Some(kube::Error::ReadEvents(io)) = err.downcast_ref::<kube::Error>()
+            && let Some(t) = find_too_large(io)
+        {
+            return Some(t);
         }
         cur = err.source();
     }

@@ -110,6 +110,14 @@ async fn every_source_error_reason_is_documented_and_produced() {
     produced.insert(reason(
         run_once(&mut prometheus(&slow.url), &Store::new(), short).await,
     ));
+    // too_large: an answer past the byte cap.
+    let huge = FakePrometheus::start(Behaviour::Huge(256 * 1024)).await;
+    let mut capped = HttpConfig::new(&huge.url);
+    capped.retries = 0;
+    capped.timeout = Duration::from_secs(3);
+    capped.max_body_bytes = 64 * 1024;
+    let mut capped = PrometheusFetcher::new(PrometheusConfig::new(capped)).unwrap();
+    produced.insert(reason(run_once(&mut capped, &Store::new(), t).await));
     // io: a procfs that is not there.
     let dir = tempfile::tempdir().unwrap();
     let mut host = HostFetcher::new(HostConfig {

@@ -162,6 +162,7 @@ async fn otlp_names() {
             project: String::new(),
             location: String::new(),
             instance_id: "i".into(),
+            host_id: String::new(),
         },
     )
     .unwrap();

@@ -22,21 +22,6 @@ const MIB: u64 = 1 << 20;
 /// What a misbehaving peer sends: the 80 MiB that took RSS to 805–863 MiB before the cap.
 const HUGE: u64 = 80 * MIB;
 
-/// Peak resident set size of `pid` in MiB (VmHWM).
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kb / 1024.0
-}
-
 /// The value of the sample `series` (name and labels as rendered) in `metrics`, 0 if absent.
 fn sample(metrics: &str, series: &str) -> f64 {
     metrics
@@ -180,7 +165,7 @@ async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded(
         Duration::from_secs(20),
     )
     .await;
-    let peak = peak_rss_mib(p.child.id());
+    let peak = p.peak_rss_mib();
     println!("fault=metrics_server_80MiB cap_mib=8 peak_rss_mib={peak:.1}");
     assert_eq!(
         sample(&m, "kube_prober_source_up{source=\"metrics_server\"}"),
@@ -247,7 +232,7 @@ async fn an_oversized_probe_answer_fails_the_probe_as_too_large() {
     assert!(m.contains(&format!(
         "kube_prober_probe_success{{probe=\"kubelet_healthz\",target=\"{url}\"}} 0"
     )));
-    let peak = peak_rss_mib(p.child.id());
+    let peak = p.peak_rss_mib();
     let per_request = kubelet.written.load(Ordering::Relaxed) as f64
         / kubelet.requests.load(Ordering::Relaxed).max(1) as f64
         / MIB as f64;
@@ -296,7 +281,7 @@ async fn an_oversized_backend_answer_is_a_too_large_source_error() {
         !m.contains("source=\"prometheus\",reason=\"timeout\""),
         "{m}"
     );
-    let peak = peak_rss_mib(p.child.id());
+    let peak = p.peak_rss_mib();
     let per_request = prom.written.load(Ordering::Relaxed) as f64
         / prom.requests.load(Ordering::Relaxed).max(1) as f64
         / MIB as f64;

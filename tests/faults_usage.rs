@@ -199,6 +199,7 @@ async fn a_node_deleted_by_a_watch_event_leaves_every_output() {
         "kube_prober_source_expired_nodes_total{source=\"metrics_server\"}",
     );
     assert!(matches!(expired, Some(e) if e <= 1.0), "{expired:?}");
+    println!("peak_rss_mib={:.1}", p.peak_rss_mib());
     assert_eq!(p.terminate(), 0);
 }
 
@@ -229,6 +230,7 @@ async fn a_node_missing_after_a_410_relist_leaves_every_output() {
     let m = metrics(&p).await;
     assert_eq!(node_lines(&m, "node-c"), Vec::<&str>::new());
     assert_a_and_b_untouched(&p).await;
+    println!("peak_rss_mib={:.1}", p.peak_rss_mib());
     assert_eq!(p.terminate(), 0);
 }
 
@@ -263,6 +265,7 @@ async fn a_host_metrics_server_stops_reporting_expires_after_two_fetches() {
     assert!(m.contains("kube_prober_node_allocatable_cpu_cores{node=\"node-c\"} 4"));
     assert!(m.contains("kube_prober_node_cpu_capacity_cores{node=\"node-c\"} 4"));
     assert_a_and_b_untouched(&p).await;
+    println!("peak_rss_mib={:.1}", p.peak_rss_mib());
     assert_eq!(p.terminate(), 0);
 }
 
@@ -313,6 +316,7 @@ async fn a_host_prometheus_stops_reporting_expires_in_the_host_role() {
     assert_eq!(get(&p.url("/watcher/health")).await.0, 200);
     let (code, out) = promtool_check(&m);
     assert_eq!(code, 0, "{out}");
+    println!("peak_rss_mib={:.1}", p.peak_rss_mib());
     assert_eq!(p.terminate(), 0);
 }
 
@@ -371,6 +375,7 @@ async fn a_host_signalfx_stops_reporting_expires_in_the_host_role() {
         Some(1.0)
     );
     assert_eq!(get(&p.url("/watcher/health")).await.0, 200);
+    println!("peak_rss_mib={:.1}", p.peak_rss_mib());
     assert_eq!(p.terminate(), 0);
 }
 
@@ -466,5 +471,6 @@ async fn a_lying_metrics_server_loses_only_the_lies() {
         get(&p.url("/watcher/health")).await.0 == 200
     })
     .await;
+    println!("peak_rss_mib={:.1}", p.peak_rss_mib());
     assert_eq!(p.terminate(), 0);
 }

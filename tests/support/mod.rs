@@ -141,6 +141,23 @@ impl Prober {
         }
     }
 
+    /// The child's peak resident set size so far, in MiB (VmHWM of /proc/PID/status).
+    #[allow(dead_code)] // not every test file that shares this module measures memory
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the child's /proc status");
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .expect("VmHWM in /proc/PID/status")
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .expect("VmHWM in kB");
+        kb / 1024.0
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }

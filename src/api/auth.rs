@@ -250,6 +250,34 @@ impl Authorizer {
     }
 
     /// The user behind `token`: `Ok(None)` when the API server does not accept it.
+    /// Creates a review (TokenReview, SubjectAccessReview) within the review timeout and counts
+    /// the outcome as review `which`; no answer is [`Unavailable`].
+    async fn create_review<K>(&self, which: usize, kind: &str, review: &K) -> Result<K, Unavailable>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let answer = tokio::time::timeout(
+            self.settings.review_timeout,
+            api.create(&PostParams::default(), review),
+        )
+        .await;
+        let answer = match answer {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(Unavailable(format!("{kind}: {e}"))),
+            Err(_) => Err(Unavailable(format!(
+                "{kind}: no answer within {:?}",
+                self.settings.review_timeout
+            ))),
+        };
+        self.review_done(which, answer.is_ok());
+        answer
+    }
+
     async fn authenticate_token(&self, token: &str) -> Result<Option<User>, Unavailable> {
         let key: [u8; 32] = {
             let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
@@ -273,28 +301,7 @@ impl Authorizer {
             },
             ..Default::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let pp = PostParams::default();
-        let answer = match tokio::time::timeout(
-            self.settings.review_timeout,
-            api.create(&pp, &review),
-        )
-        .await
-        {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                self.review_done(TOKEN, false);
-                return Err(Unavailable(format!("TokenReview: {e}")));
-            }
-            Err(_) => {
-                self.review_done(TOKEN, false);
-                return Err(Unavailable(format!(
-                    "TokenReview: no answer within {:?}",
-                    self.settings.review_timeout
-                )));
-            }
-        };
-        self.review_done(TOKEN, true);
+        let answer = self.create_review(TOKEN, "TokenReview", &review).await?;
         let status = answer.status.unwrap_or_default();
         let user = match (status.authenticated, status.user) {
             (Some(true), Some(u)) => u.username.filter(|n| !n.is_empty()).map(|name| User {
@@ -348,28 +355,9 @@ impl Authorizer {
             },
             ..Default::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let pp = PostParams::default();
-        let answer = match tokio::time::timeout(
-            self.settings.review_timeout,
-            api.create(&pp, &review),
-        )
-        .await
-        {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                self.review_done(ACCESS, false);
-                return Err(Unavailable(format!("SubjectAccessReview: {e}")));
-            }
-            Err(_) => {
-                self.review_done(ACCESS, false);
-                return Err(Unavailable(format!(
-                    "SubjectAccessReview: no answer within {:?}",
-                    self.settings.review_timeout
-                )));
-            }
-        };
-        self.review_done(ACCESS, true);
+        let answer = self
+            .create_review(ACCESS, "SubjectAccessReview", &review)
+            .await?;
         let allowed = answer
             .status
             .is_some_and(|s| s.allowed && s.denied != Some(true));

@@ -196,14 +196,16 @@ impl HttpBackend {
 /// The longest `Retry-After` a retry waits for; a longer one ends the retries.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 
-/// `Retry-After` in seconds on a 429 or 503 (the form Prometheus, SignalFx and the API server
-/// send; an HTTP date is ignored and the usual pause applies).
-fn retry_after(status: StatusCode, headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// `Retry-After` in seconds on a 429 or 503, as the server asked (the form Prometheus, SignalFx
+/// and the API server send; an HTTP date is ignored and the usual pause applies). Callers decide
+/// what to do with a wait above [`MAX_RETRY_AFTER`]; the kube client's gate caps it
+/// (`watch::backoff::retry_after`).
+pub fn retry_after(status: StatusCode, headers: &http::HeaderMap) -> Option<Duration> {
     if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
         return None;
     }
     let secs: u64 = headers
-        .get(reqwest::header::RETRY_AFTER)?
+        .get(http::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim()

@@ -26,8 +26,8 @@ use kube::client::Body;
 use tokio::time::Instant;
 
 /// The longest `Retry-After` honoured: a server (or something pretending to be one) cannot
-/// park a source for longer than the reflector backoff's own cap.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// park a source for longer than the reflector backoff's own cap. One value for every client.
+pub use crate::fetch::http::MAX_RETRY_AFTER;
 
 /// client-go's reflector backoff; see the module docs.
 #[derive(Debug, Clone)]
@@ -113,17 +113,7 @@ impl ReflectorBackoff {
 /// The `Retry-After` of a 429 or 503 answer, in seconds (the only form the API server sends),
 /// capped at [`MAX_RETRY_AFTER`]; `None` for other answers or a header that is no number.
 pub fn retry_after(status: StatusCode, headers: &http::HeaderMap) -> Option<Duration> {
-    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
-        return None;
-    }
-    let secs: u64 = headers
-        .get(http::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+    crate::fetch::http::retry_after(status, headers).map(|d| d.min(MAX_RETRY_AFTER))
 }
 
 /// Shared between a [`paced`] client's clones: per API group, the earliest time the next

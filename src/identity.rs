@@ -66,12 +66,16 @@ async fn get(client: &reqwest::Client, host: &str, path: &str) -> Option<String>
     if !resp.status().is_success() || !flavor_ok {
         return None;
     }
-    resp.text()
+    // Metadata values are a few bytes; anything past the cap is not an identity.
+    let body = crate::limit::read_capped(resp, METADATA_MAX_BYTES)
         .await
-        .ok()
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
+        .ok()?;
+    let text = std::str::from_utf8(&body).ok()?.trim();
+    (!text.is_empty()).then(|| text.to_string())
 }
+
+/// Largest metadata-server answer read (project id, zone, cluster name: a few bytes each).
+const METADATA_MAX_BYTES: usize = 64 << 10;
 
 /// Looks the identity up (at most `cfg.timeout`); off GCE it sends nothing.
 pub async fn detect(cfg: &IdentityConfig) -> Identity {

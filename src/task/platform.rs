@@ -78,21 +78,17 @@ pub fn parse_meminfo_usage(s: &str) -> Option<f64> {
     Some(used.max(0.0) * 1024.0)
 }
 
-/// `/proc/stat` `cpuN` lines: busy seconds (user+nice+system+irq+softirq+steal) per CPU.
+/// `/proc/stat` `cpuN` lines: busy seconds (user+nice+system+irq+softirq+steal) per CPU, read
+/// with the host source's parser; a file it rejects gives nothing.
 pub fn parse_stat_cpus(s: &str) -> Vec<(u32, f64)> {
-    s.lines()
-        .filter_map(|l| {
-            let mut it = l.split_ascii_whitespace();
-            let cpu: u32 = it.next()?.strip_prefix("cpu")?.parse().ok()?;
-            let v: Vec<f64> = it.take(8).filter_map(|x| x.parse().ok()).collect();
-            if v.len() < 8 {
-                return None;
-            }
-            // user nice system idle iowait irq softirq steal
-            let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-            Some((cpu, busy / USER_HZ))
+    crate::fetch::procfs::parse_stat(s.as_bytes())
+        .map(|stat| {
+            stat.per_cpu
+                .iter()
+                .map(|(&cpu, t)| (cpu, t.busy() as f64 / USER_HZ))
+                .collect()
         })
-        .collect()
+        .unwrap_or_default()
 }
 
 /// The reported keys of `/proc/vmstat`.

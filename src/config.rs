@@ -218,6 +218,13 @@ pub struct ProbesConfig {
     pub addon_endpoints: Vec<(String, String)>,
 }
 
+/// A namespace name: a DNS label (lower-case letters, digits, `-`; at most 63 characters).
+fn is_namespace_name(n: &str) -> bool {
+    n.len() <= 63
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
 fn csv(s: &str) -> Vec<String> {
     s.split(',')
         .map(|x| x.trim().to_string())
@@ -528,17 +535,10 @@ impl Config {
             .take()
             .or(file.workload_namespaces.take())
             .unwrap_or_else(|| "kube-system".into());
-        let workload_namespaces: Vec<String> = ns_s
-            .split(',')
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect();
-        let dns_label = |n: &String| {
-            n.len() <= 63
-                && n.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        };
-        if workload_namespaces.is_empty() || !workload_namespaces.iter().all(dns_label) {
+        let workload_namespaces = csv(&ns_s);
+        if workload_namespaces.is_empty()
+            || !workload_namespaces.iter().all(|n| is_namespace_name(n))
+        {
             return Err(invalid(
                 "--workload-namespaces",
                 &ns_s,
@@ -688,24 +688,13 @@ impl Config {
             "/sys/fs/cgroup",
         )?;
         let sysfs = dir("--sysfs", cli.sysfs.take().or(file.sysfs.take()), "/sys")?;
-        let split = |s: &str| -> Vec<String> {
-            s.split(',')
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect()
-        };
         let ns_s = cli
             .task_namespaces
             .take()
             .or(file.task_namespaces.take())
             .unwrap_or_default();
-        let namespaces = split(&ns_s);
-        let dns_label = |n: &String| {
-            n.len() <= 63
-                && n.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        };
-        if !namespaces.iter().all(dns_label) {
+        let namespaces = csv(&ns_s);
+        if !namespaces.iter().all(|n| is_namespace_name(n)) {
             return Err(invalid(
                 "--task-namespaces",
                 &ns_s,
@@ -717,7 +706,7 @@ impl Config {
             .take()
             .or(file.task_label_allowlist.take())
             .unwrap_or_default();
-        let label_allowlist = split(&keys_s);
+        let label_allowlist = csv(&keys_s);
         // A Kubernetes label key: optional DNS prefix and `/`, then a name of at most 63
         // characters of [A-Za-z0-9-_.].
         let valid_key = |k: &String| {

@@ -80,7 +80,7 @@ pub fn spawn(
             };
             let outcome = if r.hierarchies().is_empty() {
                 RunOutcome::Failed {
-                    reason: "no_cgroups".into(),
+                    reason: "io".into(), // one of error::SOURCE_ERROR_REASONS
                     message: format!("no cgroup hierarchy under {}", cfg.cgroup_root.display()),
                 }
             } else if set.tasks.is_empty() {
@@ -92,7 +92,7 @@ pub fn spawn(
             let now = SystemTime::now();
             let plat_outcome = if plat.cpus.is_none() && plat.cpu_busy_seconds.is_empty() {
                 RunOutcome::Failed {
-                    reason: "unreadable".into(),
+                    reason: "io".into(),
                     message: format!(
                         "neither {}/devices/system/cpu nor {}/stat readable",
                         cfg.sysfs.display(),

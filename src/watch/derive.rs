@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -236,12 +236,6 @@ pub fn owner(pod: &Pod) -> Option<Owner> {
     })
 }
 
-fn requirements(r: Option<&ResourceRequirements>) -> Result<(CpuMem, CpuMem), String> {
-    let req = cpu_mem(r.and_then(|r| r.requests.as_ref()))?.unwrap_or_default();
-    let lim = cpu_mem(r.and_then(|r| r.limits.as_ref()))?.unwrap_or_default();
-    Ok((req, lim))
-}
-
 /// A pod phase: Kubernetes' five borrowed, anything else copied.
 fn phase(p: Option<&str>) -> std::borrow::Cow<'static, str> {
     const KNOWN: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
@@ -260,29 +254,15 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     let namespace: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
-    let (mut requests, mut limits) = (CpuMem::default(), CpuMem::default());
-    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-        let (r, l) = requirements(c.resources.as_ref())
-            .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-        requests.add(r);
-        limits.add(l);
-    }
-    for c in spec
-        .and_then(|s| s.init_containers.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        let (r, l) = requirements(c.resources.as_ref())
-            .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-        requests = requests.max(r);
-        limits = limits.max(l);
-    }
-    if let Some(o) = cpu_mem(spec.and_then(|s| s.overhead.as_ref()))
-        .map_err(|e| format!("pod {namespace}/{name} overhead {e}"))?
-    {
-        requests.add(o);
-        limits.add(o);
-    }
+    // Kubernetes' effective requests and limits (sidecars, init containers, pod-level
+    // resources, overhead): the same rule the node role's task metrics use.
+    let (req, lim) =
+        super::task_pods::pod_resources(pod).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+    let cpu_mem_of = |r: &BTreeMap<String, f64>| CpuMem {
+        cpu_cores: r.get("cpu").copied().unwrap_or(0.0),
+        memory_bytes: r.get("memory").copied().unwrap_or(0.0),
+    };
+    let (requests, limits) = (cpu_mem_of(&req), cpu_mem_of(&lim));
     let owner = owner(pod);
     let addon = owner.as_ref().and_then(|o| {
         let controller = match &*o.kind {
@@ -457,7 +437,8 @@ mod tests {
     use k8s_openapi::api::apps::v1::{DaemonSetSpec, DaemonSetStatus, DeploymentSpec};
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateTerminated, ContainerStatus, NodeCondition,
-        NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, PodTemplateSpec, Taint,
+        NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
+        ResourceRequirements, Taint,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 

@@ -881,8 +881,7 @@ async fn check_one_start_time(protocol: &str) {
     let (_, first) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
     assert!(first.requests > 3, "{first:?}");
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let (_, second) =
-        push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
+    let (_, second) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
     assert!(second.requests > 3, "{second:?}");
     let got = rx.received();
     let (starts, earliest, n) = cumulative_starts(&got);
@@ -938,11 +937,17 @@ async fn check_answer_cap(protocol: &str) {
     assert!(e.message.contains(&CAP.to_string()), "{}", e.message);
     // A small answer passes the same cap; the big one passes the default cap.
     rx.pad_answers(100);
-    let ok = capped.push(snap.clone(), PushScope::All).await.expect("small answer");
+    let ok = capped
+        .push(snap.clone(), PushScope::All)
+        .await
+        .expect("small answer");
     assert!(ok.points > 0);
     rx.pad_answers(4 << 20);
     let default_cap = sink(&config(protocol, &rx));
-    let ok = default_cap.push(snap, PushScope::All).await.expect("under the default cap");
+    let ok = default_cap
+        .push(snap, PushScope::All)
+        .await
+        .expect("under the default cap");
     assert!(ok.points > 0);
 }
 

@@ -546,7 +546,10 @@ impl OtlpResource {
             ));
         }
         if !self.cluster_name.is_empty() {
-            out.push(ResourceAttribute::new("k8s.cluster.name", self.cluster_name.clone()));
+            out.push(ResourceAttribute::new(
+                "k8s.cluster.name",
+                self.cluster_name.clone(),
+            ));
         }
         if self.role == "node"
             && let Some(n) = self.node_name.as_ref().filter(|n| !n.is_empty())
@@ -568,11 +571,20 @@ impl OtlpResource {
         }
         if !self.project.is_empty() {
             out.push(ResourceAttribute::new("cloud.provider", "gcp"));
-            out.push(ResourceAttribute::new("cloud.platform", "gcp_kubernetes_engine"));
-            out.push(ResourceAttribute::new("cloud.account.id", self.project.clone()));
+            out.push(ResourceAttribute::new(
+                "cloud.platform",
+                "gcp_kubernetes_engine",
+            ));
+            out.push(ResourceAttribute::new(
+                "cloud.account.id",
+                self.project.clone(),
+            ));
             let loc = self.location.as_str();
             if is_zone(loc) {
-                out.push(ResourceAttribute::new("cloud.availability_zone", loc.to_string()));
+                out.push(ResourceAttribute::new(
+                    "cloud.availability_zone",
+                    loc.to_string(),
+                ));
                 if let Some((region, _)) = loc.rsplit_once('-') {
                     out.push(ResourceAttribute::new("cloud.region", region.to_string()));
                 }

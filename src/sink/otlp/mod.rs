@@ -642,7 +642,11 @@ impl OtlpSink {
                 );
             }
             Err(ReadError::Read(e)) => {
-                let reason = if e.is_timeout() { "timeout" } else { "transport" };
+                let reason = if e.is_timeout() {
+                    "timeout"
+                } else {
+                    "transport"
+                };
                 return (
                     true,
                     Err((
@@ -1072,7 +1076,10 @@ mod tests {
         let mut bad = h.clone();
         bad.buckets[1] = 0;
         assert_eq!(histogram_point(bad, 7, 9), None);
-        let bad = HistogramRow { count: 2, ..h.clone() };
+        let bad = HistogramRow {
+            count: 2,
+            ..h.clone()
+        };
         assert_eq!(histogram_point(bad, 7, 9), None);
         let short = HistogramRow {
             buckets: vec![1],
@@ -1149,9 +1156,8 @@ mod tests {
         let start = sink.start_time_unix_nano();
         assert!(start > 0);
         let mut batch: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
-        for (i, m) in OTLP_METRICS.iter().enumerate() {
-            batch[i] = vec![(vec![string_kv("i", i.to_string())], 1.0)];
-            let _ = m;
+        for (i, rows) in batch.iter_mut().enumerate() {
+            *rows = vec![(vec![string_kv("i", i.to_string())], 1.0)];
         }
         let hist = HistogramRow {
             attributes: vec![],
@@ -1164,10 +1170,18 @@ mod tests {
         for m in &req.resource_metrics[0].scope_metrics[0].metrics {
             match &m.data {
                 Some(Data::Sum(s)) => {
-                    assert!(s.data_points.iter().all(|p| p.start_time_unix_nano == start))
+                    assert!(
+                        s.data_points
+                            .iter()
+                            .all(|p| p.start_time_unix_nano == start)
+                    )
                 }
                 Some(Data::Histogram(h)) => {
-                    assert!(h.data_points.iter().all(|p| p.start_time_unix_nano == start))
+                    assert!(
+                        h.data_points
+                            .iter()
+                            .all(|p| p.start_time_unix_nano == start)
+                    )
                 }
                 Some(Data::Gauge(g)) => {
                     assert!(g.data_points.iter().all(|p| p.start_time_unix_nano == 0))

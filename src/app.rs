@@ -817,8 +817,8 @@ async fn spawn_sinks(
                     client_key_file: o.client_key.clone(),
                     compression: o.compression.clone(),
                     timeout: Some(sc.timeout.mul_f64(0.9)),
-                    series_limit: None,
                     max_points_per_request: o.max_points_per_request,
+                    max_response_bytes: Some(cfg.max_response_bytes),
                 };
                 let resource = OtlpResource {
                     cluster_name: ctx.cluster_name.to_string(),

@@ -26,7 +26,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumV;
 use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, Metric};
-use otlp_support::OtlpReceiver;
+use otlp_support::{OtlpReceiver, Received};
 
 const GRPC: &str = "grpc";
 const HTTP: &str = "http/protobuf";
@@ -402,7 +402,7 @@ async fn check_content(protocol: &str) {
     let ws = metric(&req, "k8s.node.memory.working_set").unwrap();
     assert_eq!(value_of(ws, &[("k8s.node.name", "n1")]), Some(4e9));
     let alloc = metric(&req, "k8s.node.cpu.allocatable").unwrap();
-    // Point order is the SDK's (hash order).
+    // Point order is not defined (hash order).
     let mut got: Vec<_> = points(alloc).into_iter().map(|(a, v, ..)| (a, v)).collect();
     got.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
@@ -830,6 +830,137 @@ async fn http_pushes_are_split_into_bounded_requests() {
     check_batches(HTTP).await;
 }
 
+/// Start times of every cumulative point (sums and histograms) in `reqs`, with the earliest
+/// point time.
+fn cumulative_starts(reqs: &[Received]) -> (BTreeSet<u64>, u64, usize) {
+    let mut starts = BTreeSet::new();
+    let mut earliest = u64::MAX;
+    let mut n = 0;
+    for r in reqs {
+        for m in all_metrics(&r.request) {
+            let pts: Vec<(u64, u64)> = match &m.data {
+                Some(Data::Sum(s)) => s
+                    .data_points
+                    .iter()
+                    .map(|p| (p.start_time_unix_nano, p.time_unix_nano))
+                    .collect(),
+                Some(Data::Histogram(h)) => h
+                    .data_points
+                    .iter()
+                    .map(|p| (p.start_time_unix_nano, p.time_unix_nano))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (start, time) in pts {
+                starts.insert(start);
+                earliest = earliest.min(time);
+                n += 1;
+            }
+        }
+    }
+    (starts, earliest, n)
+}
+
+/// Every cumulative point one sink sends carries the same start time (the sink's), whatever
+/// the metric, the request (instance request or batch) or the push.
+async fn check_one_start_time(protocol: &str) {
+    let nodes: Vec<String> = (0..30).map(|i| format!("node-{i:02}")).collect();
+    let store = store_with(&nodes);
+    store.probe().record_probe_outcome(ProbeOutcome {
+        probe: "dns".into(),
+        target: "kubernetes.default".into(),
+        at: SystemTime::now(),
+        duration: Duration::from_millis(40),
+        failure: None,
+    });
+    let rx = OtlpReceiver::start().await;
+    let s = sink(&OtlpConfig {
+        max_points_per_request: Some(25),
+        ..config(protocol, &rx)
+    });
+    let (_, first) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
+    assert!(first.requests > 3, "{first:?}");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (_, second) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
+    assert!(second.requests > 3, "{second:?}");
+    let got = rx.received();
+    let (starts, earliest, n) = cumulative_starts(&got);
+    // Sums of several families (probe runs, restarts, sink and source counters) and the
+    // probe histogram, in the instance request and in batches, in both pushes.
+    assert!(n > 10, "{n} cumulative points");
+    let with_sums = got
+        .iter()
+        .filter(|r| {
+            all_metrics(&r.request)
+                .iter()
+                .any(|m| matches!(m.data, Some(Data::Sum(_))))
+        })
+        .count();
+    assert!(with_sums >= 3, "cumulative points in {with_sums} requests");
+    assert_eq!(starts.len(), 1, "one start time per sink: {starts:?}");
+    let start = *starts.iter().next().unwrap();
+    assert_eq!(start, s.start_time_unix_nano());
+    assert!(start > 0 && start <= earliest, "{start} > {earliest}");
+}
+
+#[tokio::test]
+async fn grpc_every_cumulative_point_of_a_sink_has_one_start_time() {
+    check_one_start_time(GRPC).await;
+}
+
+#[tokio::test]
+async fn http_every_cumulative_point_of_a_sink_has_one_start_time() {
+    check_one_start_time(HTTP).await;
+}
+
+/// A receiver's answer larger than `--max-response-bytes` fails the request with the counted
+/// reason `too_large`; the same answer under the cap is accepted.
+async fn check_answer_cap(protocol: &str) {
+    const CAP: usize = 64 * 1024;
+    let rx = OtlpReceiver::start().await;
+    // 4 MiB of partial-success message: 64 times the cap.
+    rx.pad_answers(4 << 20);
+    let snap = Arc::new(store_with(&names_of(&["n1"])).snapshot(SystemTime::now()));
+    let capped = sink(&OtlpConfig {
+        max_response_bytes: Some(CAP),
+        ..config(protocol, &rx)
+    });
+    let e = tokio::time::timeout(WAIT, capped.push(snap.clone(), PushScope::All))
+        .await
+        .expect("bounded")
+        .expect_err("an answer over the cap");
+    assert_eq!(e.reason, "too_large", "{e:?}");
+    // The receiver answered: the request counts, its points do not; nothing after it.
+    assert_eq!(e.sent.requests, 1, "{e:?}");
+    assert_eq!(e.sent.points, 0, "{e:?}");
+    assert_eq!(rx.attempts(), 1);
+    assert!(e.message.contains(&CAP.to_string()), "{}", e.message);
+    // A small answer passes the same cap; the big one passes the default cap.
+    rx.pad_answers(100);
+    let ok = capped
+        .push(snap.clone(), PushScope::All)
+        .await
+        .expect("small answer");
+    assert!(ok.points > 0);
+    rx.pad_answers(4 << 20);
+    let default_cap = sink(&config(protocol, &rx));
+    let ok = default_cap
+        .push(snap, PushScope::All)
+        .await
+        .expect("under the default cap");
+    assert!(ok.points > 0);
+}
+
+#[tokio::test]
+async fn grpc_an_answer_over_the_byte_cap_is_a_too_large_failure() {
+    check_answer_cap(GRPC).await;
+}
+
+#[tokio::test]
+async fn http_an_answer_over_the_byte_cap_is_a_too_large_failure() {
+    check_answer_cap(HTTP).await;
+}
+
 #[tokio::test]
 async fn instance_only_scope_sends_only_instance_level_families() {
     let rx = OtlpReceiver::start().await;
@@ -929,9 +1060,9 @@ async fn an_unreachable_receiver_fails_with_a_transport_reason() {
     }
 }
 
-/// Runs in a child process (see below) with `OTEL_EXPORTER_OTLP_HEADERS` set: the process
-/// environment is read by opentelemetry-otlp itself and cannot be changed safely in a
-/// multi-threaded test binary.
+/// Runs in a child process (see below) with `OTEL_EXPORTER_OTLP_HEADERS` set: `OtlpSink::new`
+/// reads the process environment, which cannot be changed safely in a multi-threaded test
+/// binary.
 #[tokio::test]
 #[ignore = "run by explicit_headers_win_over_the_environment in a child process"]
 async fn child_explicit_headers_win_over_the_environment() {

@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::
     MetricsService, MetricsServiceServer,
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message;
 use tonic::codec::CompressionEncoding;
@@ -55,6 +55,8 @@ struct State {
     pass_first: usize,
     /// Headers of rejected requests too.
     rejected_headers: Vec<Vec<(String, String)>>,
+    /// Bytes of `partial_success.error_message` in every successful answer (0: none).
+    answer_padding: usize,
 }
 
 /// Shared between both servers.
@@ -80,6 +82,17 @@ impl Shared {
 
     fn store(&self, r: Received) {
         self.0.lock().unwrap().received.push(r);
+    }
+
+    /// The answer to an accepted request: padded when asked (see `answer_padding`).
+    fn answer(&self) -> ExportMetricsServiceResponse {
+        let pad = self.0.lock().unwrap().answer_padding;
+        ExportMetricsServiceResponse {
+            partial_success: (pad > 0).then(|| ExportMetricsPartialSuccess {
+                rejected_data_points: 0,
+                error_message: "x".repeat(pad),
+            }),
+        }
     }
 }
 
@@ -114,9 +127,7 @@ impl MetricsService for Grpc {
             wire_bytes: None,
             request,
         });
-        Ok(tonic::Response::new(ExportMetricsServiceResponse {
-            partial_success: None,
-        }))
+        Ok(tonic::Response::new(self.0.answer()))
     }
 }
 
@@ -175,9 +186,7 @@ async fn http_export(
         wire_bytes: Some(wire),
         request,
     });
-    let resp = ExportMetricsServiceResponse {
-        partial_success: None,
-    };
+    let resp = shared.answer();
     (
         [(header::CONTENT_TYPE, "application/x-protobuf")],
         resp.encode_to_vec(),
@@ -385,6 +394,12 @@ impl OtlpReceiver {
         let mut s = self.shared.0.lock().unwrap();
         s.pass_first = pass;
         s.fail_next = n;
+    }
+
+    /// Pads every successful answer (both servers) with a `partial_success` message of
+    /// `bytes` bytes (0: plain answers again).
+    pub fn pad_answers(&self, bytes: usize) {
+        self.shared.0.lock().unwrap().answer_padding = bytes;
     }
 
     pub fn clear(&self) {

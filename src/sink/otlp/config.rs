@@ -4,10 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use opentelemetry::KeyValue;
-use opentelemetry_sdk::Resource;
-
 use crate::error::{Error, Result};
+use crate::limit::DEFAULT_MAX_RESPONSE_BYTES;
 
 /// The wire protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,10 +53,9 @@ pub struct OtlpConfig {
     pub compression: Option<String>,
     /// Per-request timeout.
     pub timeout: Option<Duration>,
-    /// Series per metric and request before the SDK folds the rest into
-    /// `otel.metric.overflow` (cluster-level families); default [`super::SERIES_LIMIT`] in the cluster role, else
-    /// [`super::SMALL_SERIES_LIMIT`].
-    pub series_limit: Option<usize>,
+    /// Bytes of a receiver's answer to read at most (`--max-response-bytes`); default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`]. A larger answer fails the request with `too_large`.
+    pub max_response_bytes: Option<usize>,
     /// Data points per export request at most; a push with more is sent as several requests
     /// (see [`super::OtlpSink`]). Default [`DEFAULT_MAX_POINTS_PER_REQUEST`].
     pub max_points_per_request: Option<usize>,
@@ -96,12 +93,10 @@ pub struct OtlpSettings {
     pub resource_attributes: Vec<(String, String)>,
     /// `OTEL_SERVICE_NAME`, if set.
     pub service_name: Option<String>,
-    /// See [`OtlpConfig::series_limit`].
-    pub series_limit: Option<usize>,
+    /// See [`OtlpConfig::max_response_bytes`].
+    pub max_response_bytes: usize,
     /// See [`OtlpConfig::max_points_per_request`].
     pub max_points_per_request: usize,
-    /// Explicitly set headers only (the exporter reads the environment's itself).
-    pub(super) explicit_headers: Vec<(String, String)>,
 }
 
 const ENV_PREFIX_METRICS: &str = "OTEL_EXPORTER_OTLP_METRICS_";
@@ -341,8 +336,8 @@ impl OtlpConfig {
             explicit_headers.push(parse_header("otlp header", item)?);
         }
         // The environment's headers come from the signal variable, else the generic one (as
-        // opentelemetry-otlp reads them; it adds them itself). Explicit headers win on a clash:
-        // the sink sets them last on every request.
+        // the OpenTelemetry exporters read them). Explicit headers win on a clash: the sink
+        // sends this merged list, each name once.
         let signal = env_name(ENV_PREFIX_METRICS, "HEADERS");
         let generic = env_name(ENV_PREFIX, "HEADERS");
         let env_headers = env(signal)
@@ -431,15 +426,16 @@ impl OtlpConfig {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
 
-        let series_limit = match self.series_limit {
-            Some(n) if n == 0 || n > 10_000_000 => {
+        let max_response_bytes = match self.max_response_bytes {
+            Some(0) => {
                 return Err(config_err(
-                    "otlp series limit",
-                    &n.to_string(),
-                    "must be between 1 and 10000000",
+                    "--max-response-bytes",
+                    "0",
+                    "must be more than zero",
                 ));
             }
-            other => other,
+            Some(n) => n,
+            None => DEFAULT_MAX_RESPONSE_BYTES,
         };
         let max_points_per_request = match self.max_points_per_request {
             Some(n) if n == 0 || n > 10_000_000 => {
@@ -454,7 +450,7 @@ impl OtlpConfig {
         };
 
         Ok(OtlpSettings {
-            series_limit,
+            max_response_bytes,
             max_points_per_request,
             protocol,
             endpoint,
@@ -464,12 +460,27 @@ impl OtlpConfig {
             timeout,
             resource_attributes,
             service_name,
-            explicit_headers,
         })
     }
 }
 
 // The resource.
+
+/// One resource attribute (a string value, as every attribute kube-prober sends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceAttribute {
+    pub key: String,
+    pub value: String,
+}
+
+impl ResourceAttribute {
+    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
+        ResourceAttribute {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+}
 
 /// Who is pushing: the caller fills this from the identity it detected.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -523,73 +534,94 @@ fn is_zone(location: &str) -> bool {
 
 impl OtlpResource {
     /// The resource attributes, before `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`.
-    pub fn attributes(&self) -> Vec<KeyValue> {
+    pub fn attributes(&self) -> Vec<ResourceAttribute> {
         let mut out = vec![
-            KeyValue::new("service.name", "kube-prober"),
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            ResourceAttribute::new("service.name", "kube-prober"),
+            ResourceAttribute::new("service.version", env!("CARGO_PKG_VERSION")),
         ];
         if !self.instance_id.is_empty() {
-            out.push(KeyValue::new(
+            out.push(ResourceAttribute::new(
                 "service.instance.id",
                 self.instance_id.clone(),
             ));
         }
         if !self.cluster_name.is_empty() {
-            out.push(KeyValue::new("k8s.cluster.name", self.cluster_name.clone()));
+            out.push(ResourceAttribute::new(
+                "k8s.cluster.name",
+                self.cluster_name.clone(),
+            ));
         }
         if self.role == "node"
             && let Some(n) = self.node_name.as_ref().filter(|n| !n.is_empty())
         {
-            out.push(KeyValue::new("k8s.node.name", n.clone()));
+            out.push(ResourceAttribute::new("k8s.node.name", n.clone()));
         }
         if self.role == "host" {
             // No cluster: the machine is what the series describe (semconv `host.*`, `os.*`).
             if let Some(n) = self.node_name.as_ref().filter(|n| !n.is_empty()) {
-                out.push(KeyValue::new("host.name", n.clone()));
+                out.push(ResourceAttribute::new("host.name", n.clone()));
             }
             if !self.host_id.is_empty() {
-                out.push(KeyValue::new("host.id", self.host_id.clone()));
+                out.push(ResourceAttribute::new("host.id", self.host_id.clone()));
             }
             if let Some(arch) = host_arch() {
-                out.push(KeyValue::new("host.arch", arch));
+                out.push(ResourceAttribute::new("host.arch", arch));
             }
-            out.push(KeyValue::new("os.type", os_type()));
+            out.push(ResourceAttribute::new("os.type", os_type()));
         }
         if !self.project.is_empty() {
-            out.push(KeyValue::new("cloud.provider", "gcp"));
-            out.push(KeyValue::new("cloud.platform", "gcp_kubernetes_engine"));
-            out.push(KeyValue::new("cloud.account.id", self.project.clone()));
+            out.push(ResourceAttribute::new("cloud.provider", "gcp"));
+            out.push(ResourceAttribute::new(
+                "cloud.platform",
+                "gcp_kubernetes_engine",
+            ));
+            out.push(ResourceAttribute::new(
+                "cloud.account.id",
+                self.project.clone(),
+            ));
             let loc = self.location.as_str();
             if is_zone(loc) {
-                out.push(KeyValue::new("cloud.availability_zone", loc.to_string()));
+                out.push(ResourceAttribute::new(
+                    "cloud.availability_zone",
+                    loc.to_string(),
+                ));
                 if let Some((region, _)) = loc.rsplit_once('-') {
-                    out.push(KeyValue::new("cloud.region", region.to_string()));
+                    out.push(ResourceAttribute::new("cloud.region", region.to_string()));
                 }
             } else if !loc.is_empty() {
-                out.push(KeyValue::new("cloud.region", loc.to_string()));
+                out.push(ResourceAttribute::new("cloud.region", loc.to_string()));
             }
         }
         out
     }
 
-    /// The SDK resource: ours, then `OTEL_RESOURCE_ATTRIBUTES` (which override ours), then
-    /// `OTEL_SERVICE_NAME`, plus `telemetry.sdk.*`.
-    pub(super) fn build(&self, settings: &OtlpSettings) -> Resource {
-        let mut builder = Resource::builder_empty()
-            .with_detector(Box::new(
-                opentelemetry_sdk::resource::TelemetryResourceDetector,
-            ))
-            .with_attributes(self.attributes())
-            .with_attributes(
-                settings
-                    .resource_attributes
-                    .iter()
-                    .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
-            );
-        if let Some(name) = &settings.service_name {
-            builder = builder.with_service_name(name.clone());
+    /// The resource attributes every request carries: `telemetry.sdk.*` (the encoder is
+    /// kube-prober's own: `telemetry.sdk.name=kube-prober`, `telemetry.sdk.language=rust`,
+    /// `telemetry.sdk.version` ours), then [`OtlpResource::attributes`], then
+    /// `OTEL_RESOURCE_ATTRIBUTES` (replacing attributes of the same key), then
+    /// `OTEL_SERVICE_NAME` (replacing `service.name`). Each key once, in that order.
+    pub(super) fn build(&self, settings: &OtlpSettings) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut set = |k: String, v: String| match out.iter_mut().find(|(ok, _)| *ok == k) {
+            Some(slot) => slot.1 = v,
+            None => out.push((k, v)),
+        };
+        set("telemetry.sdk.name".into(), "kube-prober".into());
+        set("telemetry.sdk.language".into(), "rust".into());
+        set(
+            "telemetry.sdk.version".into(),
+            env!("CARGO_PKG_VERSION").into(),
+        );
+        for a in self.attributes() {
+            set(a.key, a.value);
         }
-        builder.build()
+        for (k, v) in &settings.resource_attributes {
+            set(k.clone(), v.clone());
+        }
+        if let Some(name) = &settings.service_name {
+            set("service.name".into(), name.clone());
+        }
+        out
     }
 }
 

@@ -1,103 +1,98 @@
-//! OTLP push output: each push turns one [`Snapshot`] into OTLP metrics and sends them with
-//! opentelemetry-otlp's `MetricExporter` (gRPC or HTTP/protobuf), in requests of at most
+//! OTLP push output: each push turns one [`Snapshot`] into OTLP `ExportMetricsServiceRequest`s
+//! built here from opentelemetry-proto's generated types, and sends them over OTLP/gRPC (our
+//! own tonic channel and opentelemetry-proto's generated `MetricsServiceClient`) or
+//! OTLP/HTTP with binary protobuf bodies (our reqwest client), in requests of at most
 //! [`OtlpSettings::max_points_per_request`] data points (see "Requests" below).
 //!
-//! `ResourceMetrics` can only be made by the SDK, so the sink keeps two private
-//! `SdkMeterProvider`s, each with a `ManualReader` (cumulative temporality), and one
-//! instrument per row of [`OTLP_METRICS`] in one of them: the *instance* pipeline has the
-//! instance-level families ([`series::is_instance_level`]) and the probe histogram, the
-//! *batched* pipeline everything else.
-//! - gauges are `ObservableGauge<f64>`, counters `ObservableCounter<f64>` (monotonic cumulative
-//!   sums), semconv up-down counters `ObservableUpDownCounter<f64>` (non-monotonic cumulative
-//!   sums). Their callbacks read the rows this push prepared in a shared slot. Observable
-//!   instruments forget every series their callback did not report, so a series that left the
-//!   snapshot is not sent again, and cumulative sums keep the start time the instrument was
-//!   made with (the sink's start) for as long as the process lives.
-//! - the probe duration histogram is pre-aggregated in the snapshot (cumulative bucket counts,
-//!   sum, count) and the SDK takes no pre-aggregated histograms. The sink keeps the counts it
-//!   fed last and records, per push, the difference into a synchronous `Histogram<f64>` with the
-//!   same bounds: `d` values per bucket, placed inside their bucket so that the values add up
-//!   to the snapshot's sum. Bucket counts, count and sum then equal the snapshot's exactly
-//!   (the sum up to float rounding); min and max are switched off with a View because they
-//!   would be made up. Probe series never leave the hub, so the SDK keeping histogram series
-//!   forever loses nothing today.
-//!
-//! A View raises the SDK's default cardinality limit (2,000 series per instrument, beyond which
-//! the SDK folds series into `otel.metric.overflow=true`) to [`SERIES_LIMIT`] for the
-//! cluster-level metrics of the `cluster` role ([`SMALL_SERIES_LIMIT`] elsewhere). The limit
-//! applies per collect, i.e. per request: with batches of at most `max_points_per_request`
-//! points it only folds when set below that. Values that
-//! are NaN or infinite are dropped by the SDK: their series is absent from that push.
+//! No OpenTelemetry SDK is involved: the snapshot already holds the values the receiver must
+//! get (it is the one `/metrics` serves), so the sink writes the protocol messages itself.
+//! - gauges are OTLP gauges; counters are monotonic cumulative sums; semconv up-down counters
+//!   are non-monotonic cumulative sums.
+//! - the probe duration histogram is a cumulative explicit-bucket histogram whose bucket
+//!   counts, count and sum are the snapshot's, exactly (the snapshot's cumulative bucket
+//!   counts turned into per-bucket counts, the last bucket being `+Inf`). Min and max are not
+//!   sent: the snapshot does not have them. A series whose cumulative counts go down from one
+//!   bucket to the next (never produced by the hub) is left out of that push and logged at
+//!   debug level.
+//! - **Start time.** Every cumulative point (sums and the histogram) of one sink carries the
+//!   same `start_time_unix_nano`: the wall-clock time when the sink was made, kept for the
+//!   whole life of the process. The hub's counters start at zero when the process starts and
+//!   never reset while it runs, so that one start time is true for every series, including
+//!   series that appear later (their counts were zero before). A restart makes a new sink,
+//!   hence a new start time, which is how a receiver recognises the reset. Gauges carry no
+//!   start time (optional for gauges in OTLP).
+//! - **Point time.** Every point of one push carries the same `time_unix_nano`: the wall-clock
+//!   time when the push began, so the requests of one push describe one instant.
+//! - **NaN and ±Inf** values are not sent: their point is absent from that push (what the
+//!   OpenTelemetry SDK did with them, too). The sources already drop non-finite values before
+//!   they reach the hub (`kube_prober_source_dropped_values_total{reason="non_finite"}`), so this
+//!   only guards the encoding.
+//! - A series that left the snapshot is simply not in the next push: each push sends exactly
+//!   the snapshot's series, nothing is remembered between pushes except the start time.
 //!
 //! ## Requests
-//! One push is one collect and one export request of the instance pipeline (the instance's
-//! own series and the probe histogram: a few per probe, source and sink, not growing with the
-//! cluster; not split), then as many collects and requests of the batched pipeline as needed:
-//! before each collect the shared slot gets the next batch of at most
-//! `max_points_per_request` rows, taken family by family in [`OTLP_METRICS`] order, a family
-//! larger than what is left of the batch being spread over several batches. Only the rows of
-//! the current batch are reported, so the SDK forgets every other series for that collect and
-//! each series of the snapshot goes out exactly once per push; the collected
-//! `ResourceMetrics` (and its encoded request) is dropped before the next batch, so the memory
-//! of a push is that of the rows plus one request rather than of the whole push. Cumulative
-//! sums keep their start time across batches and pushes: an instrument lives in one pipeline
-//! only. The histogram is in the instance pipeline because the SDK reports a synchronous
-//! instrument's series in every collect. A collect without points (nothing in the batch, or
-//! only NaN values) sends nothing. `PushReport` counts the requests sent and their points.
+//! One push is one request with the instance-level families ([`series::is_instance_level`]:
+//! the instance's own series and the probe histogram, a few per probe, source and sink, not
+//! growing with the cluster; not split), then as many requests as needed for everything else:
+//! batches of at most `max_points_per_request` data points, taken family by family in
+//! [`OTLP_METRICS`] order, a family larger than what is left of a batch being spread over
+//! several batches. Each series of the snapshot goes out exactly once per push. Each request
+//! is encoded just before it is sent and dropped after, so the memory of a push is that of
+//! the rows plus one request rather than of the whole push. A batch without points sends
+//! nothing. `PushReport` counts the requests sent and their points.
 //!
 //! A failed request ends the push: the remaining batches are not sent (the receiver is most
 //! likely down or refusing, and each further request would wait for its own timeout), and
 //! `PushError::sent` counts the requests the receiver answered, the failed one included when
 //! it answered (a connect, TLS or transport failure, or no answer in time, is not a request),
-//! and the points of those that succeeded. The next push sends everything again. The per-request timeout is the
-//! configured one; the push runner's timeout bounds the whole push.
-//!
-//! Retries inside the exporter are off: the push runner has its own ticker, timeout and
+//! and the points of those that succeeded. The next push sends everything again. The
+//! per-request timeout is the configured one; the push runner's timeout bounds the whole push.
+//! There are no retries inside the sink: the push runner has its own ticker, timeout and
 //! failure counters.
+//!
+//! ## Answers
+//! The receiver's answer is read through the same byte cap as every other answer
+//! (`--max-response-bytes`, [`OtlpSettings::max_response_bytes`]): over OTLP/HTTP with
+//! [`crate::limit::read_capped`] (a larger `Content-Length` is refused before reading), over
+//! gRPC with tonic's decoding limit. An answer over the cap fails the request with reason
+//! `too_large` (counted in `kube_prober_sink_failures_total`); the receiver did answer, so the
+//! request counts, its points do not. A successful answer that reports a partial success
+//! (rejected points) is logged as a warning; the push still counts as a success, as in the
+//! OpenTelemetry exporters.
 //!
 //! ## Settings and the environment
 //! Each setting of [`OtlpConfig`] that is unset falls back to `OTEL_EXPORTER_OTLP_METRICS_*`,
 //! then `OTEL_EXPORTER_OTLP_*`, then the default; [`OtlpConfig::resolve`] does this and turns
-//! every bad value into `Error::Config` naming the flag or variable. The resolved protocol,
-//! endpoint, timeout, compression (when gzip) and TLS files are handed to the exporter
-//! explicitly, so opentelemetry-otlp's own reading of those variables never decides anything
-//! (it does not read `*_PROTOCOL` for the transport, nor the certificate variables, at all).
-//! Two things it does read itself:
-//! - headers (`*_METRICS_HEADERS`, else `*_HEADERS`): it adds them to every request; the sink
-//!   validates them at start and sets the explicit headers last (a tonic interceptor, a wrapped
-//!   HTTP client), so an explicit header replaces an environment one of the same name.
-//! - compression: with compression set to `none` explicitly, a `gzip` in `*_COMPRESSION` still
-//!   turns gzip on inside the exporter (it cannot be told "none").
-//!
+//! every bad value into `Error::Config` naming the flag or variable. Nothing else reads those
+//! variables: the headers sent are the resolved ones (the environment's, an explicit header
+//! replacing one of the same name), compression is exactly the resolved setting.
 //! `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` is not honoured: always cumulative.
 //! `OTEL_RESOURCE_ATTRIBUTES` adds to and overrides the sink's resource attributes;
 //! `OTEL_SERVICE_NAME` overrides `service.name`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::metrics::{Histogram, Meter, MeterProvider as _};
-use opentelemetry::{Key, KeyValue};
-use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
-use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
-use opentelemetry_otlp::{
-    Compression, MetricExporter, Protocol, RetryPolicy, WithExportConfig, WithHttpConfig,
-    WithTonicConfig,
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{
-    Aggregation, Instrument, InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Stream,
-    Temporality,
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    self as pm, AggregationTemporality, HistogramDataPoint, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, metric::Data, number_data_point,
 };
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use super::names::{self, Family};
 use super::series::{self, Labels, Visitor};
 use super::{PushError, PushReport, PushScope, Sink};
 use crate::error::{Error, Result};
+use crate::limit::{ReadError, read_capped};
 use crate::model::{PROBE_BUCKETS, Snapshot};
 
 mod config;
@@ -110,80 +105,46 @@ pub use config::{
 };
 pub use table::{Derivation, OTLP_METRICS, OtelKind, OtelMetric, attribute_key};
 
-/// Series one instrument may carry per push before the SDK folds the rest into
-/// `otel.metric.overflow`, for the cluster-level families of the `cluster` role: 5,000 nodes
-/// (the Kubernetes limit) times 40 series per node (`k8s.node.condition.status` sends three per
-/// node and condition type). The SDK's default is 2,000.
-///
-/// The SDK sizes each instrument's series table for its limit when the instrument is made:
-/// with this limit the cluster role's sink costs about 12 MiB more resident memory than with
-/// the default (measured, debug build), so the other roles and the instance-level families use
-/// [`SMALL_SERIES_LIMIT`] (about 0.6 MiB), and [`OtlpConfig::series_limit`] can lower it.
-pub const SERIES_LIMIT: usize = 200_000;
-/// Limit for the node and host roles and for instance-level families (probes, sources, sinks,
-/// build): their series do not grow with the cluster.
-pub const SMALL_SERIES_LIMIT: usize = 4_000;
-
 /// The instrumentation scope name the metrics carry.
 pub const SCOPE_NAME: &str = "kube-prober";
-/// A `ManualReader` the sink keeps a handle to after giving it to the provider.
-#[derive(Debug, Clone)]
-struct SharedReader(Arc<ManualReader>);
-
-impl MetricReader for SharedReader {
-    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline)
-    }
-    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-        self.0.collect(rm)
-    }
-    fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
-    }
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-    fn temporality(&self, kind: InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
-    }
-}
 
 type Rows = Vec<(Vec<KeyValue>, f64)>;
 
-/// What the callbacks read during one collect: rows per [`OTLP_METRICS`] index.
-#[derive(Default)]
-struct Prepared {
-    rows: Vec<Rows>,
-}
-
-/// What was last fed into the histogram for one series.
+/// One probe histogram series as the snapshot has it: cumulative counts per bound (`+Inf`
+/// excluded), count and sum.
 #[derive(Debug, Clone, PartialEq)]
-struct Fed {
+struct HistogramRow {
+    attributes: Vec<KeyValue>,
     buckets: Vec<u64>,
     count: u64,
     sum: f64,
 }
 
-struct State {
-    exporter: MetricExporter,
-    histogram: Histogram<f64>,
-    fed: HashMap<Vec<(&'static str, String)>, Fed>,
+/// How requests are sent.
+enum Transport {
+    Grpc {
+        client: MetricsServiceClient<Channel>,
+        /// The resolved headers, as gRPC metadata.
+        metadata: tonic::metadata::MetadataMap,
+    },
+    Http {
+        client: reqwest::Client,
+        /// The resolved headers.
+        headers: reqwest::header::HeaderMap,
+    },
 }
 
 /// The OTLP push output.
 pub struct OtlpSink {
-    /// Keep the pipelines alive: the readers hold only a weak reference to them. The first
-    /// has the instance-level instruments and the probe histogram, the second the rest.
-    _providers: [SdkMeterProvider; 2],
-    /// Reader of the instance-level pipeline: one request per push, not split.
-    instance_reader: SharedReader,
-    /// Reader of the other pipeline: collected once per batch.
-    reader: SharedReader,
-    slot: Arc<Mutex<Prepared>>,
-    /// One push at a time: the slot and the histogram baseline belong to it.
-    state: tokio::sync::Mutex<State>,
+    transport: Transport,
+    /// The resource every request carries.
+    resource: Resource,
+    /// `start_time_unix_nano` of every cumulative point: when the sink was made.
+    start_time_unix_nano: u64,
+    /// One push at a time (the connector's `last_error` belongs to it).
+    push_lock: tokio::sync::Mutex<()>,
     settings: OtlpSettings,
-    /// Filled by the OTLP/HTTP client on transport errors.
+    /// Filled by the gRPC channel's connector when it could not connect.
     last_error: LastError,
 }
 
@@ -192,170 +153,48 @@ impl std::fmt::Debug for OtlpSink {
         f.debug_struct("OtlpSink")
             .field("protocol", &self.settings.protocol)
             .field("endpoint", &self.settings.endpoint)
+            .field("start_time_unix_nano", &self.start_time_unix_nano)
             .finish()
     }
 }
 
 /// Whether a metric belongs to an instance-level family (probes, sources, sinks, build, ...):
-/// those and the probe histogram go through the sink's instance pipeline, the rest through
-/// the batched one.
+/// those and the probe histogram go in the push's first request, the rest in batches.
 fn is_instance_metric(metric: &OtelMetric) -> bool {
     names::ALL
         .iter()
         .any(|f| f.name == metric.family && series::is_instance_level(f))
 }
 
-/// Registers the observable instruments of the metrics with `is_instance_metric == instance`.
-fn register(meter: &Meter, slot: &Arc<Mutex<Prepared>>, instance: bool) {
-    for (i, metric) in OTLP_METRICS.iter().enumerate() {
-        if is_instance_metric(metric) != instance {
-            continue;
-        }
-        let description = names::ALL
-            .iter()
-            .find(|f| f.name == metric.family)
-            .map(|f| f.help)
-            .unwrap_or_default();
-        let slot = slot.clone();
-        let emit = move |observe: &dyn Fn(f64, &[KeyValue])| {
-            if let Ok(p) = slot.lock()
-                && let Some(rows) = p.rows.get(i)
-            {
-                for (attrs, v) in rows {
-                    observe(*v, attrs);
-                }
-            }
-        };
-        // Observable instruments stay registered with the provider; the handles are not needed.
-        match metric.kind {
-            OtelKind::Gauge => {
-                meter
-                    .f64_observable_gauge(metric.name)
-                    .with_description(description)
-                    .with_unit(metric.unit)
-                    .with_callback(move |o| emit(&|v, a| o.observe(v, a)))
-                    .build();
-            }
-            OtelKind::Counter => {
-                meter
-                    .f64_observable_counter(metric.name)
-                    .with_description(description)
-                    .with_unit(metric.unit)
-                    .with_callback(move |o| emit(&|v, a| o.observe(v, a)))
-                    .build();
-            }
-            OtelKind::UpDownCounter => {
-                meter
-                    .f64_observable_up_down_counter(metric.name)
-                    .with_description(description)
-                    .with_unit(metric.unit)
-                    .with_callback(move |o| emit(&|v, a| o.observe(v, a)))
-                    .build();
-            }
-            OtelKind::Histogram => {}
-        }
-    }
-}
-
-/// The series limit of one metric: `large` for cluster-level families, else the small one.
-fn series_limit(metric: &OtelMetric, large: usize) -> usize {
-    if is_instance_metric(metric) {
-        SMALL_SERIES_LIMIT
-    } else {
-        large
-    }
-}
-
-/// Cardinality limits and histogram bounds (min/max off).
-fn view(large: usize) -> impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static {
-    move |i: &Instrument| {
-        let metric = OTLP_METRICS.iter().find(|m| m.name == i.name())?;
-        let builder = Stream::builder().with_cardinality_limit(series_limit(metric, large));
-        let builder = match metric.kind {
-            OtelKind::Histogram => builder.with_aggregation(Aggregation::ExplicitBucketHistogram {
-                boundaries: PROBE_BUCKETS.to_vec(),
-                record_min_max: false,
-            }),
-            _ => builder,
-        };
-        builder.build().ok()
-    }
-}
-
 fn tls_files_given(tls: &OtlpTls) -> bool {
     tls.ca_pem.is_some() || tls.client.is_some()
 }
 
-/// The last transport error, in full: opentelemetry-otlp reports only "network error" (HTTP)
-/// or the gRPC code. Set by the OTLP/HTTP client, and by the gRPC channel's connector when it
-/// could not connect (then the gRPC code stays the reason: `keep_reason`). Either way the
-/// request never reached the receiver, so it is not counted as a request.
+fn string_kv(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A connect failure seen by the gRPC channel's connector: the request never reached the
+/// receiver, so it is not counted as a request, and its full text joins the error message
+/// (tonic reports only "transport error").
 #[derive(Debug, Clone, Default)]
 struct TransportError {
     message: String,
-    timeout: bool,
-    keep_reason: bool,
 }
 
 type LastError = Arc<Mutex<Option<TransportError>>>;
-
-/// The OTLP/HTTP client: reqwest, with the explicit headers set last on every request (so
-/// they win over the environment's) and the full text of transport errors kept.
-#[derive(Debug)]
-struct HttpTransport {
-    client: reqwest::Client,
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
-    last_error: LastError,
-}
-
-impl opentelemetry_http::HttpClient for HttpTransport {
-    // What `#[async_trait]` expands the trait method to.
-    fn send_bytes<'a, 'b>(
-        &'a self,
-        mut request: http::Request<opentelemetry_http::Bytes>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<
-                    Output = std::result::Result<
-                        http::Response<opentelemetry_http::Bytes>,
-                        opentelemetry_http::HttpError,
-                    >,
-                > + Send
-                + 'b,
-        >,
-    >
-    where
-        'a: 'b,
-        Self: 'b,
-    {
-        Box::pin(async move {
-            for (k, v) in &self.headers {
-                request.headers_mut().insert(k.clone(), v.clone());
-            }
-            let result = opentelemetry_http::HttpClient::send_bytes(&self.client, request).await;
-            if let Err(e) = &result {
-                let timeout = e
-                    .downcast_ref::<reqwest::Error>()
-                    .is_some_and(reqwest::Error::is_timeout);
-                let mut message = e.to_string();
-                let mut source = e.source();
-                while let Some(s) = source {
-                    message.push_str(": ");
-                    message.push_str(&s.to_string());
-                    source = s.source();
-                }
-                if let Ok(mut last) = self.last_error.lock() {
-                    *last = Some(TransportError {
-                        message,
-                        timeout,
-                        keep_reason: false,
-                    });
-                }
-            }
-            result
-        })
-    }
-}
 
 /// The gRPC channel's connector: plain TCP (tonic adds TLS on top), recording a failed
 /// connect in `last_error` so the export it fails is not counted as a request.
@@ -398,8 +237,6 @@ impl tower_service::Service<http::Uri> for WatchedConnector {
                     if let Ok(mut last) = last_error.lock() {
                         *last = Some(TransportError {
                             message: format!("connecting to {host}:{port}: {e}"),
-                            timeout: e.kind() == std::io::ErrorKind::TimedOut,
-                            keep_reason: true,
                         });
                     }
                     Err(e)
@@ -409,7 +246,7 @@ impl tower_service::Service<http::Uri> for WatchedConnector {
     }
 }
 
-fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExporter> {
+fn build_transport(s: &OtlpSettings, last_error: &LastError) -> Result<Transport> {
     let https = s.endpoint.starts_with("https://");
     if !https && tls_files_given(&s.tls) {
         tracing::warn!(
@@ -417,15 +254,10 @@ fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExpo
             "OTLP TLS files are set but the endpoint is not https://; they are not used"
         );
     }
-    let build_err = |e: opentelemetry_otlp::ExporterBuildError| Error::Config {
-        option: "otlp",
-        value: s.endpoint.clone(),
-        reason: e.to_string(),
-    };
     match s.protocol {
         OtlpProtocol::Grpc => {
-            let mut metadata = MetadataMap::new();
-            for (k, v) in &s.explicit_headers {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (k, v) in &s.headers {
                 let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
                     .map_err(|e| config_err("otlp header", k, e.to_string()))?;
                 let value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = v
@@ -433,22 +265,11 @@ fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExpo
                     .map_err(|_| config_err("otlp header", k, "not a valid header value"))?;
                 metadata.insert(key, value);
             }
-            // Runs after the exporter added its own and the environment's headers, so the
-            // explicit ones replace those with the same name.
-            let explicit = metadata.clone();
-            let interceptor = move |mut req: tonic::Request<()>| {
-                for kv in explicit.iter() {
-                    if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv {
-                        req.metadata_mut().insert(k.clone(), v.clone());
-                    }
-                }
-                Ok(req)
-            };
-            // Our own channel (same endpoint, timeout and TLS as the exporter would make), so
-            // that a failed connect is known: see `WatchedConnector`.
             let mut endpoint = tonic::transport::Endpoint::from_shared(s.endpoint.clone())
                 .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?
-                .timeout(s.timeout);
+                .timeout(s.timeout)
+                .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")))
+                .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?;
             if https {
                 let mut tls = ClientTlsConfig::new();
                 tls = match &s.tls.ca_pem {
@@ -465,21 +286,18 @@ fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExpo
             let channel = endpoint.connect_with_connector_lazy(WatchedConnector {
                 last_error: last_error.clone(),
             });
-            let mut b = MetricExporter::builder()
-                .with_tonic()
-                .with_channel(channel)
-                .with_protocol(Protocol::Grpc)
-                .with_timeout(s.timeout)
-                .with_metadata(metadata)
-                .with_interceptor(interceptor)
-                .with_retry_policy(RetryPolicy::disabled());
+            let mut client = MetricsServiceClient::new(channel)
+                .max_decoding_message_size(s.max_response_bytes)
+                .max_encoding_message_size(usize::MAX);
             if s.compression == OtlpCompression::Gzip {
-                b = b.with_compression(Compression::Gzip);
+                client = client.send_compressed(CompressionEncoding::Gzip);
             }
-            b.build().map_err(build_err)
+            Ok(Transport::Grpc { client, metadata })
         }
         OtlpProtocol::HttpProtobuf => {
-            let mut client = reqwest::Client::builder().timeout(s.timeout);
+            let mut client = reqwest::Client::builder()
+                .timeout(s.timeout)
+                .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")));
             if https {
                 if let Some(ca) = &s.tls.ca_pem {
                     let certs = reqwest::Certificate::from_pem_bundle(ca)
@@ -501,33 +319,42 @@ fn build_exporter(s: &OtlpSettings, last_error: &LastError) -> Result<MetricExpo
                 value: s.endpoint.clone(),
                 reason: format!("building the HTTP client: {e}"),
             })?;
-            let mut headers = Vec::new();
-            for (k, v) in &s.explicit_headers {
+            let mut headers = reqwest::header::HeaderMap::new();
+            for (k, v) in &s.headers {
                 let name = http::HeaderName::from_bytes(k.as_bytes())
                     .map_err(|e| config_err("otlp header", k, e.to_string()))?;
                 let value = http::HeaderValue::from_str(v)
                     .map_err(|e| config_err("otlp header", k, e.to_string()))?;
-                headers.push((name, value));
+                headers.insert(name, value);
             }
-            let transport = HttpTransport {
-                client,
-                headers,
-                last_error: last_error.clone(),
-            };
-            let mut b = MetricExporter::builder()
-                .with_http()
-                .with_endpoint(s.endpoint.clone())
-                .with_protocol(Protocol::HttpBinary)
-                .with_timeout(s.timeout)
-                .with_http_client(transport)
-                .with_retry_policy(RetryPolicy::disabled());
-            if s.compression == OtlpCompression::Gzip {
-                b = b.with_compression(Compression::Gzip);
-            }
-            b.build().map_err(build_err)
+            Ok(Transport::Http { client, headers })
         }
     }
 }
+
+/// The error's text with its sources, `: `-separated.
+fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    let mut depth = 0;
+    while let Some(s) = source {
+        depth += 1;
+        if depth > 16 {
+            break;
+        }
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    message
+}
+
+/// The outcome of one request: whether the receiver answered, and `Err((reason, message))`
+/// on failure.
+type Sent = (bool, std::result::Result<(), (String, String)>);
 
 impl OtlpSink {
     /// Resolves `config` against the process environment and builds the sink. Must be called
@@ -536,62 +363,25 @@ impl OtlpSink {
         Self::from_settings(config.resolve()?, resource)
     }
 
-    /// Builds the sink from resolved settings.
+    /// Builds the sink from resolved settings. Its start time (that of every cumulative
+    /// point it sends) is now.
     pub fn from_settings(settings: OtlpSettings, resource: &OtlpResource) -> Result<Self> {
         let last_error = LastError::default();
-        let exporter = build_exporter(&settings, &last_error)?;
-        let large = settings
-            .series_limit
-            .unwrap_or(if resource.role == "cluster" {
-                SERIES_LIMIT
-            } else {
-                SMALL_SERIES_LIMIT
-            });
-        let otel_resource = resource.build(&settings);
-        let pipeline = || {
-            let reader = SharedReader(Arc::new(
-                ManualReader::builder()
-                    .with_temporality(Temporality::Cumulative)
-                    .build(),
-            ));
-            let provider = SdkMeterProvider::builder()
-                .with_resource(otel_resource.clone())
-                .with_reader(reader.clone())
-                .with_view(view(large))
-                .build();
-            let meter = provider.meter_with_scope(
-                opentelemetry::InstrumentationScope::builder(SCOPE_NAME)
-                    .with_version(env!("CARGO_PKG_VERSION"))
-                    .build(),
-            );
-            (provider, reader, meter)
-        };
-        let (instance_provider, instance_reader, instance_meter) = pipeline();
-        let (provider, reader, meter) = pipeline();
-        let slot = Arc::new(Mutex::new(Prepared::default()));
-        register(&instance_meter, &slot, true);
-        register(&meter, &slot, false);
-        let hist = OTLP_METRICS
-            .iter()
-            .find(|m| m.kind == OtelKind::Histogram)
-            .map_or("kube_prober.probe.duration", |m| m.name);
-        let histogram = instance_meter
-            .f64_histogram(hist)
-            .with_description(names::PROBE_DURATION.help)
-            .with_unit("s")
-            .with_boundaries(PROBE_BUCKETS.to_vec())
-            .build();
+        let transport = build_transport(&settings, &last_error)?;
+        let attributes = resource
+            .build(&settings)
+            .into_iter()
+            .map(|(k, v)| string_kv(k, v))
+            .collect();
         Ok(OtlpSink {
-            _providers: [instance_provider, provider],
-            instance_reader,
-            reader,
-            slot,
+            transport,
+            resource: Resource {
+                attributes,
+                ..Default::default()
+            },
+            start_time_unix_nano: unix_nanos(SystemTime::now()),
+            push_lock: tokio::sync::Mutex::new(()),
             last_error,
-            state: tokio::sync::Mutex::new(State {
-                exporter,
-                histogram,
-                fed: HashMap::new(),
-            }),
             settings,
         })
     }
@@ -601,94 +391,348 @@ impl OtlpSink {
         &self.settings
     }
 
-    /// Turns one snapshot into rows per [`OTLP_METRICS`] index and feeds the probe histogram
-    /// (no I/O).
-    fn prepare(&self, state: &mut State, snapshot: &Snapshot, scope: PushScope) -> Vec<Rows> {
-        let mut c = Collector::new(scope);
-        series::visit(snapshot, &mut c);
-        let age = SystemTime::now()
-            .duration_since(snapshot.generated_at)
-            .unwrap_or_default()
-            .as_secs_f64();
-        c.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
-        c.derive();
+    /// The start time every cumulative point of this sink carries (Unix nanoseconds).
+    pub fn start_time_unix_nano(&self) -> u64 {
+        self.start_time_unix_nano
+    }
 
-        for (key, fed_now) in c.histograms {
-            let attrs: Vec<KeyValue> = key
+    /// One request's message: the resource, our scope, and one metric per non-empty row set
+    /// (in [`OTLP_METRICS`] order), plus the histogram rows.
+    fn request(
+        &self,
+        batch: Vec<Rows>,
+        histograms: Vec<HistogramRow>,
+        time_unix_nano: u64,
+    ) -> (ExportMetricsServiceRequest, u64) {
+        let start = self.start_time_unix_nano;
+        let mut metrics = Vec::new();
+        let mut points = 0u64;
+        let mut histograms = Some(histograms);
+        for (rows, m) in batch.into_iter().zip(OTLP_METRICS) {
+            let description = names::ALL
                 .iter()
-                .map(|(k, v)| KeyValue::new(*k, v.clone()))
-                .collect();
-            let prev = state.fed.get(&key);
-            match replay(&PROBE_BUCKETS, prev, &fed_now) {
-                Some(values) => {
-                    for (v, n) in values {
-                        for _ in 0..n {
-                            state.histogram.record(v, &attrs);
-                        }
+                .find(|f| f.name == m.family)
+                .map(|f| f.help)
+                .unwrap_or_default();
+            let number_points = |rows: Rows, start: u64| -> Vec<NumberDataPoint> {
+                rows.into_iter()
+                    .filter(|(_, v)| v.is_finite())
+                    .map(|(attributes, v)| NumberDataPoint {
+                        attributes,
+                        start_time_unix_nano: start,
+                        time_unix_nano,
+                        value: Some(number_data_point::Value::AsDouble(v)),
+                        ..Default::default()
+                    })
+                    .collect()
+            };
+            let (data, n) = match m.kind {
+                OtelKind::Gauge => {
+                    let data_points = number_points(rows, 0);
+                    let n = data_points.len();
+                    (Data::Gauge(pm::Gauge { data_points }), n)
+                }
+                OtelKind::Counter | OtelKind::UpDownCounter => {
+                    let data_points = number_points(rows, start);
+                    let n = data_points.len();
+                    (
+                        Data::Sum(pm::Sum {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: m.kind == OtelKind::Counter,
+                        }),
+                        n,
+                    )
+                }
+                OtelKind::Histogram => {
+                    let data_points: Vec<HistogramDataPoint> = histograms
+                        .take()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|h| histogram_point(h, start, time_unix_nano))
+                        .collect();
+                    let n = data_points.len();
+                    (
+                        Data::Histogram(pm::Histogram {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        }),
+                        n,
+                    )
+                }
+            };
+            if n == 0 {
+                continue;
+            }
+            points += n as u64;
+            metrics.push(pm::Metric {
+                name: m.name.to_string(),
+                description: description.to_string(),
+                unit: m.unit.to_string(),
+                data: Some(data),
+                ..Default::default()
+            });
+        }
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(self.resource.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE_NAME.to_string(),
+                        version: env!("CARGO_PKG_VERSION").to_string(),
+                        ..Default::default()
+                    }),
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        (request, points)
+    }
+
+    /// Sends one request over the configured transport.
+    async fn export(&self, request: ExportMetricsServiceRequest, points: u64) -> Sent {
+        let timeout = self.settings.timeout;
+        // A little over the client's own timeout, so its error (with details) wins.
+        let limit = timeout + Duration::from_millis(500);
+        let endpoint = &self.settings.endpoint;
+        let sent = match &self.transport {
+            Transport::Grpc { client, metadata } => {
+                if let Ok(mut last) = self.last_error.lock() {
+                    *last = None;
+                }
+                let mut req = tonic::Request::new(request);
+                for kv in metadata.iter() {
+                    if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv {
+                        req.metadata_mut().insert(k.clone(), v.clone());
                     }
                 }
-                None => tracing::debug!(
-                    series = ?key,
-                    "probe histogram went backwards; keeping the exported counts"
-                ),
+                let mut client = client.clone();
+                tokio::time::timeout(limit, async move {
+                    let result = client.export(req).await;
+                    self.grpc_outcome(result.map(tonic::Response::into_inner))
+                })
+                .await
             }
-            state.fed.insert(key, fed_now);
+            Transport::Http { client, headers } => {
+                tokio::time::timeout(limit, self.http_export(client, headers, request)).await
+            }
+        };
+        match sent {
+            Ok((answered, Ok(()))) => (answered, Ok(())),
+            Ok((answered, Err((reason, message)))) => (
+                answered,
+                Err((
+                    reason,
+                    format!("OTLP export of {points} points to {endpoint} failed: {message}"),
+                )),
+            ),
+            Err(_) => (
+                false,
+                Err((
+                    "timeout".into(),
+                    format!("OTLP export to {endpoint} did not finish within {limit:?}"),
+                )),
+            ),
         }
-        c.rows
     }
 
-    /// Collects one pipeline with the callbacks reporting `rows` (per [`OTLP_METRICS`] index;
-    /// the others report nothing, so the SDK forgets their series for this collect).
-    fn collect(
+    fn grpc_outcome(
         &self,
-        reader: &SharedReader,
-        rows: Vec<Rows>,
-    ) -> std::result::Result<ResourceMetrics, PushError> {
-        match self.slot.lock() {
-            Ok(mut p) => p.rows = rows,
-            Err(_) => {
-                return Err(PushError {
-                    reason: "error".into(),
-                    message: "OTLP sink state lock poisoned".into(),
-                    sent: PushReport::default(),
-                });
+        result: std::result::Result<ExportMetricsServiceResponse, tonic::Status>,
+    ) -> Sent {
+        let status = match result {
+            Ok(response) => {
+                log_partial_success(&self.settings.endpoint, &response);
+                return (true, Ok(()));
             }
+            Err(status) => status,
+        };
+        let connect = self.last_error.lock().ok().and_then(|mut l| l.take());
+        let mut message = format!(
+            "export failed with gRPC code: {:?}: {}",
+            status.code(),
+            with_sources(&status)
+        );
+        if let Some(t) = &connect {
+            message = format!("{message}: {}", t.message);
         }
-        let mut rm = ResourceMetrics::default();
-        let collected = reader.collect(&mut rm);
-        if let Ok(mut p) = self.slot.lock() {
-            p.rows = Vec::new();
+        // tonic's decoding limit (`--max-response-bytes`) on the answer.
+        if status.code() == tonic::Code::OutOfRange
+            && status.message().contains("message length too large")
+        {
+            return (
+                true,
+                Err((
+                    "too_large".into(),
+                    format!(
+                        "{message} (the answer is larger than the {}-byte limit, --max-response-bytes)",
+                        self.settings.max_response_bytes
+                    ),
+                )),
+            );
         }
-        collected.map_err(|e| PushError {
-            reason: "collect".into(),
-            message: format!("collecting metrics: {e}"),
-            sent: PushReport::default(),
-        })?;
-        Ok(rm)
+        let reason = classify(&message);
+        // A failed connect, and failures tonic makes up itself (TLS, broken connection, its
+        // own timeout), never had an answer.
+        let answered =
+            connect.is_none() && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
+        (answered, Err((reason, message)))
+    }
+
+    async fn http_export(
+        &self,
+        client: &reqwest::Client,
+        headers: &reqwest::header::HeaderMap,
+        request: ExportMetricsServiceRequest,
+    ) -> Sent {
+        let mut body = request.encode_to_vec();
+        drop(request);
+        let mut builder = client
+            .post(&self.settings.endpoint)
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf");
+        if self.settings.compression == OtlpCompression::Gzip {
+            use std::io::Write as _;
+            let mut gz = flate2::write::GzEncoder::new(
+                Vec::with_capacity(body.len() / 4),
+                flate2::Compression::default(),
+            );
+            let compressed = gz.write_all(&body).and_then(|()| gz.finish());
+            match compressed {
+                Ok(c) => body = c,
+                Err(e) => {
+                    return (
+                        false,
+                        Err(("error".into(), format!("gzip of the request failed: {e}"))),
+                    );
+                }
+            }
+            builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+        }
+        // Set last: an explicit header replaces what the client would send itself.
+        for (k, v) in headers {
+            builder = builder.header(k.clone(), v.clone());
+        }
+        let response = match builder.body(body).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let message = format!("HTTP export failed: {}", with_sources(&e));
+                let lower = message.to_ascii_lowercase();
+                let reason = if e.is_timeout() {
+                    "timeout"
+                } else if lower.contains("certificate") || lower.contains("alert") {
+                    "tls"
+                } else {
+                    "transport"
+                };
+                return (false, Err((reason.into(), message)));
+            }
+        };
+        let status = response.status();
+        let body = match read_capped(response, self.settings.max_response_bytes).await {
+            Ok(b) => b,
+            Err(ReadError::TooLarge(t)) => {
+                return (
+                    true,
+                    Err((
+                        "too_large".into(),
+                        format!("HTTP export answered {}: {t}", status.as_u16()),
+                    )),
+                );
+            }
+            Err(ReadError::Read(e)) => {
+                let reason = if e.is_timeout() {
+                    "timeout"
+                } else {
+                    "transport"
+                };
+                return (
+                    true,
+                    Err((
+                        reason.into(),
+                        format!(
+                            "HTTP export answered {} and the body failed: {}",
+                            status.as_u16(),
+                            with_sources(&e)
+                        ),
+                    )),
+                );
+            }
+        };
+        if !status.is_success() {
+            let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
+            return (
+                true,
+                Err((
+                    format!("http_{}", status.as_u16()),
+                    format!(
+                        "HTTP export failed with status code: {}: {}",
+                        status.as_u16(),
+                        text.trim()
+                    ),
+                )),
+            );
+        }
+        // An empty or undecodable 2xx body is still a success (the spec's receivers answer
+        // with a message, but the data was accepted).
+        if let Ok(response) = ExportMetricsServiceResponse::decode(body) {
+            log_partial_success(&self.settings.endpoint, &response);
+        }
+        (true, Ok(()))
     }
 }
 
-/// Data points in one `ResourceMetrics`.
-pub fn count_points(rm: &ResourceMetrics) -> u64 {
-    fn n<T>(d: &MetricData<T>) -> usize {
-        match d {
-            MetricData::Gauge(g) => g.data_points().count(),
-            MetricData::Sum(s) => s.data_points().count(),
-            MetricData::Histogram(h) => h.data_points().count(),
-            MetricData::ExponentialHistogram(h) => h.data_points().count(),
-        }
+fn log_partial_success(endpoint: &str, response: &ExportMetricsServiceResponse) {
+    if let Some(p) = &response.partial_success
+        && (p.rejected_data_points > 0 || !p.error_message.is_empty())
+    {
+        let message: String = p.error_message.chars().take(300).collect();
+        tracing::warn!(
+            %endpoint,
+            rejected_data_points = p.rejected_data_points,
+            message,
+            "the OTLP receiver accepted the request in part"
+        );
     }
-    rm.scope_metrics()
-        .flat_map(|s| s.metrics())
-        .map(|m| match m.data() {
-            AggregatedMetrics::F64(d) => n(d),
-            AggregatedMetrics::U64(d) => n(d),
-            AggregatedMetrics::I64(d) => n(d),
-        } as u64)
-        .sum()
 }
 
-/// The low-cardinality reason for an exporter error message.
+/// The histogram point of one series: per-bucket counts from the snapshot's cumulative ones.
+/// `None` (logged) when they are not cumulative.
+fn histogram_point(h: HistogramRow, start: u64, time: u64) -> Option<HistogramDataPoint> {
+    let per_bucket = per_bucket_counts(&h.buckets, h.count);
+    let Some(bucket_counts) = per_bucket.filter(|_| h.buckets.len() == PROBE_BUCKETS.len()) else {
+        tracing::debug!(
+            series = ?h.attributes,
+            "probe histogram counts are not cumulative; series left out of this push"
+        );
+        return None;
+    };
+    Some(HistogramDataPoint {
+        attributes: h.attributes,
+        start_time_unix_nano: start,
+        time_unix_nano: time,
+        count: h.count,
+        sum: h.sum.is_finite().then_some(h.sum),
+        bucket_counts,
+        explicit_bounds: PROBE_BUCKETS.to_vec(),
+        ..Default::default()
+    })
+}
+
+/// Cumulative counts per bound and the total count as counts per bucket, `+Inf` last.
+fn per_bucket_counts(cumulative: &[u64], count: u64) -> Option<Vec<u64>> {
+    let mut out = Vec::with_capacity(cumulative.len() + 1);
+    let mut below = 0u64;
+    for &c in cumulative {
+        out.push(c.checked_sub(below)?);
+        below = c;
+    }
+    out.push(count.checked_sub(below)?);
+    Some(out)
+}
+
+/// The low-cardinality reason for an export error message.
 pub fn classify(message: &str) -> String {
     if let Some(rest) = message.split("gRPC code: ").nth(1) {
         let code: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
@@ -739,8 +783,9 @@ impl Sink for OtlpSink {
         snapshot: Arc<Snapshot>,
         scope: PushScope,
     ) -> std::result::Result<PushReport, PushError> {
-        let mut state = self.state.lock().await;
-        let mut rows = self.prepare(&mut state, &snapshot, scope);
+        let _one_at_a_time = self.push_lock.lock().await;
+        let time = unix_nanos(SystemTime::now());
+        let (mut rows, histograms) = prepare(&snapshot, scope);
         // The instance-level rows (and the probe histogram): one request.
         let instance: Vec<Rows> = rows
             .iter_mut()
@@ -755,13 +800,29 @@ impl Sink for OtlpSink {
             .collect();
         let max = self.settings.max_points_per_request.max(1);
         let mut sent = PushReport::default();
-        self.send(&state, &self.instance_reader, instance, &mut sent)
-            .await?;
+        self.send(instance, histograms, time, &mut sent).await?;
         while let Some(batch) = next_batch(&mut rows, max) {
-            self.send(&state, &self.reader, batch, &mut sent).await?;
+            self.send(batch, Vec::new(), time, &mut sent).await?;
         }
         Ok(sent)
     }
+}
+
+/// Turns one snapshot into rows per [`OTLP_METRICS`] index (non-finite values already left
+/// out) and the probe histogram's series (no I/O).
+fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRow>) {
+    let mut c = Collector::new(scope);
+    series::visit(snapshot, &mut c);
+    let age = SystemTime::now()
+        .duration_since(snapshot.generated_at)
+        .unwrap_or_default()
+        .as_secs_f64();
+    c.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    c.derive();
+    for rows in &mut c.rows {
+        rows.retain(|(_, v)| v.is_finite());
+    }
+    (c.rows, c.histograms)
 }
 
 /// The next batch of at most `max` rows, taken off the end of `rows` (per [`OTLP_METRICS`]
@@ -785,25 +846,22 @@ fn next_batch(rows: &mut [Rows], max: usize) -> Option<Vec<Rows>> {
 }
 
 impl OtlpSink {
-    /// Collects `reader` with the callbacks reporting `batch` and exports the result as one
-    /// request (none when it has no points), adding to `sent`. A failed request ends the push:
-    /// the error's `sent` counts it among the requests, and the points of the requests before
+    /// Encodes `batch` (and `histograms`) as one request and sends it (none when it has no
+    /// points), adding to `sent`. A failed request ends the push: the error's `sent` counts it
+    /// among the requests when the receiver answered, and the points of the requests before
     /// it.
     async fn send(
         &self,
-        state: &State,
-        reader: &SharedReader,
         batch: Vec<Rows>,
+        histograms: Vec<HistogramRow>,
+        time: u64,
         sent: &mut PushReport,
     ) -> std::result::Result<(), PushError> {
-        let rm = self
-            .collect(reader, batch)
-            .map_err(|e| PushError { sent: *sent, ..e })?;
-        let points = count_points(&rm);
+        let (request, points) = self.request(batch, histograms, time);
         if points == 0 {
             return Ok(());
         }
-        let (answered, result) = self.export(state, &rm).await;
+        let (answered, result) = self.export(request, points).await;
         // Only requests the receiver answered count; a connect or transport failure, or no
         // answer in time, is not a request.
         if answered {
@@ -833,184 +891,22 @@ impl OtlpSink {
             }
         }
     }
-
-    /// Sends one `ResourceMetrics`: whether the receiver answered, and `Err((reason, message))`
-    /// on failure.
-    async fn export(
-        &self,
-        state: &State,
-        rm: &ResourceMetrics,
-    ) -> (bool, std::result::Result<(), (String, String)>) {
-        let points = count_points(rm);
-        let timeout = self.settings.timeout;
-        if let Ok(mut last) = self.last_error.lock() {
-            *last = None;
-        }
-        // A little over the exporter's own timeout, so its error (with details) wins.
-        let limit = timeout + Duration::from_millis(500);
-        match tokio::time::timeout(limit, state.exporter.export(rm)).await {
-            Ok(Ok(())) => (true, Ok(())),
-            Ok(Err(e)) => {
-                let mut message = e.to_string();
-                let mut reason = classify(&message);
-                let transport = self.last_error.lock().ok().and_then(|mut l| l.take());
-                let reached = transport.is_none();
-                if let Some(t) = transport {
-                    let lower = t.message.to_ascii_lowercase();
-                    if !t.keep_reason {
-                        reason = if t.timeout {
-                            "timeout".to_string()
-                        } else if lower.contains("certificate") || lower.contains("alert") {
-                            "tls".to_string()
-                        } else {
-                            "transport".to_string()
-                        };
-                    }
-                    message = format!("{message}: {}", t.message);
-                }
-                // Failures tonic makes up itself (TLS, broken connection, its own timeout)
-                // never had an answer either.
-                let answered =
-                    reached && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
-                (
-                    answered,
-                    Err((
-                        reason,
-                        format!(
-                            "OTLP export of {points} points to {} failed: {message}",
-                            self.settings.endpoint
-                        ),
-                    )),
-                )
-            }
-            Err(_) => (
-                false,
-                Err((
-                    "timeout".into(),
-                    format!(
-                        "OTLP export to {} did not finish within {limit:?}",
-                        self.settings.endpoint
-                    ),
-                )),
-            ),
-        }
-    }
 }
 
-/// Values to record so that a histogram fed `prev` ends up at `now`: per bucket with new
-/// observations, one value inside the bucket and how many times to record it, chosen so the
-/// values add up to the sum's increase. `None` when a count went down (reset), or the
-/// increase is implausibly large.
-fn replay(bounds: &[f64], prev: Option<&Fed>, now: &Fed) -> Option<Vec<(f64, u64)>> {
-    const MAX_RECORDS: u64 = 10_000_000;
-    let zero = Fed {
-        buckets: vec![0; bounds.len()],
-        count: 0,
-        sum: 0.0,
-    };
-    let prev = prev.unwrap_or(&zero);
-    if now.buckets.len() != bounds.len() || prev.buckets.len() != bounds.len() {
-        return None;
-    }
-    // Non-cumulative counts per bucket, +Inf last.
-    let per_bucket = |f: &Fed| -> Option<Vec<u64>> {
-        let mut out = Vec::with_capacity(bounds.len() + 1);
-        let mut below = 0u64;
-        for &c in &f.buckets {
-            out.push(c.checked_sub(below)?);
-            below = c;
-        }
-        out.push(f.count.checked_sub(below)?);
-        Some(out)
-    };
-    let (p, n) = (per_bucket(prev)?, per_bucket(now)?);
-    let deltas: Vec<u64> = n
-        .iter()
-        .zip(&p)
-        .map(|(a, b)| a.checked_sub(*b))
-        .collect::<Option<_>>()?;
-    let total: u64 = deltas.iter().sum();
-    if total == 0 {
-        return Some(Vec::new());
-    }
-    if total > MAX_RECORDS {
-        return None;
-    }
-    let dsum = now.sum - prev.sum;
-    if !dsum.is_finite() {
-        return None;
-    }
-    // Bucket i holds (lo, hi]; the first bucket starts at 0 (durations are not negative).
-    let lo = |i: usize| if i == 0 { 0.0 } else { bounds[i - 1] };
-    let lowest = |i: usize| {
-        let l = lo(i);
-        let width = bounds.get(i).map_or(l.max(1.0), |h| h - l);
-        // Strictly above the lower bound, which belongs to the bucket below.
-        if i == 0 { l } else { l + width * 1e-6 }
-    };
-    let mut min_total = 0.0;
-    let mut max_total = 0.0;
-    let mut inf = false;
-    for (i, &d) in deltas.iter().enumerate() {
-        if d == 0 {
-            continue;
-        }
-        min_total += d as f64 * lowest(i);
-        match bounds.get(i) {
-            Some(h) => max_total += d as f64 * h,
-            None => inf = true,
-        }
-    }
-    let target = if inf {
-        dsum.max(min_total)
-    } else {
-        dsum.clamp(min_total, max_total)
-    };
-    let mut out = Vec::new();
-    if inf {
-        // Finite buckets at their lowest value; the +Inf bucket takes the rest.
-        let last = deltas.len() - 1;
-        let mut finite = 0.0;
-        for (i, &d) in deltas.iter().enumerate().take(last) {
-            if d > 0 {
-                out.push((lowest(i), d));
-                finite += d as f64 * lowest(i);
-            }
-        }
-        let d = deltas[last];
-        let v = ((target - finite) / d as f64).max(lowest(last));
-        out.push((v, d));
-    } else {
-        let span = max_total - min_total;
-        let t = if span > 0.0 {
-            ((target - min_total) / span).clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        for (i, &d) in deltas.iter().enumerate() {
-            if d > 0 {
-                let (l, h) = (lowest(i), bounds[i]);
-                out.push(((l + t * (h - l)).min(h), d));
-            }
-        }
-    }
-    Some(out)
-}
-
-/// Turns visitor rows into OTel rows per [`OTLP_METRICS`] index.
+/// Turns visitor rows into OTLP rows per [`OTLP_METRICS`] index.
 struct Collector {
     scope: PushScope,
     rows: Vec<Rows>,
     /// Latest utilization per node, for the derived semconv usage metrics (by family name).
     latest: HashMap<&'static str, HashMap<String, f64>>,
     capacity: HashMap<&'static str, HashMap<String, f64>>,
-    histograms: Vec<(Vec<(&'static str, String)>, Fed)>,
+    histograms: Vec<HistogramRow>,
 }
 
 fn attrs(labels: &Labels<'_>) -> Vec<KeyValue> {
     labels
         .iter()
-        .map(|(k, v)| KeyValue::new(Key::from_static_str(attribute_key(k)), v.to_string()))
+        .map(|(k, v)| string_kv(attribute_key(k), *v))
         .collect()
 }
 
@@ -1044,12 +940,12 @@ impl Collector {
             else {
                 continue;
             };
-            // Point order is the SDK's (hash order) anyway.
+            // Point order: the map's (hash order).
             let rows: Rows = latest
                 .iter()
                 .filter_map(|(node, u)| {
                     let c = cap.get(node)?;
-                    Some((vec![KeyValue::new("k8s.node.name", node.clone())], u * c))
+                    Some((vec![string_kv("k8s.node.name", node.clone())], u * c))
                 })
                 .collect();
             self.rows[i] = rows;
@@ -1107,7 +1003,7 @@ impl Visitor for Collector {
                                     "condition" => "k8s.node.condition.type",
                                     k => attribute_key(k),
                                 };
-                                KeyValue::new(key, v.to_string())
+                                string_kv(key, *v)
                             })
                             .collect();
                         let mut statuses = vec!["true", "false", "unknown"];
@@ -1116,7 +1012,7 @@ impl Visitor for Collector {
                         }
                         for st in statuses {
                             let mut a = base.clone();
-                            a.push(KeyValue::new("k8s.node.condition.status", st.to_string()));
+                            a.push(string_kv("k8s.node.condition.status", st));
                             out.push((a, if st == current { 1.0 } else { 0.0 }));
                         }
                     }
@@ -1137,18 +1033,12 @@ impl Visitor for Collector {
             return;
         }
         for (labels, buckets, sum, count) in rows {
-            let key = labels
-                .iter()
-                .map(|(k, v)| (attribute_key(k), v.to_string()))
-                .collect();
-            self.histograms.push((
-                key,
-                Fed {
-                    buckets: buckets.to_vec(),
-                    count: *count,
-                    sum: *sum,
-                },
-            ));
+            self.histograms.push(HistogramRow {
+                attributes: attrs(labels),
+                buckets: buckets.to_vec(),
+                count: *count,
+                sum: *sum,
+            });
         }
     }
 }
@@ -1158,50 +1048,147 @@ mod tests {
     use super::*;
 
     #[test]
-    fn replay_reproduces_buckets_count_and_sum() {
-        let bounds = [0.1, 0.5, 1.0];
-        let prev = Fed {
-            buckets: vec![1, 2, 2],
-            count: 3,
-            sum: 2.05,
-        };
-        // +2 in (0.1,0.5], +1 in (1,inf), +1 in (0,0.1]
-        let now = Fed {
-            buckets: vec![2, 5, 5],
-            count: 7,
-            sum: 2.05 + 0.05 + 0.6 + 3.0 + 0.3,
-        };
-        let values = replay(&bounds, Some(&prev), &now).unwrap();
-        let mut cum = [0u64; 4];
-        let mut sum = 0.0;
-        for (v, n) in &values {
-            let b = bounds.iter().position(|b| v <= b).unwrap_or(3);
-            cum[b] += n;
-            sum += v * *n as f64;
+    fn histogram_counts_are_the_snapshots_per_bucket() {
+        // Cumulative per bound: 1 in (0, b0], 2 more in (b1, b2], 1 above the last bound.
+        let mut cumulative = vec![0u64; PROBE_BUCKETS.len()];
+        for (i, c) in cumulative.iter_mut().enumerate() {
+            *c = match i {
+                0 | 1 => 1,
+                _ => 3,
+            };
         }
-        assert_eq!(cum, [1, 2, 0, 1]);
-        assert!((sum - (now.sum - prev.sum)).abs() < 1e-9, "{sum}");
+        let h = HistogramRow {
+            attributes: vec![string_kv("probe", "dns")],
+            buckets: cumulative,
+            count: 4,
+            sum: 9.5,
+        };
+        let p = histogram_point(h.clone(), 7, 9).expect("cumulative");
+        let mut want = vec![0u64; PROBE_BUCKETS.len() + 1];
+        want[0] = 1;
+        want[2] = 2;
+        want[PROBE_BUCKETS.len()] = 1;
+        assert_eq!(p.bucket_counts, want);
+        assert_eq!((p.count, p.sum, p.min, p.max), (4, Some(9.5), None, None));
+        assert_eq!((p.start_time_unix_nano, p.time_unix_nano), (7, 9));
+        assert_eq!(p.explicit_bounds, PROBE_BUCKETS.to_vec());
+        // Not cumulative, or a count below the last bucket: left out.
+        let mut bad = h.clone();
+        bad.buckets[1] = 0;
+        assert_eq!(histogram_point(bad, 7, 9), None);
+        let bad = HistogramRow {
+            count: 2,
+            ..h.clone()
+        };
+        assert_eq!(histogram_point(bad, 7, 9), None);
+        let short = HistogramRow {
+            buckets: vec![1],
+            count: 1,
+            ..h
+        };
+        assert_eq!(histogram_point(short, 7, 9), None);
+    }
 
-        // All finite: interpolated inside the buckets.
-        let now2 = Fed {
-            buckets: vec![3, 8, 11],
-            count: 11,
-            sum: 2.05 + 0.02 + 0.2 + 0.3 + 0.7,
-        };
-        let prev2 = Fed {
-            buckets: vec![2, 5, 7],
-            count: 7,
-            sum: 2.05,
-        };
-        let values = replay(&bounds, Some(&prev2), &now2).unwrap();
-        let total: f64 = values.iter().map(|(v, n)| v * *n as f64).sum();
-        assert!((total - 1.22).abs() < 1e-9, "{values:?}");
-        for (v, _) in &values {
-            assert!(*v > 0.0 && *v <= 1.0);
+    /// NaN and ±Inf never reach the wire: their points are absent, and a request with only
+    /// such values is not sent at all (it has no points).
+    #[tokio::test]
+    async fn non_finite_values_are_left_out() {
+        let settings = OtlpConfig {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
         }
-        // Nothing new, and a reset.
-        assert_eq!(replay(&bounds, Some(&now), &now), Some(vec![]));
-        assert_eq!(replay(&bounds, Some(&now), &prev), None);
+        .resolve_with(&|_| None)
+        .expect("settings");
+        let sink = OtlpSink::from_settings(settings, &OtlpResource::default()).expect("sink");
+        let gauge = OTLP_METRICS
+            .iter()
+            .position(|m| m.kind == OtelKind::Gauge)
+            .expect("a gauge");
+        let sum = OTLP_METRICS
+            .iter()
+            .position(|m| m.kind == OtelKind::Counter)
+            .expect("a counter");
+        let mut batch: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
+        batch[gauge] = vec![
+            (vec![string_kv("a", "nan")], f64::NAN),
+            (vec![string_kv("a", "one")], 1.0),
+            (vec![string_kv("a", "inf")], f64::INFINITY),
+        ];
+        batch[sum] = vec![(vec![string_kv("a", "-inf")], f64::NEG_INFINITY)];
+        let (req, points) = sink.request(batch, Vec::new(), 5);
+        assert_eq!(points, 1);
+        let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+        assert_eq!(metrics.len(), 1, "the counter had only -Inf: no metric");
+        assert_eq!(metrics[0].name, OTLP_METRICS[gauge].name);
+        let Some(Data::Gauge(g)) = &metrics[0].data else {
+            panic!("not a gauge")
+        };
+        assert_eq!(g.data_points.len(), 1);
+        assert_eq!(
+            g.data_points[0].value,
+            Some(number_data_point::Value::AsDouble(1.0))
+        );
+
+        let mut only_nan: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
+        only_nan[gauge] = vec![(vec![], f64::NAN)];
+        let mut sent = PushReport::default();
+        // Nothing listens on port 9: a request would fail; none is made.
+        sink.send(only_nan, Vec::new(), 5, &mut sent)
+            .await
+            .expect("nothing to send");
+        assert_eq!(sent, PushReport::default());
+    }
+
+    #[test]
+    fn every_cumulative_point_of_a_request_has_the_sinks_start_time() {
+        let settings = OtlpConfig {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        }
+        .resolve_with(&|_| None)
+        .expect("settings");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _guard = rt.enter();
+        let sink = OtlpSink::from_settings(settings, &OtlpResource::default()).expect("sink");
+        let start = sink.start_time_unix_nano();
+        assert!(start > 0);
+        let mut batch: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
+        for (i, rows) in batch.iter_mut().enumerate() {
+            *rows = vec![(vec![string_kv("i", i.to_string())], 1.0)];
+        }
+        let hist = HistogramRow {
+            attributes: vec![],
+            buckets: vec![0; PROBE_BUCKETS.len()],
+            count: 0,
+            sum: 0.0,
+        };
+        let (req, points) = sink.request(batch, vec![hist], start + 10);
+        assert_eq!(points as usize, OTLP_METRICS.len());
+        for m in &req.resource_metrics[0].scope_metrics[0].metrics {
+            match &m.data {
+                Some(Data::Sum(s)) => {
+                    assert!(
+                        s.data_points
+                            .iter()
+                            .all(|p| p.start_time_unix_nano == start)
+                    )
+                }
+                Some(Data::Histogram(h)) => {
+                    assert!(
+                        h.data_points
+                            .iter()
+                            .all(|p| p.start_time_unix_nano == start)
+                    )
+                }
+                Some(Data::Gauge(g)) => {
+                    assert!(g.data_points.iter().all(|p| p.start_time_unix_nano == 0))
+                }
+                other => panic!("{}: {other:?}", m.name),
+            }
+        }
     }
 
     #[test]

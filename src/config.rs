@@ -1675,6 +1675,96 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_settings() {
+        use crate::watch::kubelet::{KubeletAuth, KubeletSettings};
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.task.kubelet, None, "off by default");
+        let file = FileConfig::parse("kubelet_url: https://10.0.0.5:10250\n").unwrap();
+        let c = Config::resolve(Cli::default(), file).unwrap();
+        assert_eq!(
+            c.task.kubelet,
+            Some(KubeletSettings {
+                url: "https://10.0.0.5:10250".into(),
+                auth: KubeletAuth::TokenFile(
+                    "/var/run/secrets/kubernetes.io/serviceaccount/token".into()
+                ),
+                ca_file: Some("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".into()),
+                insecure_skip_verify: false,
+            })
+        );
+        let file = FileConfig::parse(
+            "kubelet_url: https://file:10250\nkubelet_client_cert_file: /c.pem\nkubelet_client_key_file: /k.pem\nkubelet_insecure_skip_tls_verify: true\n",
+        )
+        .unwrap();
+        let cli = Cli {
+            kubelet_url: Some("https://flag:10250".into()),
+            ..Cli::default()
+        };
+        let k = Config::resolve(cli, file).unwrap().task.kubelet.unwrap();
+        assert_eq!(k.url, "https://flag:10250", "flag over file");
+        assert_eq!(
+            k.auth,
+            KubeletAuth::ClientCert {
+                cert: "/c.pem".into(),
+                key: "/k.pem".into()
+            }
+        );
+        assert!(k.insecure_skip_verify && k.ca_file.is_none());
+        for (cli, flag) in [
+            (
+                Cli {
+                    kubelet_url: Some("10.0.0.5:10250".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-url",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1/pods?x=1".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-url",
+            ),
+            (
+                Cli {
+                    kubelet_ca_file: Some("/ca".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-ca-file",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1".into()),
+                    kubelet_client_key_file: Some("/k".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-client-cert-file",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1".into()),
+                    kubelet_token_file: Some("/t".into()),
+                    kubelet_client_cert_file: Some("/c".into()),
+                    kubelet_client_key_file: Some("/k".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-token-file",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1".into()),
+                    kubelet_token_file: Some("".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-token-file",
+            ),
+        ] {
+            let e = err(cli, FileConfig::default());
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+    }
+
+    #[test]
     fn probe_settings() {
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.probes.schedules.len(), 8);

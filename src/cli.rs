@@ -488,7 +488,11 @@ pub struct Cli {
 
     /// Client certificate (PEM) for the kubelet instead of the token; needs
     /// --kubelet-client-key-file.
-    #[arg(long, env = "KUBE_PROBER_KUBELET_CLIENT_CERT_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_KUBELET_CLIENT_CERT_FILE",
+        value_name = "FILE"
+    )]
     pub kubelet_client_cert_file: Option<PathBuf>,
 
     /// Private key (PEM) of --kubelet-client-cert-file.

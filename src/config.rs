@@ -746,7 +746,9 @@ impl Config {
         cli: &mut Cli,
         file: &mut FileConfig,
     ) -> Result<Option<crate::watch::kubelet::KubeletSettings>> {
-        use crate::watch::kubelet::{DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE, KubeletAuth, KubeletSettings};
+        use crate::watch::kubelet::{
+            DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE, KubeletAuth, KubeletSettings,
+        };
         let path = |option: &'static str, p: Option<PathBuf>| -> Result<Option<PathBuf>> {
             match p {
                 Some(p) if p.as_os_str().is_empty() => Err(invalid(option, "", "empty path")),
@@ -756,7 +758,9 @@ impl Config {
         let url = cli.kubelet_url.take().or(file.kubelet_url.take());
         let token = path(
             "--kubelet-token-file",
-            cli.kubelet_token_file.take().or(file.kubelet_token_file.take()),
+            cli.kubelet_token_file
+                .take()
+                .or(file.kubelet_token_file.take()),
         )?;
         let cert = path(
             "--kubelet-client-cert-file",

@@ -116,7 +116,10 @@ async fn node_role_takes_task_pods_from_the_kubelet() {
     assert!(body.contains(&format!(
         "kube_prober_task_resource_requests{{node=\"{NODE}\",namespace=\"shop\",pod=\"web-a\",task_name=\"shop/web-a\",task_id=\"{uid_a}\",qos=\"burstable\",ready=\"true\",resource=\"cpu\",unit=\"core\"}} 0.1"
     )), "{body}");
-    assert!(body.contains("kube_prober_source_up{source=\"kubelet_pods\"} 1"), "{body}");
+    assert!(
+        body.contains("kube_prober_source_up{source=\"kubelet_pods\"} 1"),
+        "{body}"
+    );
     assert!(
         k.seen()
             .iter()
@@ -145,8 +148,14 @@ async fn node_role_takes_task_pods_from_the_kubelet() {
         b.contains("kube_prober_source_errors_total{source=\"kubelet_pods\",reason=\"parse\"}")
     })
     .await;
-    assert!(body.contains("kube_prober_source_up{source=\"kubelet_pods\"} 0"), "{body}");
-    assert!(body.contains(&format!("task_id=\"{uid_b}\"")), "the last pods stay");
+    assert!(
+        body.contains("kube_prober_source_up{source=\"kubelet_pods\"} 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("task_id=\"{uid_b}\"")),
+        "the last pods stay"
+    );
     let (code, out) = promtool_check(&body);
     assert_eq!(code, 0, "promtool: {out}");
     assert_eq!(p.terminate(), 0);
@@ -167,11 +176,19 @@ fn kubelet_flags_are_validated() {
         )
     };
     for (args, flag) in [
-        (vec!["--kubelet-url", "ftp://10.0.0.1:10250"], "--kubelet-url"),
+        (
+            vec!["--kubelet-url", "ftp://10.0.0.1:10250"],
+            "--kubelet-url",
+        ),
         (vec!["--kubelet-url", "not a url"], "--kubelet-url"),
         (vec!["--kubelet-token-file", "/x"], "--kubelet-token-file"),
         (
-            vec!["--kubelet-url", "https://10.0.0.1:10250", "--kubelet-client-cert-file", "/c"],
+            vec![
+                "--kubelet-url",
+                "https://10.0.0.1:10250",
+                "--kubelet-client-cert-file",
+                "/c",
+            ],
             "--kubelet-client-key-file",
         ),
         (

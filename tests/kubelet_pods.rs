@@ -28,7 +28,8 @@ fn pod(ns: &str, name: &str, phase: &str) -> Pod {
     let st = p.status.as_mut().unwrap();
     st.phase = Some(phase.into());
     st.qos_class = Some("Burstable".into());
-    st.container_statuses.as_mut().unwrap()[0].container_id = Some(format!("containerd://{name}-cid"));
+    st.container_statuses.as_mut().unwrap()[0].container_id =
+        Some(format!("containerd://{name}-cid"));
     p
 }
 
@@ -80,7 +81,11 @@ async fn token_auth_pods_follow_the_kubelet_between_polls() {
     let mut src = source(token_settings(&k, &f));
 
     assert_eq!(src.poll_into(&idx).await, RunOutcome::Ok);
-    assert_eq!(names(&idx), ["shop/db", "shop/web"], "namespace filter, finished pods out");
+    assert_eq!(
+        names(&idx),
+        ["shop/db", "shop/web"],
+        "namespace filter, finished pods out"
+    );
     let seen = k.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].path, "/pods");
@@ -113,7 +118,10 @@ async fn token_auth_pods_follow_the_kubelet_between_polls() {
     std::fs::write(&f.token, "rotated-token\n").unwrap();
     assert_eq!(src.poll_into(&idx).await, RunOutcome::Ok);
     assert_eq!(names(&idx), ["shop/web"]);
-    assert_eq!(k.seen().last().unwrap().bearer.as_deref(), Some("rotated-token"));
+    assert_eq!(
+        k.seen().last().unwrap().bearer.as_deref(),
+        Some("rotated-token")
+    );
 }
 
 #[tokio::test]
@@ -185,7 +193,8 @@ async fn failures_are_counted_by_reason_and_the_last_pods_stay() {
     let f = k.write_files(dir.path());
     k.set_pods(vec![pod("shop", "web", "Running")]);
     let (idx, _) = index(&[]);
-    let mut src = KubeletPods::new(token_settings(&k, &f), Duration::from_secs(5), 64 * 1024).unwrap();
+    let mut src =
+        KubeletPods::new(token_settings(&k, &f), Duration::from_secs(5), 64 * 1024).unwrap();
     assert_eq!(src.poll_into(&idx).await, RunOutcome::Ok);
 
     k.set_answer(Answer::Huge(MIB));

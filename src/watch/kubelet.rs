@@ -107,7 +107,11 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Builds the client for `files`. Errors name the file at fault (`Parse`); the caller decides
 /// whether that stops the start (a config error) or is counted (a rotated file gone bad).
-fn build_client(s: &KubeletSettings, files: &TlsFiles, timeout: Duration) -> Result<reqwest::Client> {
+fn build_client(
+    s: &KubeletSettings,
+    files: &TlsFiles,
+    timeout: Duration,
+) -> Result<reqwest::Client> {
     let mut b = reqwest::Client::builder()
         .timeout(timeout)
         .danger_accept_invalid_certs(s.insecure_skip_verify);
@@ -151,7 +155,11 @@ pub struct KubeletPods {
 impl KubeletPods {
     /// Reads the TLS files and builds the client; any problem is a config error naming the flag
     /// (exit 2). A missing token file is one too: without it no poll could succeed.
-    pub fn new(settings: KubeletSettings, timeout: Duration, max_body_bytes: usize) -> Result<Self> {
+    pub fn new(
+        settings: KubeletSettings,
+        timeout: Duration,
+        max_body_bytes: usize,
+    ) -> Result<Self> {
         let cfg_err = |option: &'static str, value: String, e: Error| Error::Config {
             option,
             value,
@@ -175,9 +183,7 @@ impl KubeletPods {
             cfg_err(option, settings.url.clone(), e)
         })?;
         if let KubeletAuth::TokenFile(p) = &settings.auth {
-            read(p).map_err(|e| {
-                cfg_err("--kubelet-token-file", p.display().to_string(), e)
-            })?;
+            read(p).map_err(|e| cfg_err("--kubelet-token-file", p.display().to_string(), e))?;
         }
         let url = format!("{}/pods", settings.url.trim_end_matches('/'));
         Ok(KubeletPods {
@@ -233,8 +239,12 @@ impl KubeletPods {
         let status = resp.status();
         if !status.is_success() {
             let hint = match status.as_u16() {
-                401 => " (the kubelet did not accept the token or client certificate; service-account tokens need the kubelet's webhook authentication)",
-                403 => " (RBAC: the kubelet authorizes /pods as get on nodes/proxy, or nodes/pods with KubeletFineGrainedAuthz)",
+                401 => {
+                    " (the kubelet did not accept the token or client certificate; service-account tokens need the kubelet's webhook authentication)"
+                }
+                403 => {
+                    " (RBAC: the kubelet authorizes /pods as get on nodes/proxy, or nodes/pods with KubeletFineGrainedAuthz)"
+                }
                 _ => "",
             };
             return Err(Error::Http {

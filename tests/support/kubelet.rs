@@ -119,7 +119,11 @@ fn response(status: u16, body: impl Into<Bytes>) -> http::Response<Full<Bytes>> 
     r
 }
 
-fn answer(state: &Mutex<State>, client_cert: bool, req: &http::Request<hyper::body::Incoming>) -> http::Response<Full<Bytes>> {
+fn answer(
+    state: &Mutex<State>,
+    client_cert: bool,
+    req: &http::Request<hyper::body::Incoming>,
+) -> http::Response<Full<Bytes>> {
     let mut st = state.lock().unwrap();
     let bearer = req
         .headers()
@@ -172,11 +176,13 @@ fn server_config(serving: &(String, String), client_ca: &str) -> Arc<rustls::Ser
     }
     // As the kubelet: a client certificate is optional (a token may authenticate instead), but
     // one that is presented must chain to the client CA.
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .unwrap();
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -205,7 +211,12 @@ impl FakeKubelet {
             "system:serviceaccount:kube-system:kube-prober-node",
             ExtendedKeyUsagePurpose::ClientAuth,
         );
-        let stranger = leaf(&other, vec![], "stranger", ExtendedKeyUsagePurpose::ClientAuth);
+        let stranger = leaf(
+            &other,
+            vec![],
+            "stranger",
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
         let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&serving, &client_ca.pem));
         let state = Arc::new(Mutex::new(State {
             pods: Vec::new(),

@@ -150,6 +150,7 @@ async fn run_until_with(
             reason: "not a directory".into(),
         });
     }
+    let kubelet_pods = kubelet_pods(&cfg, choice.role)?;
     let needs_kube =
         choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
     let kube_client = if needs_kube {
@@ -239,16 +240,26 @@ async fn run_until_with(
                 label_allowlist: cfg.task.label_allowlist.clone(),
             })
         });
+        // With --kubelet-url the kubelet's /pods feeds the task source, not the pod watch.
         let (stores, tasks) = crate::watch::cluster::spawn_with_tasks(
             client.clone(),
             wc,
             provider.clone(),
             cancel.clone(),
-            task_pods.clone(),
+            task_pods.clone().filter(|_| kubelet_pods.is_none()),
         );
         watch_tasks = tasks;
         node_stores = Some(stores);
         if let Some(index) = task_pods {
+            if let Some(source) = kubelet_pods {
+                watch_tasks.push(crate::watch::kubelet::spawn(
+                    source,
+                    index.clone(),
+                    cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+                    provider.clone(),
+                    cancel.clone(),
+                ));
+            }
             watch_tasks.push(spawn_tasks(
                 &cfg,
                 &node_name,
@@ -421,6 +432,26 @@ async fn serve_security(
         security.auth = Some(Arc::new(auth::Authorizer::new(client, settings.clone())));
     }
     Ok((tls_config, security, reloader))
+}
+
+/// `--kubelet-url`'s source, built before anything starts so a bad CA, certificate or token
+/// file is a config error (exit 2). Only the node role has tasks.
+fn kubelet_pods(cfg: &Config, role: Role) -> Result<Option<crate::watch::kubelet::KubeletPods>> {
+    let Some(k) = &cfg.task.kubelet else {
+        return Ok(None);
+    };
+    if role != Role::Node {
+        return Err(Error::Config {
+            option: "--kubelet-url",
+            value: k.url.clone(),
+            reason: format!(
+                "only the node role reads the kubelet's /pods; this process runs the {} role",
+                role.as_str()
+            ),
+        });
+    }
+    crate::watch::kubelet::KubeletPods::new(k.clone(), cfg.timeout, cfg.max_response_bytes)
+        .map(Some)
 }
 
 /// The node role's task source: pods from the pod watcher, cgroups under `--cgroup-root`.

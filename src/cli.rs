@@ -476,6 +476,39 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_MAX_RESPONSE_BYTES", value_name = "BYTES")]
     pub max_response_bytes: Option<String>,
 
+    /// Node role: take task pods from this kubelet's GET /pods (e.g. https://$(NODE_IP):10250)
+    /// instead of the API-server pod watch. [default: none]
+    #[arg(long, env = "KUBE_PROBER_KUBELET_URL", value_name = "URL")]
+    pub kubelet_url: Option<String>,
+
+    /// Bearer token file for the kubelet, re-read on every poll.
+    /// [default: /var/run/secrets/kubernetes.io/serviceaccount/token]
+    #[arg(long, env = "KUBE_PROBER_KUBELET_TOKEN_FILE", value_name = "FILE")]
+    pub kubelet_token_file: Option<PathBuf>,
+
+    /// Client certificate (PEM) for the kubelet instead of the token; needs
+    /// --kubelet-client-key-file.
+    #[arg(
+        long,
+        env = "KUBE_PROBER_KUBELET_CLIENT_CERT_FILE",
+        value_name = "FILE"
+    )]
+    pub kubelet_client_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) of --kubelet-client-cert-file.
+    #[arg(long, env = "KUBE_PROBER_KUBELET_CLIENT_KEY_FILE", value_name = "FILE")]
+    pub kubelet_client_key_file: Option<PathBuf>,
+
+    /// The only CA trusted for the kubelet's serving certificate.
+    /// [default: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt]
+    #[arg(long, env = "KUBE_PROBER_KUBELET_CA_FILE", value_name = "FILE")]
+    pub kubelet_ca_file: Option<PathBuf>,
+
+    /// Do not verify the kubelet's serving certificate (self-signed kubelet certificates, as
+    /// metrics-server's --kubelet-insecure-tls). [default: false]
+    #[arg(long, env = "KUBE_PROBER_KUBELET_INSECURE_SKIP_TLS_VERIFY", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub kubelet_insecure_skip_tls_verify: Option<bool>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

@@ -93,6 +93,12 @@ pub struct FileConfig {
     pub task_namespaces: Option<String>,
     pub task_label_allowlist: Option<String>,
     pub max_response_bytes: Option<String>,
+    pub kubelet_url: Option<String>,
+    pub kubelet_token_file: Option<PathBuf>,
+    pub kubelet_client_cert_file: Option<PathBuf>,
+    pub kubelet_client_key_file: Option<PathBuf>,
+    pub kubelet_ca_file: Option<PathBuf>,
+    pub kubelet_insecure_skip_tls_verify: Option<bool>,
 }
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
@@ -103,6 +109,8 @@ pub struct TaskSettings {
     /// Empty: every namespace.
     pub namespaces: Vec<String>,
     pub label_allowlist: Vec<String>,
+    /// `--kubelet-url` and its auth: task pods from the kubelet instead of the pod watch.
+    pub kubelet: Option<crate::watch::kubelet::KubeletSettings>,
 }
 
 /// A push output.
@@ -724,12 +732,131 @@ impl Config {
                 "not a Kubernetes label key",
             ));
         }
+        let kubelet = Self::resolve_kubelet(cli, file)?;
         Ok(TaskSettings {
             cgroup_root,
             sysfs,
             namespaces,
             label_allowlist,
+            kubelet,
         })
+    }
+
+    fn resolve_kubelet(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<Option<crate::watch::kubelet::KubeletSettings>> {
+        use crate::watch::kubelet::{
+            DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE, KubeletAuth, KubeletSettings,
+        };
+        let path = |option: &'static str, p: Option<PathBuf>| -> Result<Option<PathBuf>> {
+            match p {
+                Some(p) if p.as_os_str().is_empty() => Err(invalid(option, "", "empty path")),
+                p => Ok(p),
+            }
+        };
+        let url = cli.kubelet_url.take().or(file.kubelet_url.take());
+        let token = path(
+            "--kubelet-token-file",
+            cli.kubelet_token_file
+                .take()
+                .or(file.kubelet_token_file.take()),
+        )?;
+        let cert = path(
+            "--kubelet-client-cert-file",
+            cli.kubelet_client_cert_file
+                .take()
+                .or(file.kubelet_client_cert_file.take()),
+        )?;
+        let key = path(
+            "--kubelet-client-key-file",
+            cli.kubelet_client_key_file
+                .take()
+                .or(file.kubelet_client_key_file.take()),
+        )?;
+        let ca = path(
+            "--kubelet-ca-file",
+            cli.kubelet_ca_file.take().or(file.kubelet_ca_file.take()),
+        )?;
+        let insecure = cli
+            .kubelet_insecure_skip_tls_verify
+            .or(file.kubelet_insecure_skip_tls_verify)
+            .unwrap_or(false);
+        let Some(url) = url else {
+            let stray = [
+                ("--kubelet-token-file", token.is_some()),
+                ("--kubelet-client-cert-file", cert.is_some()),
+                ("--kubelet-client-key-file", key.is_some()),
+                ("--kubelet-ca-file", ca.is_some()),
+                ("--kubelet-insecure-skip-tls-verify", insecure),
+            ];
+            if let Some((option, _)) = stray.iter().find(|(_, set)| *set) {
+                return Err(invalid(option, "", "needs --kubelet-url"));
+            }
+            return Ok(None);
+        };
+        let url = url.trim().to_string();
+        let parsed = reqwest::Url::parse(&url).map_err(|e| {
+            invalid(
+                "--kubelet-url",
+                &url,
+                format!("not a URL ({e}); expected e.g. https://$(NODE_IP):10250"),
+            )
+        })?;
+        if !matches!(parsed.scheme(), "https" | "http")
+            || parsed.host_str().is_none_or(str::is_empty)
+            || parsed.query().is_some()
+            || parsed.fragment().is_some()
+        {
+            return Err(invalid(
+                "--kubelet-url",
+                &url,
+                "expected an http:// or https:// base URL without query, e.g. https://$(NODE_IP):10250",
+            ));
+        }
+        let auth = match (cert, key) {
+            (Some(cert), Some(key)) => {
+                if token.is_some() {
+                    return Err(invalid(
+                        "--kubelet-token-file",
+                        "",
+                        "give a token file or a client certificate, not both",
+                    ));
+                }
+                KubeletAuth::ClientCert { cert, key }
+            }
+            (None, None) => {
+                KubeletAuth::TokenFile(token.unwrap_or_else(|| PathBuf::from(DEFAULT_TOKEN_FILE)))
+            }
+            (Some(_), None) => {
+                return Err(invalid(
+                    "--kubelet-client-key-file",
+                    "",
+                    "--kubelet-client-cert-file needs --kubelet-client-key-file (both or neither)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "--kubelet-client-cert-file",
+                    "",
+                    "--kubelet-client-key-file needs --kubelet-client-cert-file (both or neither)",
+                ));
+            }
+        };
+        if insecure && ca.is_some() {
+            return Err(invalid(
+                "--kubelet-insecure-skip-tls-verify",
+                "true",
+                "conflicts with --kubelet-ca-file (verify against the CA, or do not verify)",
+            ));
+        }
+        let ca_file = (!insecure).then(|| ca.unwrap_or_else(|| PathBuf::from(DEFAULT_CA_FILE)));
+        Ok(Some(KubeletSettings {
+            url,
+            auth,
+            ca_file,
+            insecure_skip_verify: insecure,
+        }))
     }
 
     fn resolve_serve(cli: &mut Cli, file: &mut FileConfig) -> Result<ServeConfig> {
@@ -1549,6 +1676,96 @@ mod tests {
             e.contains("--task-label-allowlist") && e.contains("not ok"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn kubelet_settings() {
+        use crate::watch::kubelet::{KubeletAuth, KubeletSettings};
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.task.kubelet, None, "off by default");
+        let file = FileConfig::parse("kubelet_url: https://10.0.0.5:10250\n").unwrap();
+        let c = Config::resolve(Cli::default(), file).unwrap();
+        assert_eq!(
+            c.task.kubelet,
+            Some(KubeletSettings {
+                url: "https://10.0.0.5:10250".into(),
+                auth: KubeletAuth::TokenFile(
+                    "/var/run/secrets/kubernetes.io/serviceaccount/token".into()
+                ),
+                ca_file: Some("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".into()),
+                insecure_skip_verify: false,
+            })
+        );
+        let file = FileConfig::parse(
+            "kubelet_url: https://file:10250\nkubelet_client_cert_file: /c.pem\nkubelet_client_key_file: /k.pem\nkubelet_insecure_skip_tls_verify: true\n",
+        )
+        .unwrap();
+        let cli = Cli {
+            kubelet_url: Some("https://flag:10250".into()),
+            ..Cli::default()
+        };
+        let k = Config::resolve(cli, file).unwrap().task.kubelet.unwrap();
+        assert_eq!(k.url, "https://flag:10250", "flag over file");
+        assert_eq!(
+            k.auth,
+            KubeletAuth::ClientCert {
+                cert: "/c.pem".into(),
+                key: "/k.pem".into()
+            }
+        );
+        assert!(k.insecure_skip_verify && k.ca_file.is_none());
+        for (cli, flag) in [
+            (
+                Cli {
+                    kubelet_url: Some("10.0.0.5:10250".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-url",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1/pods?x=1".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-url",
+            ),
+            (
+                Cli {
+                    kubelet_ca_file: Some("/ca".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-ca-file",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1".into()),
+                    kubelet_client_key_file: Some("/k".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-client-cert-file",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1".into()),
+                    kubelet_token_file: Some("/t".into()),
+                    kubelet_client_cert_file: Some("/c".into()),
+                    kubelet_client_key_file: Some("/k".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-token-file",
+            ),
+            (
+                Cli {
+                    kubelet_url: Some("https://h:1".into()),
+                    kubelet_token_file: Some("".into()),
+                    ..Cli::default()
+                },
+                "--kubelet-token-file",
+            ),
+        ] {
+            let e = err(cli, FileConfig::default());
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
     }
 
     #[test]

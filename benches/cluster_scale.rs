@@ -236,7 +236,15 @@ async fn get(
     client: &reqwest::Client,
     url: &str,
     headers: &[(&str, &str)],
-) -> Result<(reqwest::StatusCode, Duration, reqwest::header::HeaderMap, bytes::Bytes), String> {
+) -> Result<
+    (
+        reqwest::StatusCode,
+        Duration,
+        reqwest::header::HeaderMap,
+        bytes::Bytes,
+    ),
+    String,
+> {
     let t = Instant::now();
     let mut req = client.get(url);
     for (k, v) in headers {
@@ -599,8 +607,12 @@ fn run(report: &mut Report) -> Result<(), String> {
     let scrapes = rt.block_on(async {
         let mut out = Vec::with_capacity(s.scrapes);
         for _ in 0..s.scrapes {
-            let (status, took, _, body) =
-                get(&client, &format!("{base}/metrics"), &[("accept", "text/plain")]).await?;
+            let (status, took, _, body) = get(
+                &client,
+                &format!("{base}/metrics"),
+                &[("accept", "text/plain")],
+            )
+            .await?;
             if status != reqwest::StatusCode::OK {
                 return Err(format!("GET /metrics: {status}"));
             }
@@ -671,11 +683,7 @@ fn run(report: &mut Report) -> Result<(), String> {
         encoding.as_deref().unwrap_or("none (identity)"),
         ms(took)
     ));
-    let kp_wrk = run_wrk(
-        &format!("{base}/watcher"),
-        s.connections,
-        s.watcher_secs,
-    )?;
+    let kp_wrk = run_wrk(&format!("{base}/watcher"), s.connections, s.watcher_secs)?;
     kp.running()?;
     let (static_addr, static_task) = rt.block_on(static_server(body.clone(), static_headers));
     let static_wrk = run_wrk(
@@ -736,9 +744,7 @@ fn run(report: &mut Report) -> Result<(), String> {
         let after = &reqs[seen_before.min(reqs.len())..];
         // Every watched path listed again, then watched again after that list.
         let done = watched.iter().all(|path| {
-            let first_list = after
-                .iter()
-                .position(|q| &q.path == path && !is_watch(q));
+            let first_list = after.iter().position(|q| &q.path == path && !is_watch(q));
             first_list.is_some_and(|i| after[i..].iter().any(|q| &q.path == path && is_watch(q)))
         });
         if done {

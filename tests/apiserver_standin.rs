@@ -1127,10 +1127,16 @@ async fn mixed_churn_creates_deletes_and_updates_pods_that_watchers_see() {
     options.replace_percent = 50;
     let counts = api.churn_with(options).await.unwrap();
     assert!((100..=140).contains(&counts.total()), "{counts:?}");
-    assert!(counts.creates > 0 && counts.deletes > 0 && counts.updates > 0, "{counts:?}");
+    assert!(
+        counts.creates > 0 && counts.deletes > 0 && counts.updates > 0,
+        "{counts:?}"
+    );
     // Deletions and creations alternate: the count stays within one of the start.
     assert!(counts.deletes - counts.creates <= 1, "{counts:?}");
-    assert_eq!(api.count(Kind::Pods), before + counts.creates - counts.deletes);
+    assert_eq!(
+        api.count(Kind::Pods),
+        before + counts.creates - counts.deletes
+    );
     assert_eq!(api.resource_version(), rv + counts.total() as u64);
     eventually("the churn", || r.versions() == api.versions(Kind::Pods)).await;
     let deletes = r
@@ -1146,7 +1152,11 @@ async fn mixed_churn_creates_deletes_and_updates_pods_that_watchers_see() {
         .filter(|p| !original.contains(&p.name_any()))
         .collect();
     // Some replacements may have been deleted or updated again since.
-    assert!(!new.is_empty() && new.len() <= counts.creates, "{}", new.len());
+    assert!(
+        !new.is_empty() && new.len() <= counts.creates,
+        "{}",
+        new.len()
+    );
     assert!(
         new.iter()
             .any(|p| p.status.as_ref().unwrap().phase.as_deref() == Some("Pending"))
@@ -1190,7 +1200,9 @@ async fn force_relist_makes_a_watcher_relist_after_410() {
     let pages = api
         .requests()
         .iter()
-        .filter(|q| q.path == "/api/v1/pods" && !q.query.as_deref().unwrap_or_default().contains("watch"))
+        .filter(|q| {
+            q.path == "/api/v1/pods" && !q.query.as_deref().unwrap_or_default().contains("watch")
+        })
         .count();
     assert_eq!(pages, 50usize.div_ceil(7));
 }

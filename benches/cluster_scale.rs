@@ -214,8 +214,9 @@ fn start_kube_prober(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let Ok(line) = rx.recv_timeout(left) else {
+            guard.running()?;
             return Err(format!(
-                "kube-prober did not log `listening` within 30 s; last stderr:\n{}",
+                "kube-prober did not log `listening` (it exited, or 30 s passed); last stderr:\n{}",
                 guard.tail()
             ));
         };

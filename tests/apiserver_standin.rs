@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use apiserver::{Fault, Kind, Options, Verb, lease, node, pod};
+use apiserver::{ChurnOptions, Fault, Kind, Options, Verb, lease, node, pod};
 use futures_util::StreamExt;
 use k8s_metrics::v1beta1::NodeMetrics;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
@@ -1112,4 +1112,97 @@ async fn churn_modifies_pods_that_watchers_see() {
                 .any(|p| p.status.as_ref().unwrap().phase.as_deref() == Some("Pending")),
         "churn restarts containers or flips phases"
     );
+}
+
+#[tokio::test]
+async fn mixed_churn_creates_deletes_and_updates_pods_that_watchers_see() {
+    let api = apiserver::start().await;
+    api.generate(10, 10);
+    let before = api.count(Kind::Pods);
+    let original: BTreeSet<String> = api.objects::<Pod>().iter().map(|p| p.name_any()).collect();
+    let r = reflect(Api::<Pod>::all(api.client()), watcher::Config::default());
+    eventually("the initial list", || r.count(&Seen::InitDone) == 1).await;
+    let rv = api.resource_version();
+    let mut options = ChurnOptions::new(400.0, Duration::from_millis(300));
+    options.replace_percent = 50;
+    let counts = api.churn_with(options).await.unwrap();
+    assert!((100..=140).contains(&counts.total()), "{counts:?}");
+    assert!(
+        counts.creates > 0 && counts.deletes > 0 && counts.updates > 0,
+        "{counts:?}"
+    );
+    // Deletions and creations alternate: the count stays within one of the start.
+    assert!(counts.deletes - counts.creates <= 1, "{counts:?}");
+    assert_eq!(
+        api.count(Kind::Pods),
+        before + counts.creates - counts.deletes
+    );
+    assert_eq!(api.resource_version(), rv + counts.total() as u64);
+    eventually("the churn", || r.versions() == api.versions(Kind::Pods)).await;
+    let deletes = r
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Delete(..)))
+        .count();
+    assert_eq!(deletes, counts.deletes);
+    // A replacement is a new pod (name and uid), Pending, on a node.
+    let new: Vec<Pod> = api
+        .objects::<Pod>()
+        .into_iter()
+        .filter(|p| !original.contains(&p.name_any()))
+        .collect();
+    // Some replacements may have been deleted or updated again since.
+    assert!(
+        !new.is_empty() && new.len() <= counts.creates,
+        "{}",
+        new.len()
+    );
+    assert!(
+        new.iter()
+            .any(|p| p.status.as_ref().unwrap().phase.as_deref() == Some("Pending"))
+    );
+    for p in &new {
+        assert!(p.spec.as_ref().unwrap().node_name.is_some());
+    }
+    let uids: BTreeSet<String> = api
+        .objects::<Pod>()
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
+    assert_eq!(uids.len(), api.count(Kind::Pods));
+}
+
+#[tokio::test]
+async fn force_relist_makes_a_watcher_relist_after_410() {
+    let api = apiserver::start_with(Options {
+        bookmark_interval: Duration::from_secs(3600),
+        ..Options::default()
+    })
+    .await;
+    api.generate(5, 10);
+    let r = reflect(
+        Api::<Pod>::all(api.client()),
+        watcher::Config::default().page_size(7),
+    );
+    eventually("the initial list", || r.count(&Seen::InitDone) == 1).await;
+    api.clear_requests();
+    api.force_relist();
+    eventually("the relist", || r.count(&Seen::InitDone) == 2).await;
+    assert!(
+        r.seen()
+            .iter()
+            .any(|s| matches!(s, Seen::Error(e) if e.contains("410") || e.contains("Expired"))),
+        "{:?}",
+        r.seen()
+    );
+    assert_eq!(r.versions(), api.versions(Kind::Pods));
+    // The relist went through every page again.
+    let pages = api
+        .requests()
+        .iter()
+        .filter(|q| {
+            q.path == "/api/v1/pods" && !q.query.as_deref().unwrap_or_default().contains("watch")
+        })
+        .count();
+    assert_eq!(pages, 50usize.div_ceil(7));
 }

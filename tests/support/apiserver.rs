@@ -1922,6 +1922,29 @@ impl ApiServer {
             .push(task.abort_handle());
         task
     }
+
+    /// Pod churn with creations and deletions as well as updates (see [`ChurnOptions`]), in the
+    /// background; the task answers what it did. Stops early when the server is dropped.
+    pub fn churn_with(&self, options: ChurnOptions) -> tokio::task::JoinHandle<ChurnCounts> {
+        let state = self.state.clone();
+        let task = tokio::spawn(churn_mixed_task(state, options));
+        self.background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task.abort_handle());
+        task
+    }
+
+    /// Makes every watcher relist everything, as after an etcd compaction it fell behind:
+    /// compacts the history and ends every open watch under one lock, so each watcher resumes
+    /// from a resource version older than the compaction point, gets 410 Gone (`Expired`) and
+    /// starts over with a full LIST. Answers the compaction's resource version.
+    pub fn force_relist(&self) -> u64 {
+        let mut st = self.state();
+        st.compact();
+        st.drop_watches();
+        st.resource_version
+    }
 }
 
 pub const NODES_PATH: &str = "/api/v1/nodes";
@@ -3186,6 +3209,143 @@ async fn churn_task(state: Shared, per_second: f64, duration: Duration) -> usize
         }
         if elapsed >= duration {
             return done;
+        }
+    }
+}
+
+/// Background churn with every kind of pod change (see [`ApiServer::churn_with`]).
+#[derive(Debug, Clone)]
+pub struct ChurnOptions {
+    /// Pod changes (events) per second, spread evenly in 20 ms steps.
+    pub per_second: f64,
+    pub duration: Duration,
+    /// Percent of the changes that are a deletion or a creation (0–100); the rest update a pod
+    /// as [`ApiServer::churn`] does. Deletions and creations alternate, so the pod count stays
+    /// within one of where it started: a deleted pod is replaced, as a controller does, by a
+    /// new pod with a new name and uid on the same node, in phase Pending with no restarts.
+    pub replace_percent: u32,
+    pub seed: u64,
+}
+
+impl ChurnOptions {
+    pub fn new(per_second: f64, duration: Duration) -> ChurnOptions {
+        ChurnOptions {
+            per_second,
+            duration,
+            replace_percent: 20,
+            seed: 7,
+        }
+    }
+}
+
+/// What a [`ApiServer::churn_with`] task did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChurnCounts {
+    pub updates: usize,
+    pub creates: usize,
+    pub deletes: usize,
+}
+
+impl ChurnCounts {
+    /// Every change, i.e. every watch event it caused on an all-pods watch.
+    pub fn total(&self) -> usize {
+        self.updates + self.creates + self.deletes
+    }
+}
+
+impl ClusterState {
+    /// Replaces a deleted pod (its last stored JSON) with a new one, as its controller would.
+    fn recreate_pod(&mut self, gone: &Bytes, rng: &mut Rng) -> Option<Key> {
+        let mut v: Value = serde_json::from_slice(gone).ok()?;
+        let meta = v.get_mut("metadata")?.as_object_mut()?;
+        let old = meta.get("name")?.as_str()?.to_string();
+        let stem = old.rsplit_once('-').map_or(old.as_str(), |(s, _)| s);
+        let name = format!("{stem}-{}", suffix(rng.next() % NAME_SPACE, 5));
+        meta.insert("name".into(), name.into());
+        for field in ["uid", "resourceVersion", "creationTimestamp"] {
+            meta.remove(field);
+        }
+        if let Some(status) = v.get_mut("status").and_then(Value::as_object_mut) {
+            status.insert("phase".into(), "Pending".into());
+            if let Some(cs) = status
+                .get_mut("containerStatuses")
+                .and_then(Value::as_array_mut)
+            {
+                for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                    c.insert("restartCount".into(), 0.into());
+                    c.insert("ready".into(), false.into());
+                    c.remove("lastState");
+                }
+            }
+        }
+        let obj = self.write(Kind::Pods, v, WriteMode::Create, None).ok()?;
+        let meta: KeptMetaName = serde_json::from_slice(&obj.json).ok()?;
+        Some((meta.metadata.namespace, meta.metadata.name))
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct KeptMetaName {
+    metadata: KeptName,
+}
+
+#[derive(serde::Deserialize)]
+struct KeptName {
+    #[serde(default)]
+    namespace: String,
+    name: String,
+}
+
+async fn churn_mixed_task(state: Shared, options: ChurnOptions) -> ChurnCounts {
+    let mut keys: Vec<Key> = lock(&state)
+        .store(Kind::Pods)
+        .objects
+        .keys()
+        .cloned()
+        .collect();
+    let mut counts = ChurnCounts::default();
+    if keys.is_empty() || options.per_second <= 0.0 {
+        return counts;
+    }
+    let mut rng = Rng::new(options.seed);
+    let replace = options.replace_percent.min(100) as usize;
+    // A deleted pod waiting for its replacement.
+    let mut gone: Option<Bytes> = None;
+    let start = Instant::now();
+    let mut done = 0usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tick.tick().await;
+        let elapsed = start.elapsed().min(options.duration);
+        let due = (elapsed.as_secs_f64() * options.per_second) as usize;
+        {
+            let mut st = lock(&state);
+            while done < due && !keys.is_empty() {
+                done += 1;
+                if rng.below(100) < replace {
+                    if let Some(json) = gone.take() {
+                        if let Some(key) = st.recreate_pod(&json, &mut rng) {
+                            keys.push(key);
+                            counts.creates += 1;
+                        }
+                    } else {
+                        let i = rng.below(keys.len());
+                        let key = keys.swap_remove(i);
+                        if let Some(last) = st.remove(Kind::Pods, &key.0, &key.1) {
+                            gone = Some(last.json.clone());
+                            counts.deletes += 1;
+                        }
+                    }
+                } else {
+                    let key = &keys[rng.below(keys.len())];
+                    if st.churn_pod(key, &mut rng) {
+                        counts.updates += 1;
+                    }
+                }
+            }
+        }
+        if elapsed >= options.duration {
+            return counts;
         }
     }
 }

@@ -722,6 +722,24 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             &names::TASK_MEMORY_NUMA
         };
         w.family(fam, &rows);
+        // The effective cpuset's sizes, after the NUMA family as in `names::ALL`.
+        let cpuset: [(&Family, &Family, fn(&CgroupStats) -> Option<u32>); 2] = [
+            (&names::TASK_CPUSET_CPUS, &names::CONTAINER_CPUSET_CPUS, |s| {
+                s.cpuset_cpus
+            }),
+            (
+                &names::TASK_CPUSET_MEMORY_NODES,
+                &names::CONTAINER_CPUSET_MEMORY_NODES,
+                |s| s.cpuset_memory_nodes,
+            ),
+        ];
+        for (tf, cf, get) in cpuset {
+            let rows: Vec<_> = set
+                .iter()
+                .filter_map(|(l, s)| get(s).map(|v| (l.clone(), f64::from(v))))
+                .collect();
+            w.family(if container { cf } else { tf }, &rows);
+        }
     }
 }
 

@@ -724,9 +724,11 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
         w.family(fam, &rows);
         // The effective cpuset's sizes, after the NUMA family as in `names::ALL`.
         let cpuset: [(&Family, &Family, fn(&CgroupStats) -> Option<u32>); 2] = [
-            (&names::TASK_CPUSET_CPUS, &names::CONTAINER_CPUSET_CPUS, |s| {
-                s.cpuset_cpus
-            }),
+            (
+                &names::TASK_CPUSET_CPUS,
+                &names::CONTAINER_CPUSET_CPUS,
+                |s| s.cpuset_cpus,
+            ),
             (
                 &names::TASK_CPUSET_MEMORY_NODES,
                 &names::CONTAINER_CPUSET_MEMORY_NODES,

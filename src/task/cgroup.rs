@@ -616,9 +616,8 @@ impl CgroupFiles {
         let mut files: Vec<(Knob, Slot)> = Vec::with_capacity(plan.len());
         // Each hierarchy's directory, opened once when its first file is wanted.
         let mut dir_fds: [Option<rustix::io::Result<OwnedFd>>; 5] = Default::default();
-        let out_of_fds = |e: rustix::io::Errno| {
-            e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE
-        };
+        let out_of_fds =
+            |e: rustix::io::Errno| e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE;
         for (knob, h, name) in plan {
             let Some(dir) = dirs[h.index()].as_deref() else {
                 continue;
@@ -687,7 +686,15 @@ impl CgroupFiles {
                 continue;
             }
             let Some(b) = slot.read(buf) else { continue };
-            apply(*knob, b, page_size, &mut s, &mut self.slow, &mut usage, &mut inactive);
+            apply(
+                *knob,
+                b,
+                page_size,
+                &mut s,
+                &mut self.slow,
+                &mut usage,
+                &mut inactive,
+            );
         }
         s.memory_limit_bytes = self.slow.memory_limit;
         s.cpuset_cpus = self.slow.cpuset_cpus;
@@ -754,9 +761,7 @@ fn apply(
             s.memory_usage_bytes = usage.map(|v| v as f64);
         }
         Knob::MemLimitV1 => {
-            slow.memory_limit = parse_u64(b)
-                .filter(|&v| v < V1_UNLIMITED)
-                .map(|v| v as f64);
+            slow.memory_limit = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
         }
         Knob::MemMax => slow.memory_limit = parse_max(b).flatten().map(|v| v as f64),
         Knob::MemStatV1 => {
@@ -813,7 +818,12 @@ fn apply(
 /// Reads every value this kernel offers for one cgroup, opening each file by path (what a
 /// collection did before files were kept open; for one-off reads). `page_size` converts v1
 /// NUMA pages.
-pub fn read_stats(dirs: &Dirs, hier: &Hierarchies, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
+pub fn read_stats(
+    dirs: &Dirs,
+    hier: &Hierarchies,
+    page_size: u64,
+    buf: &mut Vec<u8>,
+) -> CgroupStats {
     CgroupFiles::open(dirs, &plan(hier), &FdBudget::new(0)).read(page_size, buf)
 }
 
@@ -1183,7 +1193,10 @@ mod tests {
             fixture::write_cgroup(root, layout, &rel, &v).unwrap();
             let p = pod(uid, "burstable", &[]);
             let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
-            let s = r.collect(std::slice::from_ref(&p))[0].stats.clone().unwrap();
+            let s = r.collect(std::slice::from_ref(&p))[0]
+                .stats
+                .clone()
+                .unwrap();
             assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64));
             assert_eq!(s.cpuset_cpus, Some(4));
             // Change the limit and the cpuset (and a fast value) after the first collection.
@@ -1194,18 +1207,32 @@ mod tests {
             fixture::write_cgroup(root, layout, &rel, &v).unwrap();
             let mut seen_at = None;
             for n in 1..=SLOW_EVERY {
-                let s = r.collect(std::slice::from_ref(&p))[0].stats.clone().unwrap();
-                assert_eq!(s.memory_usage_bytes, Some(v.memory_usage as f64), "read every time");
+                let s = r.collect(std::slice::from_ref(&p))[0]
+                    .stats
+                    .clone()
+                    .unwrap();
+                assert_eq!(
+                    s.memory_usage_bytes,
+                    Some(v.memory_usage as f64),
+                    "read every time"
+                );
                 assert!(s.memory_limit_bytes.is_some() && s.cpuset_cpus.is_some());
                 if s.memory_limit_bytes == Some((1u64 << 30) as f64) {
                     assert_eq!(s.cpuset_cpus, Some(2), "{layout:?}");
                     assert_eq!(s.cpuset_memory_nodes, Some(2), "{layout:?}");
                     seen_at.get_or_insert(n);
                 } else {
-                    assert!(seen_at.is_none(), "{layout:?}: a new value does not flip back");
+                    assert!(
+                        seen_at.is_none(),
+                        "{layout:?}: a new value does not flip back"
+                    );
                 }
             }
-            assert_eq!(seen_at, Some(SLOW_EVERY), "{layout:?}: shown within SLOW_EVERY collections");
+            assert_eq!(
+                seen_at,
+                Some(SLOW_EVERY),
+                "{layout:?}: shown within SLOW_EVERY collections"
+            );
         }
     }
 
@@ -1221,7 +1248,11 @@ mod tests {
             let uid = format!("{i:08x}-1234-1234-1234-123456789abc");
             let rel = fixture::pod_dir(Driver::Systemd, "burstable", &uid);
             fixture::write_cgroup(root, Layout::Hybrid, &rel, &Values::seeded(i)).unwrap();
-            let c = rel.join(fixture::container_dir(Driver::Systemd, Runtime::Containerd, "abc1"));
+            let c = rel.join(fixture::container_dir(
+                Driver::Systemd,
+                Runtime::Containerd,
+                "abc1",
+            ));
             fixture::write_cgroup(root, Layout::Hybrid, &c, &Values::seeded(9)).unwrap();
             pods.push(pod(&uid, "burstable", &["abc1"]));
         }

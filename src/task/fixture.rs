@@ -183,8 +183,16 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 &format!("total=1 N0=1\nhierarchical_total={0} N0={0}\n", v.numa0),
             )?;
             let cs = root.join("cpuset").join(rel);
-            write(&cs, "cpuset.effective_cpus", &format!("{}\n", v.cpuset_cpus))?;
-            write(&cs, "cpuset.effective_mems", &format!("{}\n", v.cpuset_mems))?;
+            write(
+                &cs,
+                "cpuset.effective_cpus",
+                &format!("{}\n", v.cpuset_cpus),
+            )?;
+            write(
+                &cs,
+                "cpuset.effective_mems",
+                &format!("{}\n", v.cpuset_mems),
+            )?;
         }
         Layout::V2 => {
             let d = root.join(rel);

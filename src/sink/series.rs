@@ -543,6 +543,13 @@ type CgroupValue = (
     fn(&CgroupStats) -> Option<f64>,
 );
 
+/// A count of the effective cpuset, the task family and the container family it goes to.
+type CpusetValue = (
+    &'static Family,
+    &'static Family,
+    fn(&CgroupStats) -> Option<u32>,
+);
+
 /// The scalar cgroup values, in `names::ALL` order.
 const CGROUP_VALUES: &[CgroupValue] = &[
     (&names::TASK_CPU_USAGE, &names::CONTAINER_CPU_USAGE, |s| {
@@ -723,7 +730,7 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
         };
         w.family(fam, &rows);
         // The effective cpuset's sizes, after the NUMA family as in `names::ALL`.
-        let cpuset: [(&Family, &Family, fn(&CgroupStats) -> Option<u32>); 2] = [
+        let cpuset: [CpusetValue; 2] = [
             (
                 &names::TASK_CPUSET_CPUS,
                 &names::CONTAINER_CPUSET_CPUS,

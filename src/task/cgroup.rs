@@ -674,7 +674,7 @@ impl CgroupFiles {
     /// Reads every file once: one `pread` each (slow values every [`SLOW_EVERY`] reads).
     fn read(&mut self, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
         let mut s = CgroupStats::default();
-        let slow_now = self.reads % SLOW_EVERY == 0;
+        let slow_now = self.reads.is_multiple_of(SLOW_EVERY);
         self.reads += 1;
         if slow_now {
             self.slow = Slow::default();
@@ -1386,7 +1386,11 @@ mod tests {
                             Layout::V2 => v.numa0,
                         };
                         assert_eq!(s.numa_bytes, vec![(0, numa as f64)], "{ctx}");
-                        let cpus = if (10 * i as u64 + 1) % 2 == 0 { 4 } else { 7 };
+                        let cpus = if (10 * i as u64 + 1).is_multiple_of(2) {
+                            4
+                        } else {
+                            7
+                        };
                         assert_eq!(s.cpuset_cpus, Some(cpus), "{ctx}");
                         assert_eq!(s.cpuset_memory_nodes, Some(1), "{ctx}");
                         assert_eq!(t.containers.len(), 2, "{ctx}: pause must not count");

@@ -70,7 +70,11 @@ impl Values {
             numa0: 4096 * seed,
             pressure_some_usec: 3_000_000 * seed,
             pressure_full_usec: 1_000_000 * seed,
-            cpuset_cpus: if seed % 2 == 0 { "0-3" } else { "0,2-3,8-11" },
+            cpuset_cpus: if seed.is_multiple_of(2) {
+                "0-3"
+            } else {
+                "0,2-3,8-11"
+            },
             cpuset_mems: "0",
         }
     }

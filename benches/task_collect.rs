@@ -201,7 +201,7 @@ fn series_and_bytes(set: TaskSet) -> (usize, usize) {
     (series, body.len())
 }
 
-async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize) {
+async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String) {
     let api = apiserver::start().await;
     api.set_nodes(vec![apiserver::node(NODE, ("8", "32Gi"), ("8", "32Gi"))]);
     for i in 0..PODS {
@@ -269,10 +269,46 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize) {
         body = b;
     }
     let (rss, hwm) = rss_kib(child.id());
+    let detail = rss_detail(child.id());
     let _ = child.kill();
     let _ = child.wait();
     let series = body.lines().filter(|l| !l.starts_with('#')).count();
-    (rss, hwm, series, body.len())
+    (rss, hwm, series, body.len(), detail)
+}
+
+/// Where the resident memory is: `RssAnon`, `RssFile` and `Threads` from /proc/PID/status,
+/// and the resident KiB of the largest mappings from /proc/PID/smaps (heap, stacks, binary).
+fn rss_detail(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mut out: Vec<String> = status
+        .lines()
+        .filter(|l| {
+            ["RssAnon", "RssFile", "Threads"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut by_name: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut cur = String::new();
+    for l in smaps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.first()
+            .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
+        {
+            cur = f.get(5).copied().map_or("[anon]".to_string(), |s| {
+                s.rsplit('/').next().unwrap_or(s).to_string()
+            });
+        } else if f.first() == Some(&"Rss:") {
+            *by_name.entry(cur.clone()).or_default() +=
+                f.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        }
+    }
+    let mut v: Vec<_> = by_name.into_iter().collect();
+    v.sort_by_key(|(_, k)| std::cmp::Reverse(*k));
+    out.extend(v.iter().take(6).map(|(n, k)| format!("{n} {k} kB")));
+    out.join("; ")
 }
 
 fn main() {
@@ -319,12 +355,13 @@ fn main() {
     println!("\nTask and container series on /metrics: {series}; whole body {bytes} bytes.\n");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (rss, hwm, series, bytes) = rt.block_on(node_role_rss(&root));
+    let (rss, hwm, series, bytes, detail) = rt.block_on(node_role_rss(&root));
     println!("| node role binary (110 pods, 1 s collections, after 15 s) | value |");
     println!("|---|---|");
     println!("| VmRSS | {:.1} MiB |", mib(rss));
     println!("| VmHWM | {:.1} MiB |", mib(hwm));
     println!("| /metrics series | {series} |");
     println!("| /metrics bytes | {bytes} |");
+    println!("\nResident memory of the node role: {detail}");
     println!("\nload average after: {}", loadavg());
 }

@@ -17,6 +17,7 @@ use kube_prober::fetch::procfs;
 use kube_prober::fetch::prometheus::{parse_vector, strip_port};
 use kube_prober::fetch::signalfx::{parse_metadata, parse_window};
 use kube_prober::quantity::{MAX_MAGNITUDE, parse_quantity};
+use kube_prober::task::cgroup;
 use kube_prober::watch::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
     pod_facts,
@@ -122,6 +123,42 @@ proptest! {
         } else {
             prop_assert_eq!(got, Ok(want));
         }
+    }
+
+    // --------------------------------------------------------------------------------------
+    // cgroup cpuset lists (src/task/cgroup.rs)
+    // --------------------------------------------------------------------------------------
+
+    #[test]
+    fn id_lists_never_panic_and_stay_bounded(
+        input in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..512),
+            "[0-9,-]{0,64}".prop_map(String::into_bytes),
+            "([0-9]{1,7}(-[0-9]{1,7})?,){0,20}[0-9]{1,7}\n?".prop_map(String::into_bytes),
+        ],
+    ) {
+        if let Some(n) = cgroup::parse_id_list_len(&input) {
+            prop_assert!(n <= cgroup::MAX_SET_ID + 1, "{n}");
+        }
+    }
+
+    /// Oracle: ascending, disjoint ranges formatted as the kernel prints them count exactly.
+    #[test]
+    fn id_lists_count_their_ids(
+        gaps in prop::collection::vec((0u32..50, 0u32..50), 0..40),
+    ) {
+        let mut next = 0u32;
+        let mut parts = Vec::new();
+        let mut want = 0u32;
+        for (gap, len) in gaps {
+            let lo = next + gap;
+            let hi = lo + len;
+            parts.push(if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") });
+            want += len + 1;
+            next = hi + 1;
+        }
+        let text = format!("{}\n", parts.join(","));
+        prop_assert_eq!(cgroup::parse_id_list_len(text.as_bytes()), Some(want), "{}", text);
     }
 
     // --------------------------------------------------------------------------------------

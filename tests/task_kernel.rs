@@ -157,6 +157,35 @@ fn read_u64(p: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The effective-cpuset files of this machine: (hierarchy root, cpus file, mems file).
+fn cpuset_files(hier: &Hierarchies) -> Option<(PathBuf, &'static str, &'static str)> {
+    if let Some(d) = hier.root(Hier::Cpuset) {
+        return Some((
+            d.to_path_buf(),
+            "cpuset.effective_cpus",
+            "cpuset.effective_mems",
+        ));
+    }
+    let u = hier.root(Hier::Unified)?;
+    Some((
+        u.to_path_buf(),
+        "cpuset.cpus.effective",
+        "cpuset.mems.effective",
+    ))
+}
+
+/// Ids in a kernel list (`0-3,8`), by expanding it.
+fn count_list(s: &str) -> u32 {
+    let mut ids = std::collections::BTreeSet::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        for i in a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap() {
+            ids.insert(i);
+        }
+    }
+    ids.len() as u32
+}
+
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 #[test]
@@ -211,6 +240,24 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
                 root.display()
             );
             return;
+        }
+    }
+    // The effective cpuset, as the kubelet's runtime sets it on v1 (copied from the parent),
+    // top-down: the root's CPUs and memory nodes on every level made here.
+    let cpuset = cpuset_files(&hier);
+    if let Some((dir, cpus_file, mems_file)) = &cpuset {
+        let cpus = std::fs::read_to_string(dir.join(cpus_file)).unwrap();
+        let mems = std::fs::read_to_string(dir.join(mems_file)).unwrap();
+        for rel in [&burn_rel, &mem_rel] {
+            let mut p = dir.clone();
+            for comp in rel.components() {
+                p.push(comp);
+                // v1 names the writable files cpuset.cpus and cpuset.mems.
+                if !hier.pure_v2 {
+                    std::fs::write(p.join("cpuset.cpus"), cpus.trim()).unwrap();
+                    std::fs::write(p.join("cpuset.mems"), mems.trim()).unwrap();
+                }
+            }
         }
     }
     let memory_root = hier
@@ -278,6 +325,7 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         limits: Default::default(),
     });
     let mut reader = CgroupReader::new(hier.clone(), 4096);
+    let pod_arc = pod.clone();
     let got = reader.collect(&[pod]);
     let t = &got[0];
     let pod_stats = t
@@ -362,6 +410,48 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
     } else {
         println!("no memory controller on this hierarchy: memory values must be absent");
         assert_eq!(mem.memory_usage_bytes, None);
+    }
+    // The effective cpuset against the kernel's own list, counted here apart from the parser.
+    match &cpuset {
+        Some((dir, cpus_file, mems_file)) if dir.join(&pod_rel).join(cpus_file).exists() => {
+            let cpus =
+                count_list(&std::fs::read_to_string(dir.join(&pod_rel).join(cpus_file)).unwrap());
+            let mems =
+                count_list(&std::fs::read_to_string(dir.join(&pod_rel).join(mems_file)).unwrap());
+            println!("cpuset: kernel {cpus} cpus, {mems} memory nodes");
+            assert!(cpus >= 1, "the test set the root's CPUs");
+            assert_eq!(pod_stats.cpuset_cpus, Some(cpus));
+            assert_eq!(pod_stats.cpuset_memory_nodes, Some(mems));
+            assert_eq!(burn.cpuset_cpus, Some(cpus));
+        }
+        _ => {
+            println!("no effective cpuset offered: cpuset values must be absent");
+            assert_eq!(pod_stats.cpuset_cpus, None);
+        }
+    }
+    // A limit set after the cgroup was found shows within SLOW_EVERY collections: the kept
+    // file is read again from offset 0 and the kernel regenerates it.
+    if has_memory {
+        let new_limit: u64 = 128 << 20;
+        std::fs::write(
+            memory_root.join(&mem_rel).join(limit_file),
+            new_limit.to_string(),
+        )
+        .unwrap();
+        let mut last = None;
+        for _ in 0..kube_prober::task::cgroup::SLOW_EVERY {
+            let got = reader.collect(std::slice::from_ref(&pod_arc));
+            last = got[0].containers[1].stats.memory_limit_bytes;
+        }
+        assert_eq!(
+            last,
+            Some(new_limit as f64),
+            "limit change within SLOW_EVERY collections"
+        );
+        assert!(
+            reader.kept_files() > 0,
+            "files are kept open between collections"
+        );
     }
     if let Some(u) = hier.root(Hier::Unified)
         && u.join(&pod_rel).join("cpu.pressure").exists()

@@ -59,6 +59,8 @@ fn snapshot() -> Snapshot {
         page_faults: Some(7),
         major_page_faults: Some(1),
         oom_kills: Some(0),
+        cpuset_cpus: Some(4),
+        cpuset_memory_nodes: Some(1),
         pressure: vec![Pressure {
             resource: "cpu",
             kind: "some",
@@ -119,6 +121,8 @@ fn prometheus_text() {
         format!("kube_prober_task_memory_working_set_bytes{{{WEB}}} 800"),
         format!("kube_prober_task_pressure_stalled_seconds_total{{{WEB},resource=\"cpu\",kind=\"some\"}} 1.5"),
         format!("kube_prober_task_memory_numa_bytes{{{WEB},numa_node=\"0\"}} 4096"),
+        format!("kube_prober_task_cpuset_cpus{{{WEB}}} 4"),
+        format!("kube_prober_task_cpuset_memory_nodes{{{WEB}}} 1"),
         format!("kube_prober_task_resource_requests{{{WEB},resource=\"nvidia.com/gpu\",unit=\"integer\"}} 1"),
         format!("kube_prober_task_resource_requests{{{WEB},resource=\"memory\",unit=\"byte\"}} 1000000000"),
         format!("kube_prober_task_containers{{{WEB}}} 1"),
@@ -133,6 +137,7 @@ fn prometheus_text() {
     // Absent, never zero: no limit, no container memory, no cgroup for the pending pod.
     assert!(!body.contains("kube_prober_task_memory_limit_bytes{"));
     assert!(!body.contains("kube_prober_container_memory_usage_bytes{"));
+    assert!(!body.contains("kube_prober_container_cpuset_cpus{"));
     assert!(!body.contains("kube_prober_platform_memory_usage_bytes{"));
     assert!(!body.contains(
         "kube_prober_task_cpu_usage_seconds_total{node=\"n1\",namespace=\"shop\",pod=\"pending\""

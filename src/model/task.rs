@@ -78,6 +78,10 @@ pub struct CgroupStats {
     pub pressure: Vec<Pressure>,
     /// Bytes per NUMA node (node id, bytes), where `memory.numa_stat` exists.
     pub numa_bytes: Vec<(u32, f64)>,
+    /// CPUs in the effective cpuset (v1 `cpuset.effective_cpus`, v2 `cpuset.cpus.effective`).
+    pub cpuset_cpus: Option<u32>,
+    /// Memory nodes in the effective cpuset (`cpuset.effective_mems`, `cpuset.mems.effective`).
+    pub cpuset_memory_nodes: Option<u32>,
 }
 
 impl CgroupStats {

@@ -299,6 +299,16 @@ pub const TASK_MEMORY_NUMA: Family = gauge(
     "Memory of the cgroup on each NUMA node (memory.numa_stat: v1 hierarchical_total pages times the page size, v2 anon+file+unevictable), of the pod cgroup (pause container and overhead included).",
     Some("bytes"),
 );
+pub const TASK_CPUSET_CPUS: Family = gauge(
+    "kube_prober_task_cpuset_cpus",
+    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and every 10th collection), of the pod cgroup (pause container and overhead included).",
+    None,
+);
+pub const TASK_CPUSET_MEMORY_NODES: Family = gauge(
+    "kube_prober_task_cpuset_memory_nodes",
+    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and every 10th collection), of the pod cgroup (pause container and overhead included).",
+    None,
+);
 pub const CONTAINER_CPU_USAGE: Family = counter(
     "kube_prober_container_cpu_usage_seconds",
     "CPU time used, of the container's cgroup.",
@@ -368,6 +378,16 @@ pub const CONTAINER_MEMORY_NUMA: Family = gauge(
     "kube_prober_container_memory_numa_bytes",
     "Memory of the cgroup on each NUMA node (memory.numa_stat: v1 hierarchical_total pages times the page size, v2 anon+file+unevictable), of the container's cgroup.",
     Some("bytes"),
+);
+pub const CONTAINER_CPUSET_CPUS: Family = gauge(
+    "kube_prober_container_cpuset_cpus",
+    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and every 10th collection), of the container's cgroup.",
+    None,
+);
+pub const CONTAINER_CPUSET_MEMORY_NODES: Family = gauge(
+    "kube_prober_container_cpuset_memory_nodes",
+    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and every 10th collection), of the container's cgroup.",
+    None,
 );
 pub const PLATFORM_SOCKETS: Family = gauge(
     "kube_prober_platform_topology_sockets",
@@ -607,6 +627,8 @@ pub const ALL: &[Family] = &[
     TASK_OOM_KILLS,
     TASK_PRESSURE,
     TASK_MEMORY_NUMA,
+    TASK_CPUSET_CPUS,
+    TASK_CPUSET_MEMORY_NODES,
     CONTAINER_CPU_USAGE,
     CONTAINER_CPU_PERIODS,
     CONTAINER_CPU_THROTTLED_PERIODS,
@@ -621,6 +643,8 @@ pub const ALL: &[Family] = &[
     CONTAINER_OOM_KILLS,
     CONTAINER_PRESSURE,
     CONTAINER_MEMORY_NUMA,
+    CONTAINER_CPUSET_CPUS,
+    CONTAINER_CPUSET_MEMORY_NODES,
     PLATFORM_SOCKETS,
     PLATFORM_CORES,
     PLATFORM_CPUS,

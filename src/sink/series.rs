@@ -543,6 +543,13 @@ type CgroupValue = (
     fn(&CgroupStats) -> Option<f64>,
 );
 
+/// A count of the effective cpuset, the task family and the container family it goes to.
+type CpusetValue = (
+    &'static Family,
+    &'static Family,
+    fn(&CgroupStats) -> Option<u32>,
+);
+
 /// The scalar cgroup values, in `names::ALL` order.
 const CGROUP_VALUES: &[CgroupValue] = &[
     (&names::TASK_CPU_USAGE, &names::CONTAINER_CPU_USAGE, |s| {
@@ -722,6 +729,26 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             &names::TASK_MEMORY_NUMA
         };
         w.family(fam, &rows);
+        // The effective cpuset's sizes, after the NUMA family as in `names::ALL`.
+        let cpuset: [CpusetValue; 2] = [
+            (
+                &names::TASK_CPUSET_CPUS,
+                &names::CONTAINER_CPUSET_CPUS,
+                |s| s.cpuset_cpus,
+            ),
+            (
+                &names::TASK_CPUSET_MEMORY_NODES,
+                &names::CONTAINER_CPUSET_MEMORY_NODES,
+                |s| s.cpuset_memory_nodes,
+            ),
+        ];
+        for (tf, cf, get) in cpuset {
+            let rows: Vec<_> = set
+                .iter()
+                .filter_map(|(l, s)| get(s).map(|v| (l.clone(), f64::from(v))))
+                .collect();
+            w.family(if container { cf } else { tf }, &rows);
+        }
     }
 }
 

@@ -6,7 +6,11 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::model::{CgroupStats, ContainerSample, Pressure, TaskPod, TaskSample};
 
@@ -258,6 +262,65 @@ pub fn parse_pressure(b: &[u8]) -> Vec<(&'static str, u64)> {
     out
 }
 
+/// The `some` and `full` totals of a pressure file, in microseconds, without allocating.
+pub fn parse_pressure_totals(b: &[u8]) -> [Option<u64>; 2] {
+    let mut out = [None; 2];
+    let Ok(s) = std::str::from_utf8(b) else {
+        return out;
+    };
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        let i = match it.next() {
+            Some("some") => 0,
+            Some("full") => 1,
+            _ => continue,
+        };
+        out[i] = it
+            .find_map(|f| f.strip_prefix("total="))
+            .and_then(|v| v.parse().ok());
+    }
+    out
+}
+
+/// The highest CPU or memory-node id accepted in a cpuset list (the kernel's `NR_CPUS` is at
+/// most 8192); a list naming a higher one is taken as not understood.
+pub const MAX_SET_ID: u32 = 1 << 16;
+
+/// How many ids a kernel id list names (`cpuset.effective_cpus`, `cpuset.cpus.effective`,
+/// `cpuset.mems.effective`): `0-3,8,10-11` is 7, an empty list 0. `None` for anything else:
+/// not ascending, overlapping, an id above [`MAX_SET_ID`]. Counts without building the set,
+/// so the time is bounded by the input length.
+pub fn parse_id_list_len(b: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(b).ok()?.trim();
+    if s.is_empty() {
+        return Some(0);
+    }
+    let mut count: u32 = 0;
+    let mut next_free: u32 = 0; // ids below this are taken
+    for part in s.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (parse_id(a)?, parse_id(b)?),
+            None => {
+                let v = parse_id(part)?;
+                (v, v)
+            }
+        };
+        if lo > hi || lo < next_free {
+            return None;
+        }
+        count += hi - lo + 1;
+        next_free = hi + 1;
+    }
+    Some(count)
+}
+
+fn parse_id(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|&v| v <= MAX_SET_ID)
+}
+
 fn per_node(fields: std::str::SplitAsciiWhitespace<'_>) -> Vec<(u32, u64)> {
     fields
         .filter_map(|f| {
@@ -320,30 +383,349 @@ pub type Dirs = [Option<PathBuf>; 5];
 const NS: f64 = 1e9;
 const US: f64 = 1e6;
 
-/// Reads every value this kernel offers for one cgroup. `page_size` converts v1 NUMA pages.
-pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
-    let mut s = CgroupStats::default();
-    let dir = |h: Hier| dirs[h.index()].as_deref();
-    let unified = dir(Hier::Unified);
-    let v1_memory = dir(Hier::Memory);
-    // CPU: v1 cpuacct, else v2 cpu.stat (present even without the cpu controller).
-    if let Some(d) = dir(Hier::Cpuacct) {
-        s.cpu_seconds = read_into(&d.join("cpuacct.usage"), buf)
-            .and_then(parse_u64)
-            .map(|ns| ns as f64 / NS);
+/// The largest cgroup file read, in bytes (`memory.numa_stat` of a many-node machine is a few
+/// KiB); a longer one is taken as unreadable.
+const MAX_FILE: usize = 1 << 20;
+
+/// Collections between reads of the values that change rarely: the memory limit and the
+/// effective cpuset. They are read when a cgroup is found and then every `SLOW_EVERY`
+/// collections, so a change shows within `SLOW_EVERY` collections.
+pub const SLOW_EVERY: u64 = 10;
+
+/// Each cgroup file a collection reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Knob {
+    CpuacctUsage,
+    CpuStatV1,
+    CpuStatV2,
+    CpuPressure,
+    MemoryPressure,
+    IoPressure,
+    MemUsageV1,
+    MemLimitV1,
+    MemStatV1,
+    OomControlV1,
+    NumaStatV1,
+    MemCurrent,
+    MemMax,
+    MemStatV2,
+    MemEvents,
+    NumaStatV2,
+    CpusetCpus,
+    CpusetMems,
+}
+
+impl Knob {
+    /// Read at discovery and every [`SLOW_EVERY`] collections only.
+    fn slow(self) -> bool {
+        matches!(
+            self,
+            Knob::MemLimitV1 | Knob::MemMax | Knob::CpusetCpus | Knob::CpusetMems
+        )
     }
-    if let Some(d) = dir(Hier::Cpu)
-        && let Some(b) = read_into(&d.join("cpu.stat"), buf)
-    {
-        let [p, t, tt] = parse_keys(b, ["nr_periods", "nr_throttled", "throttled_time"]);
-        s.cpu_periods = p;
-        s.cpu_throttled_periods = t;
-        s.cpu_throttled_seconds = tt.map(|ns| ns as f64 / NS);
+}
+
+/// The files of one cgroup on these hierarchies, in reading order: v1 CPU before the unified
+/// `cpu.stat` (which only fills what v1 did not give, and is not opened when v1 gave it all),
+/// memory from v1 where the v1 controller is mounted, else from v2; the effective cpuset from
+/// v1 (`cpuset.effective_cpus`) or v2 (`cpuset.cpus.effective`, only where the cpuset
+/// controller is enabled for the cgroup).
+fn plan(hier: &Hierarchies) -> Vec<(Knob, Hier, &'static str)> {
+    let has = |h: Hier| hier.root(h).is_some();
+    let mut p = Vec::with_capacity(12);
+    if has(Hier::Cpuacct) {
+        p.push((Knob::CpuacctUsage, Hier::Cpuacct, "cpuacct.usage"));
     }
-    if let Some(d) = unified {
-        // On a hybrid host v1 already gave these: skip the file.
-        let needed = s.cpu_seconds.is_none() || s.cpu_periods.is_none();
-        if needed && let Some(b) = read_into(&d.join("cpu.stat"), buf) {
+    if has(Hier::Cpu) {
+        p.push((Knob::CpuStatV1, Hier::Cpu, "cpu.stat"));
+    }
+    if has(Hier::Unified) {
+        p.push((Knob::CpuStatV2, Hier::Unified, "cpu.stat"));
+        p.push((Knob::CpuPressure, Hier::Unified, "cpu.pressure"));
+        p.push((Knob::MemoryPressure, Hier::Unified, "memory.pressure"));
+        p.push((Knob::IoPressure, Hier::Unified, "io.pressure"));
+    }
+    if has(Hier::Memory) {
+        p.extend([
+            (Knob::MemUsageV1, Hier::Memory, "memory.usage_in_bytes"),
+            (Knob::MemLimitV1, Hier::Memory, "memory.limit_in_bytes"),
+            (Knob::MemStatV1, Hier::Memory, "memory.stat"),
+            (Knob::OomControlV1, Hier::Memory, "memory.oom_control"),
+            (Knob::NumaStatV1, Hier::Memory, "memory.numa_stat"),
+        ]);
+    } else if has(Hier::Unified) {
+        p.extend([
+            (Knob::MemCurrent, Hier::Unified, "memory.current"),
+            (Knob::MemMax, Hier::Unified, "memory.max"),
+            (Knob::MemStatV2, Hier::Unified, "memory.stat"),
+            (Knob::MemEvents, Hier::Unified, "memory.events"),
+            (Knob::NumaStatV2, Hier::Unified, "memory.numa_stat"),
+        ]);
+    }
+    if has(Hier::Cpuset) {
+        p.push((Knob::CpusetCpus, Hier::Cpuset, "cpuset.effective_cpus"));
+        p.push((Knob::CpusetMems, Hier::Cpuset, "cpuset.effective_mems"));
+    } else if has(Hier::Unified) {
+        p.push((Knob::CpusetCpus, Hier::Unified, "cpuset.cpus.effective"));
+        p.push((Knob::CpusetMems, Hier::Unified, "cpuset.mems.effective"));
+    }
+    p
+}
+
+/// Open cgroup files kept by every reader of the process; `FdBudget::max` caps them.
+#[derive(Debug, Clone)]
+pub struct FdBudget {
+    kept: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl FdBudget {
+    /// At most `max` kept files.
+    pub fn new(max: usize) -> Self {
+        FdBudget {
+            kept: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// Three quarters of the soft `RLIMIT_NOFILE` minus 256: the rest stays for sockets, the
+    /// perf counters' fds and files opened per read.
+    pub fn from_rlimit() -> Self {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        let soft = usize::try_from(soft).unwrap_or(usize::MAX);
+        FdBudget::new((soft - soft / 4).saturating_sub(256))
+    }
+
+    /// Files kept open now.
+    pub fn kept(&self) -> usize {
+        self.kept.load(Ordering::Relaxed)
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Keeps `fd` when the budget allows, else closes it.
+    fn keep(&self, fd: OwnedFd) -> Option<Kept> {
+        let taken = self
+            .kept
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        taken.ok().map(|_| Kept {
+            file: fs::File::from(fd),
+            count: self.kept.clone(),
+        })
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard one (the task source keeps cgroup files open:
+/// about 12 per cgroup, 3 cgroups per pod). Returns (soft, hard) after; `None` for "unlimited".
+pub fn raise_fd_limit() -> (Option<u64>, Option<u64>) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        let want = rustix::process::Rlimit {
+            current: l.maximum,
+            maximum: l.maximum,
+        };
+        if setrlimit(Resource::Nofile, want).is_ok() {
+            l = getrlimit(Resource::Nofile);
+        }
+    }
+    (l.current, l.maximum)
+}
+
+/// A cgroup file held open and re-read from offset 0 each collection (kernfs regenerates the
+/// contents on every read from the start); counted in its [`FdBudget`].
+#[derive(Debug)]
+struct Kept {
+    file: fs::File,
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Where one file of a cgroup is read from.
+#[derive(Debug)]
+enum Slot {
+    Kept(Kept),
+    /// The fd budget was spent: opened, read and closed on each read.
+    Path(PathBuf),
+}
+
+/// Reads all of `f` from offset 0 into `buf` (grown as needed, kept for the next read): one
+/// `pread` for a file that fits.
+fn pread_all<'a>(f: &fs::File, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+    if buf.len() < 4096 {
+        buf.resize(4096, 0);
+    }
+    loop {
+        let n = f.read_at(buf, 0).ok()?;
+        if n < buf.len() {
+            return Some(&buf[..n]);
+        }
+        if buf.len() >= MAX_FILE {
+            return None;
+        }
+        let grown = buf.len() * 2;
+        buf.resize(grown, 0);
+    }
+}
+
+impl Slot {
+    fn read<'a>(&self, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+        match self {
+            Slot::Kept(k) => pread_all(&k.file, buf),
+            Slot::Path(p) => pread_all(&fs::File::open(p).ok()?, buf),
+        }
+    }
+}
+
+/// The values read only every [`SLOW_EVERY`] collections, as last read.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slow {
+    memory_limit: Option<f64>,
+    cpuset_cpus: Option<u32>,
+    cpuset_mems: Option<u32>,
+}
+
+/// The files one cgroup offers, found once (when the cgroup is found) and read every
+/// collection. Files the cgroup did not offer then are not looked for again until the cgroup
+/// is found again (its pod's cgroup went away, or its pod's container ids changed).
+#[derive(Debug)]
+struct CgroupFiles {
+    files: Vec<(Knob, Slot)>,
+    /// Collections read so far: the slow values are read when this is a multiple of
+    /// [`SLOW_EVERY`].
+    reads: u64,
+    slow: Slow,
+}
+
+impl CgroupFiles {
+    /// Opens every file of `plan` this cgroup offers: each hierarchy's directory once, its
+    /// files relative to it (`openat`), kept while `budget` allows.
+    fn open(dirs: &Dirs, plan: &[(Knob, Hier, &'static str)], budget: &FdBudget) -> Self {
+        use rustix::fs::{Mode, OFlags, open, openat};
+        let mut files: Vec<(Knob, Slot)> = Vec::with_capacity(plan.len());
+        // Each hierarchy's directory, opened once when its first file is wanted.
+        let mut dir_fds: [Option<rustix::io::Result<OwnedFd>>; 5] = Default::default();
+        let out_of_fds =
+            |e: rustix::io::Errno| e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE;
+        for (knob, h, name) in plan {
+            let Some(dir) = dirs[h.index()].as_deref() else {
+                continue;
+            };
+            let has = |k: Knob| files.iter().any(|(f, _)| *f == k);
+            if *knob == Knob::CpuStatV2 && has(Knob::CpuacctUsage) && has(Knob::CpuStatV1) {
+                continue; // v1 gives all of it on this hybrid host
+            }
+            let dfd = dir_fds[h.index()].get_or_insert_with(|| {
+                open(
+                    dir,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            });
+            let opened = match dfd {
+                Ok(dfd) => openat(dfd, *name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()),
+                Err(e) => Err(*e),
+            };
+            let slot = match opened {
+                Ok(fd) => match budget.keep(fd) {
+                    Some(k) => Slot::Kept(k),
+                    None => Slot::Path(dir.join(name)),
+                },
+                // Out of fds: read it by path, and see then whether it exists.
+                Err(e) if out_of_fds(e) => Slot::Path(dir.join(name)),
+                Err(_) => continue,
+            };
+            files.push((*knob, slot));
+        }
+        CgroupFiles {
+            files,
+            reads: 0,
+            slow: Slow::default(),
+        }
+    }
+
+    fn kept(&self) -> usize {
+        self.files
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Kept(_)))
+            .count()
+    }
+
+    /// True when the files were unlinked (a removed directory on an ordinary filesystem, as in
+    /// the fixture trees; kernfs answers reads of a removed cgroup with an error instead).
+    fn unlinked(&self) -> bool {
+        self.files.iter().find_map(|(_, s)| match s {
+            Slot::Kept(k) => Some(k.file.metadata().is_ok_and(|m| m.nlink() == 0)),
+            Slot::Path(_) => None,
+        }) == Some(true)
+    }
+
+    /// Reads every file once: one `pread` each (slow values every [`SLOW_EVERY`] reads).
+    fn read(&mut self, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
+        let mut s = CgroupStats::default();
+        let slow_now = self.reads.is_multiple_of(SLOW_EVERY);
+        self.reads += 1;
+        if slow_now {
+            self.slow = Slow::default();
+        }
+        let mut usage = None;
+        let mut inactive = None;
+        for (knob, slot) in &self.files {
+            if knob.slow() && !slow_now {
+                continue;
+            }
+            let Some(b) = slot.read(buf) else { continue };
+            apply(
+                *knob,
+                b,
+                page_size,
+                &mut s,
+                &mut self.slow,
+                &mut usage,
+                &mut inactive,
+            );
+        }
+        s.memory_limit_bytes = self.slow.memory_limit;
+        s.cpuset_cpus = self.slow.cpuset_cpus;
+        s.cpuset_memory_nodes = self.slow.cpuset_mems;
+        if let (Some(u), Some(i)) = (usage, inactive) {
+            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+        }
+        s
+    }
+}
+
+/// Puts the values of one file into `s` (and `slow`); `usage` and `inactive` make the working
+/// set once every file is read.
+fn apply(
+    knob: Knob,
+    b: &[u8],
+    page_size: u64,
+    s: &mut CgroupStats,
+    slow: &mut Slow,
+    usage: &mut Option<u64>,
+    inactive: &mut Option<u64>,
+) {
+    match knob {
+        Knob::CpuacctUsage => s.cpu_seconds = parse_u64(b).map(|ns| ns as f64 / NS),
+        Knob::CpuStatV1 => {
+            let [p, t, tt] = parse_keys(b, ["nr_periods", "nr_throttled", "throttled_time"]);
+            s.cpu_periods = p;
+            s.cpu_throttled_periods = t;
+            s.cpu_throttled_seconds = tt.map(|ns| ns as f64 / NS);
+        }
+        Knob::CpuStatV2 => {
             let [u, p, t, tt] = parse_keys(
                 b,
                 ["usage_usec", "nr_periods", "nr_throttled", "throttled_usec"],
@@ -357,13 +739,15 @@ pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats
                 s.cpu_throttled_seconds = tt.map(|us| us as f64 / US);
             }
         }
-        for (resource, file) in [
-            ("cpu", "cpu.pressure"),
-            ("memory", "memory.pressure"),
-            ("io", "io.pressure"),
-        ] {
-            if let Some(b) = read_into(&d.join(file), buf) {
-                for (kind, us) in parse_pressure(b) {
+        Knob::CpuPressure | Knob::MemoryPressure | Knob::IoPressure => {
+            let resource = match knob {
+                Knob::CpuPressure => "cpu",
+                Knob::MemoryPressure => "memory",
+                _ => "io",
+            };
+            let [some, full] = parse_pressure_totals(b);
+            for (kind, v) in [("some", some), ("full", full)] {
+                if let Some(us) = v {
                     s.pressure.push(Pressure {
                         resource,
                         kind,
@@ -372,93 +756,85 @@ pub fn read_stats(dirs: &Dirs, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats
                 }
             }
         }
+        Knob::MemUsageV1 | Knob::MemCurrent => {
+            *usage = parse_u64(b);
+            s.memory_usage_bytes = usage.map(|v| v as f64);
+        }
+        Knob::MemLimitV1 => {
+            slow.memory_limit = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
+        }
+        Knob::MemMax => slow.memory_limit = parse_max(b).flatten().map(|v| v as f64),
+        Knob::MemStatV1 => {
+            // The hierarchical totals count the children (a pod's containers) too.
+            let keys = [
+                "total_inactive_file",
+                "total_rss",
+                "total_cache",
+                "total_pgfault",
+                "total_pgmajfault",
+                "inactive_file",
+                "rss",
+                "cache",
+                "pgfault",
+                "pgmajfault",
+            ];
+            let v = parse_keys(b, keys);
+            let get = |i: usize| v[i].or(v[i + 5]);
+            *inactive = get(0);
+            s.memory_rss_bytes = get(1).map(|v| v as f64);
+            s.memory_cache_bytes = get(2).map(|v| v as f64);
+            s.page_faults = get(3);
+            s.major_page_faults = get(4);
+        }
+        Knob::MemStatV2 => {
+            let [i, anon, file, pgfault, pgmajfault] = parse_keys(
+                b,
+                ["inactive_file", "anon", "file", "pgfault", "pgmajfault"],
+            );
+            *inactive = i;
+            s.memory_rss_bytes = anon.map(|v| v as f64);
+            s.memory_cache_bytes = file.map(|v| v as f64);
+            s.page_faults = pgfault;
+            s.major_page_faults = pgmajfault;
+        }
+        Knob::OomControlV1 | Knob::MemEvents => s.oom_kills = parse_keyed(b, "oom_kill"),
+        Knob::NumaStatV1 => {
+            s.numa_bytes = parse_numa_stat_v1(b)
+                .into_iter()
+                .map(|(n, pages)| (n, pages.saturating_mul(page_size) as f64))
+                .collect();
+        }
+        Knob::NumaStatV2 => {
+            s.numa_bytes = parse_numa_stat_v2(b)
+                .into_iter()
+                .map(|(n, v)| (n, v as f64))
+                .collect();
+        }
+        Knob::CpusetCpus => slow.cpuset_cpus = parse_id_list_len(b),
+        Knob::CpusetMems => slow.cpuset_mems = parse_id_list_len(b),
     }
-    if let Some(d) = v1_memory {
-        read_memory_v1(d, page_size, buf, &mut s);
-    } else if let Some(d) = unified {
-        read_memory_v2(d, buf, &mut s);
-    }
-    s
 }
 
-fn read_memory_v1(d: &Path, page_size: u64, buf: &mut Vec<u8>, s: &mut CgroupStats) {
-    let usage = read_into(&d.join("memory.usage_in_bytes"), buf).and_then(parse_u64);
-    s.memory_usage_bytes = usage.map(|v| v as f64);
-    s.memory_limit_bytes = read_into(&d.join("memory.limit_in_bytes"), buf)
-        .and_then(parse_u64)
-        .filter(|&v| v < V1_UNLIMITED)
-        .map(|v| v as f64);
-    if let Some(b) = read_into(&d.join("memory.stat"), buf) {
-        // The hierarchical totals count the children (a pod's containers) too.
-        let keys = [
-            "total_inactive_file",
-            "total_rss",
-            "total_cache",
-            "total_pgfault",
-            "total_pgmajfault",
-            "inactive_file",
-            "rss",
-            "cache",
-            "pgfault",
-            "pgmajfault",
-        ];
-        let v = parse_keys(b, keys);
-        let get = |i: usize| v[i].or(v[i + 5]);
-        let inactive = get(0);
-        s.memory_rss_bytes = get(1).map(|v| v as f64);
-        s.memory_cache_bytes = get(2).map(|v| v as f64);
-        s.page_faults = get(3);
-        s.major_page_faults = get(4);
-        if let (Some(u), Some(i)) = (usage, inactive) {
-            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
-        }
-    }
-    s.oom_kills =
-        read_into(&d.join("memory.oom_control"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
-    if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
-        s.numa_bytes = parse_numa_stat_v1(b)
-            .into_iter()
-            .map(|(n, pages)| (n, (pages * page_size) as f64))
-            .collect();
-    }
-}
-
-fn read_memory_v2(d: &Path, buf: &mut Vec<u8>, s: &mut CgroupStats) {
-    let usage = read_into(&d.join("memory.current"), buf).and_then(parse_u64);
-    s.memory_usage_bytes = usage.map(|v| v as f64);
-    s.memory_limit_bytes = read_into(&d.join("memory.max"), buf)
-        .and_then(parse_max)
-        .flatten()
-        .map(|v| v as f64);
-    if let Some(b) = read_into(&d.join("memory.stat"), buf) {
-        let [inactive, anon, file, pgfault, pgmajfault] = parse_keys(
-            b,
-            ["inactive_file", "anon", "file", "pgfault", "pgmajfault"],
-        );
-        s.memory_rss_bytes = anon.map(|v| v as f64);
-        s.memory_cache_bytes = file.map(|v| v as f64);
-        s.page_faults = pgfault;
-        s.major_page_faults = pgmajfault;
-        if let (Some(u), Some(i)) = (usage, inactive) {
-            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
-        }
-    }
-    s.oom_kills = read_into(&d.join("memory.events"), buf).and_then(|b| parse_keyed(b, "oom_kill"));
-    if let Some(b) = read_into(&d.join("memory.numa_stat"), buf) {
-        s.numa_bytes = parse_numa_stat_v2(b)
-            .into_iter()
-            .map(|(n, v)| (n, v as f64))
-            .collect();
-    }
+/// Reads every value this kernel offers for one cgroup, opening each file by path (what a
+/// collection did before files were kept open; for one-off reads). `page_size` converts v1
+/// NUMA pages.
+pub fn read_stats(
+    dirs: &Dirs,
+    hier: &Hierarchies,
+    page_size: u64,
+    buf: &mut Vec<u8>,
+) -> CgroupStats {
+    CgroupFiles::open(dirs, &plan(hier), &FdBudget::new(0)).read(page_size, buf)
 }
 
 // ---- resolution with a cache ----
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PodPaths {
     dirs: Dirs,
-    /// Container id -> its directories.
-    containers: HashMap<String, Dirs>,
+    files: CgroupFiles,
+    /// Container id -> its files.
+    containers: HashMap<String, CgroupFiles>,
     /// The container ids the pod had when its directories were last listed: listed again only
     /// when they change (a finished init container keeps an id but has no scope).
     listed: Vec<String>,
@@ -471,11 +847,14 @@ struct PodPaths {
 const REWALK_EVERY: u64 = 6;
 
 /// Finds and reads pod and container cgroups, remembering where each pod lives so the tree
-/// is walked again only for pods not found yet.
+/// is walked again only for pods not found yet, and keeping each cgroup's files open so a
+/// collection is one `pread` per file (see [`FdBudget`] for the bound on open files).
 #[derive(Debug)]
 pub struct CgroupReader {
     hier: Hierarchies,
+    plan: Vec<(Knob, Hier, &'static str)>,
     page_size: u64,
+    budget: FdBudget,
     /// Pod UID -> where its cgroups are.
     cache: HashMap<String, PodPaths>,
     buf: Vec<u8>,
@@ -487,12 +866,20 @@ pub struct CgroupReader {
 }
 
 impl CgroupReader {
+    /// A reader whose open files are bounded by [`FdBudget::from_rlimit`].
     pub fn new(hier: Hierarchies, page_size: u64) -> Self {
+        Self::with_budget(hier, page_size, FdBudget::from_rlimit())
+    }
+
+    /// A reader keeping at most `budget` files open; beyond it files are opened per read.
+    pub fn with_budget(hier: Hierarchies, page_size: u64, budget: FdBudget) -> Self {
         CgroupReader {
+            plan: plan(&hier),
             hier,
             page_size,
+            budget,
             cache: HashMap::new(),
-            buf: Vec::with_capacity(4096),
+            buf: vec![0; 4096],
             walks: 0,
             missing: Default::default(),
             since_walk: 0,
@@ -503,9 +890,21 @@ impl CgroupReader {
         &self.hier
     }
 
+    pub fn budget(&self) -> &FdBudget {
+        &self.budget
+    }
+
+    /// Files this reader keeps open now.
+    pub fn kept_files(&self) -> usize {
+        self.cache
+            .values()
+            .map(|p| p.files.kept() + p.containers.values().map(CgroupFiles::kept).sum::<usize>())
+            .sum()
+    }
+
     /// Resolves (where needed) and reads every pod; pods without a cgroup get `stats: None`.
     pub fn collect(&mut self, pods: &[std::sync::Arc<TaskPod>]) -> Vec<TaskSample> {
-        // Forget pods that are gone.
+        // Forget pods that are gone (and close their files).
         let live: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         self.cache.retain(|uid, _| live.contains(uid.as_str()));
         self.resolve_missing(pods);
@@ -566,11 +965,15 @@ impl CgroupReader {
             .map(|p| p.uid.clone())
             .collect();
         for (uid, dirs) in found {
+            let files = CgroupFiles::open(&dirs, &self.plan, &self.budget);
             self.cache.insert(
                 uid.to_string(),
                 PodPaths {
                     dirs,
-                    ..PodPaths::default()
+                    files,
+                    containers: HashMap::new(),
+                    listed: Vec::new(),
+                    since_list: 0,
                 },
             );
         }
@@ -597,38 +1000,48 @@ impl CgroupReader {
         if changed || (unfound && paths.since_list >= REWALK_EVERY) {
             paths.since_list = 0;
             paths.listed = ids.iter().map(|s| s.to_string()).collect();
+            // Close the old files before opening the new ones.
             paths.containers.clear();
+            let mut dirs: HashMap<String, Dirs> = HashMap::new();
             for h in Hier::ALL {
                 let Some(d) = &paths.dirs[h.index()] else {
                     continue;
                 };
                 for (id, p) in find_container_dirs(d, &ids) {
-                    paths.containers.entry(id).or_default()[h.index()] = Some(p);
+                    dirs.entry(id).or_default()[h.index()] = Some(p);
                 }
             }
-        }
-        let stats = read_stats(&paths.dirs, self.page_size, &mut self.buf);
-        let mut containers = Vec::new();
-        for c in &pod.containers {
-            let Some(dirs) = c.id.as_deref().and_then(|id| paths.containers.get(id)) else {
-                continue;
-            };
-            let cs = read_stats(dirs, self.page_size, &mut self.buf);
-            if !cs.is_empty() {
-                containers.push(ContainerSample {
-                    name: c.name.clone(),
-                    stats: cs,
-                });
+            for (id, d) in dirs {
+                let files = CgroupFiles::open(&d, &self.plan, &self.budget);
+                paths.containers.insert(id, files);
             }
         }
+        let stats = if paths.files.unlinked() {
+            CgroupStats::default()
+        } else {
+            paths.files.read(self.page_size, &mut self.buf)
+        };
         if stats.is_empty() {
-            // The pod cgroup went away: find it again next time.
+            // The pod cgroup went away: close its files, find it again next time.
             self.cache.remove(&pod.uid);
             return TaskSample {
                 pod: pod.clone(),
                 stats: None,
                 containers: Vec::new(),
             };
+        }
+        let mut containers = Vec::with_capacity(pod.containers.len());
+        for c in &pod.containers {
+            let Some(files) = c.id.as_deref().and_then(|id| paths.containers.get_mut(id)) else {
+                continue;
+            };
+            let cs = files.read(self.page_size, &mut self.buf);
+            if !cs.is_empty() {
+                containers.push(ContainerSample {
+                    name: c.name.clone(),
+                    stats: cs,
+                });
+            }
         }
         TaskSample {
             pod: pod.clone(),
@@ -724,6 +1137,149 @@ mod tests {
             parse_numa_stat_v2(b"anon N0=100 N1=1\nfile N0=10 N1=2\nkernel_stack N0=5 N1=5\nunevictable N0=1 N1=0\n"),
             vec![(0, 111), (1, 3)]
         );
+    }
+
+    #[test]
+    fn id_lists_and_pressure_totals() {
+        for (list, want) in [
+            (&b"0-3,8,10-11\n"[..], Some(7)),
+            (b"0", Some(1)),
+            (b"\n", Some(0)),
+            (b"", Some(0)),
+            (b"0-63", Some(64)),
+            (b"65536", Some(1)),
+            (b"65537", None),
+            (b"3-1", None),
+            (b"0-3,2", None),
+            (b"4,1", None),
+            (b"0-", None),
+            (b"-1", None),
+            (b"0,,1", None),
+            (b"+1", None),
+            (b"0 - 3", None),
+            (b"\xff", None),
+        ] {
+            assert_eq!(
+                parse_id_list_len(list),
+                want,
+                "{}",
+                String::from_utf8_lossy(list)
+            );
+        }
+        assert_eq!(
+            parse_pressure_totals(
+                b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"
+            ),
+            [Some(1234), Some(5)]
+        );
+        assert_eq!(
+            parse_pressure_totals(b"some avg10=0.10 total=9\n"),
+            [Some(9), None]
+        );
+    }
+
+    /// The memory limit and the cpuset are read when the cgroup is found and then every
+    /// SLOW_EVERY collections: a change shows within SLOW_EVERY collections, and in between the
+    /// last value read stays (never absent).
+    #[test]
+    fn slow_values_follow_a_change_within_slow_every() {
+        for layout in [Layout::V2, Layout::Hybrid] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            fixture::init(root, layout).unwrap();
+            let uid = "12345678-1234-1234-1234-123456789abc";
+            let rel = fixture::pod_dir(Driver::Systemd, "burstable", uid);
+            let mut v = Values::seeded(2);
+            fixture::write_cgroup(root, layout, &rel, &v).unwrap();
+            let p = pod(uid, "burstable", &[]);
+            let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
+            let s = r.collect(std::slice::from_ref(&p))[0]
+                .stats
+                .clone()
+                .unwrap();
+            assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64));
+            assert_eq!(s.cpuset_cpus, Some(4));
+            // Change the limit and the cpuset (and a fast value) after the first collection.
+            v.memory_limit = Some(1 << 30);
+            v.cpuset_cpus = "0-1";
+            v.cpuset_mems = "0-1";
+            v.memory_usage += 4096;
+            fixture::write_cgroup(root, layout, &rel, &v).unwrap();
+            let mut seen_at = None;
+            for n in 1..=SLOW_EVERY {
+                let s = r.collect(std::slice::from_ref(&p))[0]
+                    .stats
+                    .clone()
+                    .unwrap();
+                assert_eq!(
+                    s.memory_usage_bytes,
+                    Some(v.memory_usage as f64),
+                    "read every time"
+                );
+                assert!(s.memory_limit_bytes.is_some() && s.cpuset_cpus.is_some());
+                if s.memory_limit_bytes == Some((1u64 << 30) as f64) {
+                    assert_eq!(s.cpuset_cpus, Some(2), "{layout:?}");
+                    assert_eq!(s.cpuset_memory_nodes, Some(2), "{layout:?}");
+                    seen_at.get_or_insert(n);
+                } else {
+                    assert!(
+                        seen_at.is_none(),
+                        "{layout:?}: a new value does not flip back"
+                    );
+                }
+            }
+            assert_eq!(
+                seen_at,
+                Some(SLOW_EVERY),
+                "{layout:?}: shown within SLOW_EVERY collections"
+            );
+        }
+    }
+
+    /// Files stay open between collections (counted in the budget), are closed with their pod,
+    /// and past the budget are read by path with the same values.
+    #[test]
+    fn kept_files_are_bounded_and_closed_with_their_pods() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::Hybrid).unwrap();
+        let mut pods = Vec::new();
+        for i in 0..3 {
+            let uid = format!("{i:08x}-1234-1234-1234-123456789abc");
+            let rel = fixture::pod_dir(Driver::Systemd, "burstable", &uid);
+            fixture::write_cgroup(root, Layout::Hybrid, &rel, &Values::seeded(i)).unwrap();
+            let c = rel.join(fixture::container_dir(
+                Driver::Systemd,
+                Runtime::Containerd,
+                "abc1",
+            ));
+            fixture::write_cgroup(root, Layout::Hybrid, &c, &Values::seeded(9)).unwrap();
+            pods.push(pod(&uid, "burstable", &["abc1"]));
+        }
+        // Hybrid: cpuacct.usage, cpu.stat, 3 pressure files, 5 memory files, 2 cpuset files
+        // (the unified cpu.stat is not needed when v1 gives CPU): 12 per cgroup, 6 cgroups.
+        let plenty = FdBudget::new(1000);
+        let mut r = CgroupReader::with_budget(Hierarchies::detect(root), 4096, plenty.clone());
+        let full = r.collect(&pods);
+        assert_eq!(r.kept_files(), 72);
+        assert_eq!(plenty.kept(), 72);
+        // A small budget: 20 kept, the rest read by path; the same values.
+        let small = FdBudget::new(20);
+        let mut r2 = CgroupReader::with_budget(Hierarchies::detect(root), 4096, small.clone());
+        assert_eq!(r2.collect(&pods), full);
+        assert_eq!(r2.collect(&pods), full);
+        assert_eq!(small.kept(), 20);
+        let none = FdBudget::new(0);
+        let mut r3 = CgroupReader::with_budget(Hierarchies::detect(root), 4096, none.clone());
+        assert_eq!(r3.collect(&pods), full);
+        assert_eq!(none.kept(), 0);
+        // Pods leave the list: their files are closed.
+        r.collect(&pods[..1]);
+        assert_eq!(plenty.kept(), 24);
+        r.collect(&[]);
+        assert_eq!(plenty.kept(), 0);
+        drop(r2);
+        assert_eq!(small.kept(), 0);
     }
 
     fn pod(uid: &str, qos: &str, ids: &[&str]) -> Arc<TaskPod> {
@@ -830,6 +1386,13 @@ mod tests {
                             Layout::V2 => v.numa0,
                         };
                         assert_eq!(s.numa_bytes, vec![(0, numa as f64)], "{ctx}");
+                        let cpus = if (10 * i as u64 + 1).is_multiple_of(2) {
+                            4
+                        } else {
+                            7
+                        };
+                        assert_eq!(s.cpuset_cpus, Some(cpus), "{ctx}");
+                        assert_eq!(s.cpuset_memory_nodes, Some(1), "{ctx}");
                         assert_eq!(t.containers.len(), 2, "{ctx}: pause must not count");
                         for (j, c) in t.containers.iter().enumerate() {
                             let cv = Values::seeded(10 * i as u64 + 2 + j as u64);

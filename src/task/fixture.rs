@@ -46,6 +46,9 @@ pub struct Values {
     pub numa0: u64,
     pub pressure_some_usec: u64,
     pub pressure_full_usec: u64,
+    /// The effective cpuset: CPU list and memory-node list in the kernel's list format.
+    pub cpuset_cpus: &'static str,
+    pub cpuset_mems: &'static str,
 }
 
 impl Values {
@@ -67,6 +70,12 @@ impl Values {
             numa0: 4096 * seed,
             pressure_some_usec: 3_000_000 * seed,
             pressure_full_usec: 1_000_000 * seed,
+            cpuset_cpus: if seed.is_multiple_of(2) {
+                "0-3"
+            } else {
+                "0,2-3,8-11"
+            },
+            cpuset_mems: "0",
         }
     }
 }
@@ -177,7 +186,17 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 "memory.numa_stat",
                 &format!("total=1 N0=1\nhierarchical_total={0} N0={0}\n", v.numa0),
             )?;
-            std::fs::create_dir_all(root.join("cpuset").join(rel))?;
+            let cs = root.join("cpuset").join(rel);
+            write(
+                &cs,
+                "cpuset.effective_cpus",
+                &format!("{}\n", v.cpuset_cpus),
+            )?;
+            write(
+                &cs,
+                "cpuset.effective_mems",
+                &format!("{}\n", v.cpuset_mems),
+            )?;
         }
         Layout::V2 => {
             let d = root.join(rel);
@@ -217,6 +236,8 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 "memory.numa_stat",
                 &format!("anon N0={}\nfile N0=0\nkernel_stack N0=4096\n", v.numa0),
             )?;
+            write(&d, "cpuset.cpus.effective", &format!("{}\n", v.cpuset_cpus))?;
+            write(&d, "cpuset.mems.effective", &format!("{}\n", v.cpuset_mems))?;
         }
     }
     Ok(())

@@ -62,7 +62,17 @@ pub fn spawn(
         } else {
             tracing::info!(cgroup_root = %cfg.cgroup_root.display(), hierarchies = %hier.describe(), "task source started");
         }
-        let mut reader = Some(CgroupReader::new(hier, page_size));
+        // The reader keeps each cgroup's files open (one pread per file and collection):
+        // about 12 per cgroup, 3 cgroups per pod. Raise the soft fd limit to the hard one.
+        let (soft, hard) = cgroup::raise_fd_limit();
+        let r = CgroupReader::new(hier, page_size);
+        tracing::debug!(
+            soft = ?soft,
+            hard = ?hard,
+            kept_files_max = r.budget().max(),
+            "open-file limit for the task source"
+        );
+        let mut reader = Some(r);
         loop {
             let started = Instant::now();
             let list = pods();

@@ -334,6 +334,18 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         "By",
         G,
     ),
+    m(
+        &names::TASK_CPUSET_CPUS,
+        "kube_prober.task.cpuset.cpus",
+        "{cpu}",
+        G,
+    ),
+    m(
+        &names::TASK_CPUSET_MEMORY_NODES,
+        "kube_prober.task.cpuset.memory_nodes",
+        "{node}",
+        G,
+    ),
     m(&names::CONTAINER_CPU_USAGE, "container.cpu.time", "s", C),
     m(
         &names::CONTAINER_CPU_PERIODS,
@@ -411,6 +423,18 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         &names::CONTAINER_MEMORY_NUMA,
         "kube_prober.container.memory.numa",
         "By",
+        G,
+    ),
+    m(
+        &names::CONTAINER_CPUSET_CPUS,
+        "kube_prober.container.cpuset.cpus",
+        "{cpu}",
+        G,
+    ),
+    m(
+        &names::CONTAINER_CPUSET_MEMORY_NODES,
+        "kube_prober.container.cpuset.memory_nodes",
+        "{node}",
         G,
     ),
     m(

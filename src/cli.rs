@@ -476,6 +476,13 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_MAX_RESPONSE_BYTES", value_name = "BYTES")]
     pub max_response_bytes: Option<String>,
 
+    /// Cluster role: which pods to watch. `all` (every pod: per-node requests, limits and pod
+    /// counts), `workloads` (only pods in --workload-namespaces; run the node DaemonSet for the
+    /// per-node pod series), `none` (no pods; addon and per-node pod series come from the node
+    /// DaemonSet). [default: all]
+    #[arg(long, env = "KUBE_PROBER_POD_SCOPE", value_name = "all|workloads|none")]
+    pub pod_scope: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

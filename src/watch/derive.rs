@@ -313,24 +313,52 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
 }
 
 /// Requests and limits of the pods that hold resources on each node (not Succeeded/Failed).
+///
+/// Summed in fixed point (nano-units, the finest a Kubernetes quantity has) so the sums do not
+/// depend on the order pods are visited in: the cluster role (all pods, hash order) and a
+/// node role (its node's pods) give the same bits for the same node.
 pub fn node_pod_sums<'a>(
     pods: impl IntoIterator<Item = &'a PodFacts>,
 ) -> BTreeMap<String, NodePods> {
-    let mut out: BTreeMap<String, NodePods> = BTreeMap::new();
+    const NANO: f64 = 1e9;
+    #[derive(Default)]
+    struct Sum([i128; 4], u32);
+    // Quantities are capped at 2^63-1, so a value in nano-units fits an i128 many times over.
+    let fixed = |v: f64| (v * NANO).round() as i128;
+    let mut sums: BTreeMap<&str, Sum> = BTreeMap::new();
     for p in pods {
         if p.phase == "Succeeded" || p.phase == "Failed" {
             continue;
         }
         let Some(node) = &p.node else { continue };
-        let e = match out.get_mut(&**node) {
-            Some(e) => e,
-            None => out.entry(node.to_string()).or_default(),
-        };
-        e.requests.add(p.requests);
-        e.limits.add(p.limits);
-        e.pods += 1;
+        let e = sums.entry(&**node).or_default();
+        for (acc, v) in e.0.iter_mut().zip([
+            p.requests.cpu_cores,
+            p.requests.memory_bytes,
+            p.limits.cpu_cores,
+            p.limits.memory_bytes,
+        ]) {
+            *acc = acc.saturating_add(fixed(v));
+        }
+        e.1 += 1;
     }
-    out
+    let float = |v: i128| v as f64 / NANO;
+    sums.into_iter()
+        .map(|(node, Sum([rc, rm, lc, lm], pods))| {
+            let np = NodePods {
+                requests: CpuMem {
+                    cpu_cores: float(rc),
+                    memory_bytes: float(rm),
+                },
+                limits: CpuMem {
+                    cpu_cores: float(lc),
+                    memory_bytes: float(lm),
+                },
+                pods,
+            };
+            (node.to_string(), np)
+        })
+        .collect()
 }
 
 /// Everything the cluster metrics need, from the watchers' objects. Objects that cannot be
@@ -852,6 +880,31 @@ mod tests {
         let sums = node_pod_sums(&pods);
         assert_eq!(sums["n1"].pods, 3);
         assert_eq!(sums["n1"].requests.cpu_cores, 3.0);
+    }
+
+    #[test]
+    fn node_sums_do_not_depend_on_the_order_of_pods() {
+        let cfg = DeriveConfig::default();
+        let cpus = ["0.1", "0.2", "0.3", "0.007", "1.333", "0.25", "0.001"];
+        let facts: Vec<PodFacts> = cpus
+            .iter()
+            .enumerate()
+            .map(|(i, cpu)| {
+                let mut p = pod(&format!("p{i}"), "n1", None, &[], &[], true);
+                let spec = p.spec.as_mut().unwrap();
+                spec.init_containers = None;
+                spec.containers.truncate(1);
+                spec.containers[0].resources.as_mut().unwrap().requests =
+                    q(&[("cpu", cpu), ("memory", "1.5Ki")]);
+                pod_facts(&p, &cfg).unwrap()
+            })
+            .collect();
+        let forward = node_pod_sums(&facts)["n1"];
+        let backward = node_pod_sums(facts.iter().rev())["n1"];
+        assert_eq!(forward, backward);
+        assert_eq!(forward.requests.cpu_cores, 2.191);
+        assert_eq!(forward.requests.memory_bytes, 7.0 * 1536.0);
+        assert_eq!(forward.pods, 7);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use super::lean::LeanPod;
 use super::task_pods::TaskPodIndex;
 use crate::model::{ClusterState, PodFacts};
 use crate::provider::{Provider, RunOutcome};
@@ -501,15 +502,15 @@ fn index_pods(
     let book = WatchBook::new(SOURCE, "pods", provider.clone());
     let client = book.client(client);
     let api = match namespace {
-        Some(ns) => Api::<Pod>::namespaced(client, ns),
-        None => Api::<Pod>::all(client),
+        Some(ns) => Api::<LeanPod>::namespaced(client, ns),
+        None => Api::<LeanPod>::all(client),
     };
     let stream = watcher::watcher(api, wc);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut building: Option<PodMap> = None;
         let mut listing = Instant::now();
-        let key = |p: &Pod| -> Box<str> {
+        let key = |p: &LeanPod| -> Box<str> {
             format!(
                 "{}/{}",
                 p.metadata.namespace.as_deref().unwrap_or_default(),
@@ -518,7 +519,7 @@ fn index_pods(
             .into_boxed_str()
         };
         let mut interner = Interner::default();
-        let entry = |p: &Pod, interner: &mut Interner| {
+        let entry = |p: &LeanPod, interner: &mut Interner| {
             let facts = pod_facts(p, &derive)
                 .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
                 .ok()

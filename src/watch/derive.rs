@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -18,6 +18,8 @@ use crate::model::{
     NodeCapacity, NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 use crate::quantity::parse_quantity;
+
+use super::lean::{AsLeanPod, LeanPod};
 
 /// A pair of keys naming an addon and its version, looked up in annotations, then labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,7 +213,11 @@ pub fn deployment_expected(d: &Deployment, cfg: &DeriveConfig) -> Option<AddonEx
 
 /// The pod's controlling owner, with a ReplicaSet resolved to its Deployment through the
 /// `pod-template-hash` label (a Deployment's ReplicaSet is named `<deployment>-<hash>`).
-pub fn owner(pod: &Pod) -> Option<Owner> {
+pub fn owner<P: AsLeanPod + ?Sized>(pod: &P) -> Option<Owner> {
+    owner_of(&*pod.lean().ok()?)
+}
+
+fn owner_of(pod: &LeanPod) -> Option<Owner> {
     let refs = pod.metadata.owner_references.as_ref()?;
     let r = refs
         .iter()
@@ -248,8 +254,13 @@ fn phase(p: Option<&str>) -> std::borrow::Cow<'static, str> {
     }
 }
 
-/// Facts of a pod; `Err` for a nameless pod or an unparsable quantity (counted, never guessed).
-pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
+/// Facts of a pod (as decoded by the watchers, or a whole k8s-openapi `Pod`); `Err` for a
+/// nameless pod or an unparsable quantity (counted, never guessed).
+pub fn pod_facts<P: AsLeanPod + ?Sized>(pod: &P, cfg: &DeriveConfig) -> Result<PodFacts, String> {
+    facts_of(&*pod.lean()?, cfg)
+}
+
+fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     let name = pod.metadata.name.clone().ok_or("pod without a name")?;
     let namespace: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
     let spec = pod.spec.as_ref();
@@ -263,7 +274,7 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         memory_bytes: r.get("memory").copied().unwrap_or(0.0),
     };
     let (requests, limits) = (cpu_mem_of(&req), cpu_mem_of(&lim));
-    let owner = owner(pod);
+    let owner = owner_of(pod);
     let addon = owner.as_ref().and_then(|o| {
         let controller = match &*o.kind {
             "DaemonSet" => Controller::DaemonSet,
@@ -363,9 +374,9 @@ pub fn node_pod_sums<'a>(
 
 /// Everything the cluster metrics need, from the watchers' objects. Objects that cannot be
 /// used are skipped, logged and counted by reason; they never become a made-up number.
-pub fn cluster_state<'a>(
+pub fn cluster_state<'a, P: AsLeanPod + 'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a P>,
     daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
     deployments: impl IntoIterator<Item = &'a Deployment>,
     now: SystemTime,

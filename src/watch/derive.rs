@@ -476,7 +476,7 @@ mod tests {
     use k8s_openapi::api::apps::v1::{DaemonSetSpec, DaemonSetStatus, DeploymentSpec};
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateTerminated, ContainerStatus, NodeCondition,
-        NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
+        NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
         ResourceRequirements, Taint,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};

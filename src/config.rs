@@ -653,9 +653,8 @@ impl Config {
         let pod_scope_s = cli.pod_scope.take().or(file.pod_scope.take());
         let pod_scope = match pod_scope_s.as_deref() {
             None => PodScope::All,
-            Some(v) => PodScope::parse(v).ok_or_else(|| {
-                invalid("--pod-scope", v, "expected all, workloads or none")
-            })?,
+            Some(v) => PodScope::parse(v)
+                .ok_or_else(|| invalid("--pod-scope", v, "expected all, workloads or none"))?,
         };
 
         Ok(Config {

@@ -133,7 +133,9 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
     let today_body = scrape_until(&today, "all: every node's pod sums", every_node(POD_SUMS)).await;
     let want = series(&today_body, PER_NODE);
     assert_eq!(
-        want.keys().filter(|k| family(k) == "kube_prober_node_pods").count(),
+        want.keys()
+            .filter(|k| family(k) == "kube_prober_node_pods")
+            .count(),
         NODES
     );
 
@@ -163,7 +165,8 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
         let body = scrape_until(p, "node role: its pod sums", |b| b.contains(&mine)).await;
         let s = series(&body, PER_NODE);
         assert!(
-            s.keys().all(|k| !k.contains("node=\"") || k.contains(&format!("node=\"{n}\""))),
+            s.keys()
+                .all(|k| !k.contains("node=\"") || k.contains(&format!("node=\"{n}\""))),
             "a node role serves its own node only: {s:?}"
         );
         node_bodies.push(s);
@@ -173,7 +176,12 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
         api.clear_requests();
         let narrowed = start(&kc, &cluster_args(scope), None);
         wait_ready(&narrowed).await;
-        let body = scrape_until(&narrowed, scope, every_node(&["kube_prober_node_available"])).await;
+        let body = scrape_until(
+            &narrowed,
+            scope,
+            every_node(&["kube_prober_node_available"]),
+        )
+        .await;
         let mine = series(&body, PER_NODE);
         assert!(
             mine.keys().all(|k| !POD_SUMS.contains(&family(k))),
@@ -192,13 +200,22 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
             }
         }
         let conflicts: Vec<_> = union.iter().filter(|(_, v)| v.len() > 1).collect();
-        assert!(conflicts.is_empty(), "{scope}: one series, two values: {conflicts:?}");
+        assert!(
+            conflicts.is_empty(),
+            "{scope}: one series, two values: {conflicts:?}"
+        );
         let union: BTreeMap<String, String> = union
             .into_iter()
             .filter_map(|(k, v)| v.into_iter().next().map(|v| (k, v)))
             .collect();
-        let missing: Vec<_> = want.iter().filter(|(k, v)| union.get(*k) != Some(v)).collect();
-        let extra: Vec<_> = union.iter().filter(|(k, _)| !want.contains_key(*k)).collect();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(k, v)| union.get(*k) != Some(v))
+            .collect();
+        let extra: Vec<_> = union
+            .iter()
+            .filter(|(k, _)| !want.contains_key(*k))
+            .collect();
         assert!(
             missing.is_empty() && extra.is_empty(),
             "{scope}: cluster role + node roles = today; missing or different {missing:?}, extra {extra:?}"

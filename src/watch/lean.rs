@@ -272,7 +272,14 @@ mod tests {
         let spec = p.spec.as_ref().unwrap();
         assert_eq!(spec.node_name.as_deref(), Some("n1"));
         assert_eq!(
-            spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
+            spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
             "100m"
         );
         assert_eq!(
@@ -281,7 +288,13 @@ mod tests {
                 .as_deref(),
             Some("Always")
         );
-        let cs = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        let cs = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
         assert_eq!((cs.restart_count, cs.ready), (2, true));
         assert_eq!(
             cs.last_state

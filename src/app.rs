@@ -224,8 +224,15 @@ async fn run_until_with(
             },
             _ => Scope::Cluster {
                 namespaces: cfg.workload_namespaces.clone(),
+                pods: cfg.pod_scope,
             },
         };
+        if choice.role == Role::Node && cfg.pod_scope != crate::watch::cluster::PodScope::All {
+            tracing::warn!(
+                pod_scope = cfg.pod_scope.as_str(),
+                "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
+            );
+        }
         let wc = WatchConfig {
             scope,
             derive: DeriveConfig {

@@ -509,6 +509,13 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_KUBELET_INSECURE_SKIP_TLS_VERIFY", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub kubelet_insecure_skip_tls_verify: Option<bool>,
 
+    /// Cluster role: which pods to watch. `all` (every pod: per-node requests, limits and pod
+    /// counts), `workloads` (only pods in --workload-namespaces; run the node DaemonSet for the
+    /// per-node pod series), `none` (no pods; addon and per-node pod series come from the node
+    /// DaemonSet). [default: all]
+    #[arg(long, env = "KUBE_PROBER_POD_SCOPE", value_name = "all|workloads|none")]
+    pub pod_scope: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

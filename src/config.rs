@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fetch::http::Token;
 use crate::fetch::prometheus::PromMetric;
 use crate::model::{MetricType, Resource};
+use crate::watch::cluster::PodScope;
 use crate::watch::derive::{AddonKeys, DeriveConfig};
 
 /// The config file: the same keys as the flags, dashes as underscores. Unknown keys are errors.
@@ -99,6 +100,7 @@ pub struct FileConfig {
     pub kubelet_client_key_file: Option<PathBuf>,
     pub kubelet_ca_file: Option<PathBuf>,
     pub kubelet_insecure_skip_tls_verify: Option<bool>,
+    pub pod_scope: Option<String>,
 }
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
@@ -408,6 +410,8 @@ pub struct Config {
     pub task: TaskSettings,
     /// Cap on every answer read from outside (see [`crate::limit`]).
     pub max_response_bytes: usize,
+    /// Cluster role: which pods the pod watcher follows.
+    pub pod_scope: PodScope,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -654,6 +658,13 @@ impl Config {
                 .or(file.max_response_bytes.take()),
         )?;
 
+        let pod_scope_s = cli.pod_scope.take().or(file.pod_scope.take());
+        let pod_scope = match pod_scope_s.as_deref() {
+            None => PodScope::All,
+            Some(v) => PodScope::parse(v)
+                .ok_or_else(|| invalid("--pod-scope", v, "expected all, workloads or none"))?,
+        };
+
         Ok(Config {
             role: cli.role.or(file.role),
             listen,
@@ -679,6 +690,7 @@ impl Config {
             serve,
             task,
             max_response_bytes,
+            pod_scope,
         })
     }
 

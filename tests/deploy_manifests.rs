@@ -256,6 +256,11 @@ fn every_workload_is_hardened_probed_and_sized() {
                         has_node,
                         "{at}: --gcm-node-series=false exactly when the node DaemonSet is deployed"
                     );
+                    assert_eq!(
+                        args.contains(&"--pod-scope=workloads".into()),
+                        has_node,
+                        "{at}: --pod-scope=workloads exactly when the node DaemonSet serves the per-node pod series"
+                    );
                     let has_sink = args.iter().any(|a| a.starts_with("--sink="));
                     assert_eq!(
                         args.contains(&"--leader-elect=true".into()),

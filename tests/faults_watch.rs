@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube_prober::api::server::{self, AppState, Published};
 use kube_prober::model::{ClusterState, Snapshot};
 use kube_prober::provider::{Provider, RunOutcome, Store};
-use kube_prober::watch::cluster::{Scope, WatchConfig, spawn};
+use kube_prober::watch::cluster::{PodScope, Scope, WatchConfig, spawn};
 use kube_prober::watch::derive::DeriveConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -107,7 +107,10 @@ fn start(
     let (_stores, tasks) = spawn(
         api.client(),
         WatchConfig {
-            scope: Scope::Cluster { namespaces: vec![] },
+            scope: Scope::Cluster {
+                namespaces: vec![],
+                pods: PodScope::All,
+            },
             derive: DeriveConfig::default(),
             interval: Duration::from_millis(50),
         },

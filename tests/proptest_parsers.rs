@@ -22,6 +22,8 @@ use kube_prober::watch::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
     pod_facts,
 };
+use kube_prober::watch::lean::LeanPod;
+use kube_prober::watch::task_pods::{TaskPodConfig, task_pod};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
 use serde_json::{Value, json};
@@ -498,6 +500,34 @@ proptest! {
         }
     }
 
+    /// The watchers decode pods into `LeanPod`: it reads every pod the whole k8s-openapi type
+    /// reads (and more: unread fields of the wrong type, missing required ones), derives the
+    /// same facts from it, and never panics on what it reads.
+    #[test]
+    fn lean_pods_read_what_whole_pods_read_and_derive_the_same(pods in prop::collection::vec(pod_json(), 0..6)) {
+        let cfg = DeriveConfig::default();
+        for p in pods {
+            let lean = serde_json::from_value::<LeanPod>(p.clone());
+            if let Ok(whole) = serde_json::from_value::<Pod>(p.clone()) {
+                let Ok(lean) = &lean else {
+                    return Err(TestCaseError::fail(format!("LeanPod refused a Pod: {lean:?}")));
+                };
+                prop_assert_eq!(pod_facts(&whole, &cfg), pod_facts(lean, &cfg));
+                prop_assert_eq!(
+                    task_pod(&whole, &TaskPodConfig::default()),
+                    task_pod(lean, &TaskPodConfig::default())
+                );
+            }
+            if let Ok(lean) = lean {
+                let _ = owner(&lean);
+                if let Ok(f) = pod_facts(&lean, &cfg) {
+                    prop_assert!(f.requests.cpu_cores.is_finite() && f.limits.memory_bytes.is_finite());
+                }
+                let _ = task_pod(&lean, &TaskPodConfig::default());
+            }
+        }
+    }
+
     #[test]
     fn workloads_with_missing_or_absurd_fields(obj in workload_json()) {
         let cfg = DeriveConfig::default();
@@ -828,4 +858,25 @@ fn pods_requesting_absurd_amounts_never_sum_to_infinity() {
             sums.requests
         );
     }
+}
+
+/// A pod with a field we never read in an unexpected shape, and required fields missing: the
+/// whole type refuses it (before, the watch event failed to decode), the lean type reads it and
+/// the nameless one is a counted skip in `derive`, not a panic.
+#[test]
+fn lean_pods_skip_what_they_do_not_read() {
+    let odd = json!({
+        "metadata": {"name": "p", "namespace": "x", "managedFields": "not a list"},
+        "spec": {"nodeName": "a", "containers": [
+            {"image": 5, "resources": {"requests": {"cpu": "250m"}}},
+        ]},
+        "status": {"phase": "Running", "containerStatuses": [{"image": ["?"]}]},
+    });
+    assert!(serde_json::from_value::<Pod>(odd.clone()).is_err());
+    let lean: LeanPod = serde_json::from_value(odd).unwrap();
+    let f = pod_facts(&lean, &DeriveConfig::default()).unwrap();
+    assert_eq!((f.node.as_deref(), f.requests.cpu_cores), (Some("a"), 0.25));
+    let nameless: LeanPod = serde_json::from_value(json!({"spec": {}})).unwrap();
+    let e = pod_facts(&nameless, &DeriveConfig::default()).unwrap_err();
+    assert!(e.contains("without a name"), "{e}");
 }

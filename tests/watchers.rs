@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube_prober::model::ClusterState;
 use kube_prober::provider::Store;
-use kube_prober::watch::cluster::{Scope, WatchConfig, spawn};
+use kube_prober::watch::cluster::{PodScope, Scope, WatchConfig, spawn};
 use kube_prober::watch::derive::DeriveConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -169,6 +169,7 @@ async fn cluster_scope_follows_every_change() {
         api.client(),
         config(Scope::Cluster {
             namespaces: vec!["kube-system".into()],
+            pods: PodScope::All,
         }),
         store.clone(),
         cancel.clone(),

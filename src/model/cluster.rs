@@ -183,6 +183,9 @@ pub struct ClusterState {
     pub restarts: Vec<PodRestarts>,
     /// Objects that could not be used, by reason (e.g. `bad_quantity`); each is logged.
     pub skipped: std::collections::BTreeMap<String, u64>,
+    /// No pods were watched (cluster role, `--pod-scope none`): whether each node's addons are
+    /// available is unknown here and left to the node role.
+    pub addons_elsewhere: bool,
 }
 
 /// Nodes per (placement, condition type, status).

@@ -114,7 +114,7 @@ fn visit_cluster<V: Visitor>(w: &mut V, cs: &ClusterState) {
     w.family(&names::NODE_AVAILABLE, &avail);
 
     let mut ctl_avail = vec![];
-    for n in &cs.nodes {
+    for n in cs.nodes.iter().filter(|_| !cs.addons_elsewhere) {
         let addons_ok = cs
             .addons
             .get(&n.name)

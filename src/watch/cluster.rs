@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -21,15 +21,53 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use super::lean::LeanPod;
 use super::task_pods::TaskPodIndex;
 use crate::model::{ClusterState, PodFacts};
 use crate::provider::{Provider, RunOutcome};
 
+/// Which pods the cluster role watches (`--pod-scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodScope {
+    /// Every pod in the cluster: the per-node pod series (requests, limits, pod counts) of
+    /// every node, and the addon series.
+    #[default]
+    All,
+    /// Only the pods in the workload namespaces (one watch per namespace): the addon series of
+    /// those namespaces; the per-node pod series are left to the node role.
+    Workloads,
+    /// No pods: the per-node pod and addon series are left to the node role.
+    None,
+}
+
+impl PodScope {
+    /// `all`, `workloads` or `none` (case-insensitive).
+    pub fn parse(s: &str) -> Option<PodScope> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Some(PodScope::All),
+            "workloads" => Some(PodScope::Workloads),
+            "none" => Some(PodScope::None),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodScope::All => "all",
+            PodScope::Workloads => "workloads",
+            PodScope::None => "none",
+        }
+    }
+}
+
 /// Which objects to watch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Scope {
-    /// All nodes and pods; DaemonSets and Deployments in these namespaces.
-    Cluster { namespaces: Vec<String> },
+    /// All nodes; the pods `pods` names; DaemonSets and Deployments in these namespaces.
+    Cluster {
+        namespaces: Vec<String>,
+        pods: PodScope,
+    },
     /// One node (`metadata.name`) and the pods on it (`spec.nodeName`).
     Node { name: String },
 }
@@ -66,11 +104,8 @@ impl PodIndex {
         self.len() == 0
     }
 
-    /// Runs `f` over the usable facts and the number of unusable pods, under the lock.
-    fn with<T>(&self, f: impl FnOnce(Vec<&PodFacts>, u64) -> T) -> T {
-        let guard = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let bad = guard.values().filter(|v| v.is_none()).count() as u64;
-        f(guard.values().flatten().map(AsRef::as_ref).collect(), bad)
+    fn lock(&self) -> std::sync::MutexGuard<'_, PodMap> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn wait_until_ready(&self) -> bool {
@@ -83,28 +118,46 @@ impl PodIndex {
 #[derive(Clone)]
 pub struct Stores {
     pub nodes: Store<Node>,
-    pub pods: PodIndex,
+    /// One index per pod watch: every pod, the node's pods, or one per workload namespace
+    /// (`--pod-scope workloads`); none with `--pod-scope none`.
+    pub pods: Vec<PodIndex>,
+    /// Which pods the cluster role watches (`All` in the node role: every pod of its node).
+    pub pod_scope: PodScope,
     pub daemonsets: Vec<Store<DaemonSet>>,
     pub deployments: Vec<Store<Deployment>>,
 }
 
 impl Stores {
-    /// Derives the cluster state from what the stores hold now.
+    /// Derives the cluster state from what the stores hold now. Unless every pod is watched,
+    /// the per-node pod sums are left out (a node's sums from some of its pods would be
+    /// wrong); the node role serves them.
     pub fn derive(&self, now: SystemTime, cfg: &DeriveConfig) -> ClusterState {
         let nodes = self.nodes.state();
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
-        self.pods.with(|pods, bad| {
-            cluster_state_from_facts(
-                nodes.iter().map(AsRef::as_ref),
-                pods.iter().copied(),
-                bad,
-                ds.iter().map(AsRef::as_ref),
-                deps.iter().map(AsRef::as_ref),
-                now,
-                cfg,
-            )
-        })
+        let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
+        let bad = guards
+            .iter()
+            .map(|g| g.values().filter(|v| v.is_none()).count() as u64)
+            .sum();
+        let pods = guards
+            .iter()
+            .flat_map(|g| g.values().flatten().map(AsRef::as_ref));
+        let mut st = cluster_state_from_facts(
+            nodes.iter().map(AsRef::as_ref),
+            pods,
+            bad,
+            ds.iter().map(AsRef::as_ref),
+            deps.iter().map(AsRef::as_ref),
+            now,
+            cfg,
+        );
+        drop(guards);
+        if self.pod_scope != PodScope::All {
+            st.node_pods.clear();
+        }
+        st.addons_elsewhere = self.pod_scope == PodScope::None;
+        st
     }
 
     /// Node addresses (InternalIP, ExternalIP, Hostname) -> node name, from the node store.
@@ -124,7 +177,10 @@ impl Stores {
     async fn wait_until_ready(&self) -> bool {
         let all = async {
             self.nodes.wait_until_ready().await.is_ok()
-                && self.pods.wait_until_ready().await
+                && futures_util::future::join_all(self.pods.iter().map(|p| p.wait_until_ready()))
+                    .await
+                    .into_iter()
+                    .all(|ok| ok)
                 && futures_util::future::join_all(
                     self.daemonsets.iter().map(|s| s.wait_until_ready()),
                 )
@@ -429,6 +485,7 @@ impl Interner {
 /// `InitDone`, so deleted pods never linger; each list is a run of `watch_pods`.
 fn index_pods(
     client: kube::Client,
+    namespace: Option<&str>,
     wc: watcher::Config,
     derive: DeriveConfig,
     provider: Arc<dyn Provider>,
@@ -443,12 +500,17 @@ fn index_pods(
         synced,
     };
     let book = WatchBook::new(SOURCE, "pods", provider.clone());
-    let stream = watcher::watcher(Api::<Pod>::all(book.client(client)), wc);
+    let client = book.client(client);
+    let api = match namespace {
+        Some(ns) => Api::<LeanPod>::namespaced(client, ns),
+        None => Api::<LeanPod>::all(client),
+    };
+    let stream = watcher::watcher(api, wc);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut building: Option<PodMap> = None;
         let mut listing = Instant::now();
-        let key = |p: &Pod| -> Box<str> {
+        let key = |p: &LeanPod| -> Box<str> {
             format!(
                 "{}/{}",
                 p.metadata.namespace.as_deref().unwrap_or_default(),
@@ -457,7 +519,7 @@ fn index_pods(
             .into_boxed_str()
         };
         let mut interner = Interner::default();
-        let entry = |p: &Pod, interner: &mut Interner| {
+        let entry = |p: &LeanPod, interner: &mut Interner| {
             let facts = pod_facts(p, &derive)
                 .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
                 .ok()
@@ -551,6 +613,21 @@ pub fn spawn_with_tasks(
             watcher::Config::default().fields(&format!("spec.nodeName={name}")),
         ),
     };
+    // The pod watches: all namespaces at once, one per workload namespace, or none.
+    let (pod_scope, pod_namespaces): (PodScope, Vec<Option<&str>>) = match &cfg.scope {
+        Scope::Cluster {
+            pods: PodScope::Workloads,
+            namespaces,
+        } => (
+            PodScope::Workloads,
+            namespaces.iter().map(|n| Some(n.as_str())).collect(),
+        ),
+        Scope::Cluster {
+            pods: PodScope::None,
+            ..
+        } => (PodScope::None, Vec::new()),
+        _ => (PodScope::All, vec![None]),
+    };
     let (nodes, t) = reflect(
         Api::<Node>::all,
         client.clone(),
@@ -561,17 +638,22 @@ pub fn spawn_with_tasks(
         cancel.clone(),
     );
     tasks.push(t);
-    let (pods, t) = index_pods(
-        client.clone(),
-        pod_wc,
-        cfg.derive.clone(),
-        provider.clone(),
-        cancel.clone(),
-        task_pods,
-    );
-    tasks.push(t);
+    let mut pods = Vec::new();
+    for ns in pod_namespaces {
+        let (index, t) = index_pods(
+            client.clone(),
+            ns,
+            pod_wc.clone(),
+            cfg.derive.clone(),
+            provider.clone(),
+            cancel.clone(),
+            task_pods.clone(),
+        );
+        pods.push(index);
+        tasks.push(t);
+    }
     let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
-    if let Scope::Cluster { namespaces } = &cfg.scope {
+    if let Scope::Cluster { namespaces, .. } = &cfg.scope {
         for ns in namespaces {
             let (s, t) = reflect(
                 |c| Api::<DaemonSet>::namespaced(c, ns),
@@ -606,6 +688,7 @@ pub fn spawn_with_tasks(
     let stores = Stores {
         nodes,
         pods,
+        pod_scope,
         daemonsets,
         deployments,
     };
@@ -620,7 +703,8 @@ pub fn spawn_with_tasks(
         }
         tracing::info!(
             nodes = loop_stores.nodes.len(),
-            pods = loop_stores.pods.len(),
+            pods = loop_stores.pods.iter().map(PodIndex::len).sum::<usize>(),
+            pod_scope = loop_stores.pod_scope.as_str(),
             "Kubernetes caches synced"
         );
         loop {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -18,6 +18,8 @@ use crate::model::{
     NodeCapacity, NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 use crate::quantity::parse_quantity;
+
+use super::lean::{AsLeanPod, LeanPod};
 
 /// A pair of keys naming an addon and its version, looked up in annotations, then labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,7 +213,11 @@ pub fn deployment_expected(d: &Deployment, cfg: &DeriveConfig) -> Option<AddonEx
 
 /// The pod's controlling owner, with a ReplicaSet resolved to its Deployment through the
 /// `pod-template-hash` label (a Deployment's ReplicaSet is named `<deployment>-<hash>`).
-pub fn owner(pod: &Pod) -> Option<Owner> {
+pub fn owner<P: AsLeanPod + ?Sized>(pod: &P) -> Option<Owner> {
+    owner_of(&*pod.lean().ok()?)
+}
+
+fn owner_of(pod: &LeanPod) -> Option<Owner> {
     let refs = pod.metadata.owner_references.as_ref()?;
     let r = refs
         .iter()
@@ -248,8 +254,13 @@ fn phase(p: Option<&str>) -> std::borrow::Cow<'static, str> {
     }
 }
 
-/// Facts of a pod; `Err` for a nameless pod or an unparsable quantity (counted, never guessed).
-pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
+/// Facts of a pod (as decoded by the watchers, or a whole k8s-openapi `Pod`); `Err` for a
+/// nameless pod or an unparsable quantity (counted, never guessed).
+pub fn pod_facts<P: AsLeanPod + ?Sized>(pod: &P, cfg: &DeriveConfig) -> Result<PodFacts, String> {
+    facts_of(&*pod.lean()?, cfg)
+}
+
+fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     let name = pod.metadata.name.clone().ok_or("pod without a name")?;
     let namespace: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
     let spec = pod.spec.as_ref();
@@ -263,7 +274,7 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         memory_bytes: r.get("memory").copied().unwrap_or(0.0),
     };
     let (requests, limits) = (cpu_mem_of(&req), cpu_mem_of(&lim));
-    let owner = owner(pod);
+    let owner = owner_of(pod);
     let addon = owner.as_ref().and_then(|o| {
         let controller = match &*o.kind {
             "DaemonSet" => Controller::DaemonSet,
@@ -313,31 +324,59 @@ pub fn pod_facts(pod: &Pod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
 }
 
 /// Requests and limits of the pods that hold resources on each node (not Succeeded/Failed).
+///
+/// Summed in fixed point (nano-units, the finest a Kubernetes quantity has) so the sums do not
+/// depend on the order pods are visited in: the cluster role (all pods, hash order) and a
+/// node role (its node's pods) give the same bits for the same node.
 pub fn node_pod_sums<'a>(
     pods: impl IntoIterator<Item = &'a PodFacts>,
 ) -> BTreeMap<String, NodePods> {
-    let mut out: BTreeMap<String, NodePods> = BTreeMap::new();
+    const NANO: f64 = 1e9;
+    #[derive(Default)]
+    struct Sum([i128; 4], u32);
+    // Quantities are capped at 2^63-1, so a value in nano-units fits an i128 many times over.
+    let fixed = |v: f64| (v * NANO).round() as i128;
+    let mut sums: BTreeMap<&str, Sum> = BTreeMap::new();
     for p in pods {
         if p.phase == "Succeeded" || p.phase == "Failed" {
             continue;
         }
         let Some(node) = &p.node else { continue };
-        let e = match out.get_mut(&**node) {
-            Some(e) => e,
-            None => out.entry(node.to_string()).or_default(),
-        };
-        e.requests.add(p.requests);
-        e.limits.add(p.limits);
-        e.pods += 1;
+        let e = sums.entry(&**node).or_default();
+        for (acc, v) in e.0.iter_mut().zip([
+            p.requests.cpu_cores,
+            p.requests.memory_bytes,
+            p.limits.cpu_cores,
+            p.limits.memory_bytes,
+        ]) {
+            *acc = acc.saturating_add(fixed(v));
+        }
+        e.1 += 1;
     }
-    out
+    let float = |v: i128| v as f64 / NANO;
+    sums.into_iter()
+        .map(|(node, Sum([rc, rm, lc, lm], pods))| {
+            let np = NodePods {
+                requests: CpuMem {
+                    cpu_cores: float(rc),
+                    memory_bytes: float(rm),
+                },
+                limits: CpuMem {
+                    cpu_cores: float(lc),
+                    memory_bytes: float(lm),
+                },
+                pods,
+            };
+            (node.to_string(), np)
+        })
+        .collect()
 }
 
 /// Everything the cluster metrics need, from the watchers' objects. Objects that cannot be
 /// used are skipped, logged and counted by reason; they never become a made-up number.
-pub fn cluster_state<'a>(
+pub fn cluster_state<'a, P: AsLeanPod + 'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a P>,
     daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
     deployments: impl IntoIterator<Item = &'a Deployment>,
     now: SystemTime,
@@ -437,7 +476,7 @@ mod tests {
     use k8s_openapi::api::apps::v1::{DaemonSetSpec, DaemonSetStatus, DeploymentSpec};
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateTerminated, ContainerStatus, NodeCondition,
-        NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
+        NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
         ResourceRequirements, Taint,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -852,6 +891,31 @@ mod tests {
         let sums = node_pod_sums(&pods);
         assert_eq!(sums["n1"].pods, 3);
         assert_eq!(sums["n1"].requests.cpu_cores, 3.0);
+    }
+
+    #[test]
+    fn node_sums_do_not_depend_on_the_order_of_pods() {
+        let cfg = DeriveConfig::default();
+        let cpus = ["0.1", "0.2", "0.3", "0.007", "1.333", "0.25", "0.001"];
+        let facts: Vec<PodFacts> = cpus
+            .iter()
+            .enumerate()
+            .map(|(i, cpu)| {
+                let mut p = pod(&format!("p{i}"), "n1", None, &[], &[], true);
+                let spec = p.spec.as_mut().unwrap();
+                spec.init_containers = None;
+                spec.containers.truncate(1);
+                spec.containers[0].resources.as_mut().unwrap().requests =
+                    q(&[("cpu", cpu), ("memory", "1.5Ki")]);
+                pod_facts(&p, &cfg).unwrap()
+            })
+            .collect();
+        let forward = node_pod_sums(&facts)["n1"];
+        let backward = node_pod_sums(facts.iter().rev())["n1"];
+        assert_eq!(forward, backward);
+        assert_eq!(forward.requests.cpu_cores, 2.191);
+        assert_eq!(forward.requests.memory_bytes, 7.0 * 1536.0);
+        assert_eq!(forward.pods, 7);
     }
 
     #[test]

@@ -5,4 +5,5 @@ pub mod backoff;
 pub mod cluster;
 pub mod derive;
 pub mod kubelet;
+pub mod lean;
 pub mod task_pods;

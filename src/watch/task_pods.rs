@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::lean::{AsLeanPod, Container, LeanPod, ResourceRequirements};
 
 use crate::model::{TaskContainer, TaskPod};
 use crate::quantity::parse_quantity;
@@ -118,7 +119,7 @@ fn pod_level_supported(name: &str) -> bool {
 /// container plus the sidecars started before it; the larger of the two per resource;
 /// pod-level values where set; overhead added (to limits only where a limit exists).
 fn effective(
-    pod: &Pod,
+    pod: &LeanPod,
     side: fn(&ResourceRequirements) -> Option<&BTreeMap<String, Quantity>>,
     limits: bool,
 ) -> Result<Resources, String> {
@@ -164,8 +165,9 @@ fn effective(
     Ok(total)
 }
 
-/// Effective (requests, limits) of a pod.
-pub fn pod_resources(pod: &Pod) -> Result<(Resources, Resources), String> {
+/// Effective (requests, limits) of a pod (as decoded by the watchers, or a whole `Pod`).
+pub fn pod_resources<P: AsLeanPod + ?Sized>(pod: &P) -> Result<(Resources, Resources), String> {
+    let pod = &*pod.lean()?;
     Ok((
         effective(pod, |r| r.requests.as_ref(), false)?,
         effective(pod, |r| r.limits.as_ref(), true)?,
@@ -178,7 +180,11 @@ fn runtime_id(id: &str) -> &str {
 }
 
 /// The task a pod stands for, or `Ok(None)` when its namespace is not watched.
-pub fn task_pod(pod: &Pod, cfg: &TaskPodConfig) -> Result<Option<TaskPod>, String> {
+pub fn task_pod<P: AsLeanPod + ?Sized>(
+    pod: &P,
+    cfg: &TaskPodConfig,
+) -> Result<Option<TaskPod>, String> {
+    let pod = &*pod.lean()?;
     let meta = &pod.metadata;
     let namespace = meta.namespace.clone().unwrap_or_default();
     let name = meta.name.clone().ok_or("pod without a name")?;
@@ -262,7 +268,7 @@ pub struct TaskPodIndex {
 }
 
 /// Succeeded and Failed pods hold no cgroup any more: they are no tasks.
-fn finished(pod: &Pod) -> bool {
+fn finished(pod: &LeanPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
@@ -281,7 +287,7 @@ impl TaskPodIndex {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn key(pod: &Pod) -> String {
+    fn key(pod: &LeanPod) -> String {
         format!(
             "{}/{}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -289,7 +295,7 @@ impl TaskPodIndex {
         )
     }
 
-    fn convert(&self, pod: &Pod) -> Option<Arc<TaskPod>> {
+    fn convert(&self, pod: &LeanPod) -> Option<Arc<TaskPod>> {
         match task_pod(pod, &self.cfg) {
             Ok(t) => t.map(Arc::new),
             Err(e) => {
@@ -302,7 +308,11 @@ impl TaskPodIndex {
     }
 
     /// A pod was added or changed. Pods that finished (Succeeded, Failed) leave.
-    pub fn apply(&self, pod: &Pod) {
+    pub fn apply<P: AsLeanPod + ?Sized>(&self, pod: &P) {
+        let Some(pod) = self.lean_or_skip(pod) else {
+            return;
+        };
+        let pod = &*pod;
         let key = Self::key(pod);
         match self.convert(pod).filter(|_| !finished(pod)) {
             Some(t) => {
@@ -314,8 +324,24 @@ impl TaskPodIndex {
         }
     }
 
-    pub fn delete(&self, pod: &Pod) {
-        self.lock().remove(&Self::key(pod));
+    pub fn delete<P: AsLeanPod + ?Sized>(&self, pod: &P) {
+        if let Some(pod) = self.lean_or_skip(pod) {
+            self.lock().remove(&Self::key(&pod));
+        }
+    }
+
+    /// The pod as a [`LeanPod`]; one that does not convert is counted and logged.
+    fn lean_or_skip<'a, P: AsLeanPod + ?Sized>(
+        &self,
+        pod: &'a P,
+    ) -> Option<std::borrow::Cow<'a, LeanPod>> {
+        pod.lean()
+            .map_err(|e| {
+                self.skipped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(reason = "bad_pod", error = %e, "pod left out of task metrics");
+            })
+            .ok()
     }
 
     /// A relist starts: pods applied with [`Self::relist_apply`] replace every pod held at
@@ -324,7 +350,11 @@ impl TaskPodIndex {
         *self.building.lock().unwrap_or_else(|p| p.into_inner()) = Some(HashMap::new());
     }
 
-    pub fn relist_apply(&self, pod: &Pod) {
+    pub fn relist_apply<P: AsLeanPod + ?Sized>(&self, pod: &P) {
+        let Some(pod) = self.lean_or_skip(pod) else {
+            return;
+        };
+        let pod = &*pod;
         let Some(t) = self.convert(pod).filter(|_| !finished(pod)) else {
             return;
         };
@@ -362,7 +392,9 @@ impl TaskPodIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerStatus, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn q(kv: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {

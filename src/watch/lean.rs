@@ -1,0 +1,346 @@
+//! Pods as the pod watchers decode them: only the fields [`super::derive`] and
+//! [`super::task_pods`] read, with the same names and shapes as k8s-openapi's `Pod` so the
+//! derivation reads either. Everything else in the JSON (managedFields, env, volumes, probes,
+//! images, most annotations' neighbours...) is skipped by the parser without being allocated,
+//! so a 650,000-pod list or 1,000 pod changes a second cost a fraction of decoding whole
+//! `Pod`s. Every field may be missing (a missing name is a counted skip in `derive`, never a
+//! parse error that would stall the watch).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::{Deserialize, Deserializer};
+
+/// A pod with the fields we use.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeanPod {
+    /// Name, namespace, uid, resourceVersion (the watcher resumes from it), labels,
+    /// annotations and owner references; the rest of the metadata is skipped.
+    #[serde(default, deserialize_with = "lean_meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Option<PodSpec>,
+    #[serde(default)]
+    pub status: Option<PodStatus>,
+}
+
+impl k8s_openapi::Resource for LeanPod {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for LeanPod {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+type Quantities = Option<BTreeMap<String, Quantity>>;
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default)]
+    pub node_name: Option<String>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub containers: Vec<Container>,
+    #[serde(default)]
+    pub init_containers: Option<Vec<Container>>,
+    /// Pod-level resources (KEP-2837).
+    #[serde(default)]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    pub overhead: Quantities,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    #[serde(default)]
+    pub resources: Option<ResourceRequirements>,
+    /// `Always` on an init container: a sidecar.
+    #[serde(default)]
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ResourceRequirements {
+    #[serde(default)]
+    pub requests: Quantities,
+    #[serde(default)]
+    pub limits: Quantities,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub qos_class: Option<String>,
+    #[serde(default)]
+    pub conditions: Option<Vec<PodCondition>>,
+    #[serde(default)]
+    pub container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    pub init_container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    pub ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct PodCondition {
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
+    pub type_: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub status: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub restart_count: i32,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub ready: bool,
+    #[serde(rename = "containerID", default)]
+    pub container_id: Option<String>,
+    #[serde(default)]
+    pub last_state: Option<ContainerState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ContainerState {
+    #[serde(default)]
+    pub terminated: Option<ContainerStateTerminated>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStateTerminated {
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub exit_code: i32,
+}
+
+/// `null` where a value is expected reads as the default, as a missing field does.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    owner_references: Option<Vec<Owner>>,
+}
+
+#[derive(Deserialize, Default)]
+struct Owner {
+    #[serde(default, deserialize_with = "null_as_default")]
+    kind: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    name: String,
+    #[serde(default)]
+    controller: Option<bool>,
+}
+
+/// The metadata fields we read, into k8s-openapi's `ObjectMeta` (what kube's `Resource` hands
+/// out); managedFields and the rest are skipped unallocated.
+fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = Option::<Meta>::deserialize(d)?.unwrap_or_default();
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        labels: m.labels,
+        annotations: m.annotations,
+        owner_references: m.owner_references.map(|v| {
+            v.into_iter()
+                .map(|o| OwnerReference {
+                    kind: o.kind,
+                    name: o.name,
+                    controller: o.controller,
+                    ..OwnerReference::default()
+                })
+                .collect()
+        }),
+        ..ObjectMeta::default()
+    })
+}
+
+/// A pod in either shape, seen as a [`LeanPod`]: borrowed as is, or converted from a whole
+/// k8s-openapi `Pod` (tests, benchmarks and callers holding whole objects) through its JSON,
+/// the same parser the watchers use.
+pub trait AsLeanPod {
+    fn lean(&self) -> Result<Cow<'_, LeanPod>, String>;
+}
+
+impl AsLeanPod for LeanPod {
+    fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+impl AsLeanPod for Pod {
+    fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
+        serde_json::to_value(self)
+            .and_then(serde_json::from_value)
+            .map(Cow::Owned)
+            .map_err(|e| format!("pod does not convert: {e}"))
+    }
+}
+
+impl<T: AsLeanPod + ?Sized> AsLeanPod for &T {
+    fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
+        (**self).lean()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_what_we_read_and_skips_the_rest() {
+        let json = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
+                "labels": {"app": "a"},
+                "annotations": {"components.gke.io/component-name": "x"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "o", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+                "creationTimestamp": "2025-01-01T00:00:00Z",
+            },
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}],
+                    "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}}}],
+                "initContainers": [{"name": "s", "restartPolicy": "Always"}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "overhead": {"cpu": "10m"},
+                "someFutureField": {"x": [1, 2, 3]},
+            },
+            "status": {
+                "phase": "Running", "qosClass": "Burstable",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": null}],
+                "containerStatuses": [{"name": "c", "restartCount": 2, "ready": true,
+                    "containerID": "containerd://abc", "image": "i", "imageID": "x",
+                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}],
+            },
+        });
+        let p: LeanPod = serde_json::from_value(json).unwrap();
+        assert_eq!(p.metadata.name.as_deref(), Some("p"));
+        assert_eq!(p.metadata.resource_version.as_deref(), Some("42"));
+        assert!(p.metadata.managed_fields.is_none());
+        assert!(p.metadata.creation_timestamp.is_none());
+        let o = &p.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((o.kind.as_str(), o.controller), ("ReplicaSet", Some(true)));
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(
+            spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "100m"
+        );
+        assert_eq!(
+            spec.init_containers.as_ref().unwrap()[0]
+                .restart_policy
+                .as_deref(),
+            Some("Always")
+        );
+        let cs = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!((cs.restart_count, cs.ready), (2, true));
+        assert_eq!(
+            cs.last_state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .exit_code,
+            137
+        );
+    }
+
+    #[test]
+    fn missing_and_null_fields_read_as_absent() {
+        for json in [
+            serde_json::json!({}),
+            serde_json::json!({"metadata": null, "spec": null, "status": null}),
+            serde_json::json!({"metadata": {"ownerReferences": [{}]},
+                "spec": {"containers": null},
+                "status": {"containerStatuses": [{"name": null, "restartCount": null}],
+                    "conditions": [{}]}}),
+        ] {
+            let p: LeanPod = serde_json::from_value(json.clone()).unwrap();
+            assert!(p.metadata.name.is_none(), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_whole_pod_converts_to_the_same_lean_pod_as_its_json() {
+        let whole = Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: Some("n".into()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let lean = whole.lean().unwrap().into_owned();
+        let from_json: LeanPod =
+            serde_json::from_value(serde_json::to_value(&whole).unwrap()).unwrap();
+        assert_eq!(lean, from_json);
+        assert_eq!(lean.spec.unwrap().node_name.as_deref(), Some("n"));
+    }
+}

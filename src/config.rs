@@ -93,6 +93,7 @@ pub struct FileConfig {
     pub task_namespaces: Option<String>,
     pub task_label_allowlist: Option<String>,
     pub max_response_bytes: Option<String>,
+    pub task_perf_events: Option<String>,
 }
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
@@ -103,6 +104,8 @@ pub struct TaskSettings {
     /// Empty: every namespace.
     pub namespaces: Vec<String>,
     pub label_allowlist: Vec<String>,
+    /// `--task-perf-events`.
+    pub perf_events: crate::model::PerfMode,
 }
 
 /// A push output.
@@ -724,11 +727,23 @@ impl Config {
                 "not a Kubernetes label key",
             ));
         }
+        let perf_s = cli.task_perf_events.take().or(file.task_perf_events.take());
+        let perf_events = match perf_s.as_deref() {
+            None => crate::model::PerfMode::Off,
+            Some(v) => crate::model::PerfMode::parse(v).ok_or_else(|| {
+                invalid(
+                    "--task-perf-events",
+                    v,
+                    "expected off, auto, hardware or software",
+                )
+            })?,
+        };
         Ok(TaskSettings {
             cgroup_root,
             sysfs,
             namespaces,
             label_allowlist,
+            perf_events,
         })
     }
 
@@ -1547,6 +1562,33 @@ mod tests {
         );
         assert!(
             e.contains("--task-label-allowlist") && e.contains("not ok"),
+            "{e}"
+        );
+        assert_eq!(c.task.perf_events, crate::model::PerfMode::Off);
+        let c = Config::resolve(
+            Cli::default(),
+            FileConfig::parse("task_perf_events: software\n").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.task.perf_events, crate::model::PerfMode::Software);
+        let c = Config::resolve(
+            Cli {
+                task_perf_events: Some("auto".into()),
+                ..Cli::default()
+            },
+            FileConfig::parse("task_perf_events: software\n").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.task.perf_events, crate::model::PerfMode::Auto, "flag over file");
+        let e = err(
+            Cli {
+                task_perf_events: Some("cycles".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--task-perf-events") && e.contains("cycles"),
             "{e}"
         );
     }

@@ -1579,7 +1579,11 @@ mod tests {
             FileConfig::parse("task_perf_events: software\n").unwrap(),
         )
         .unwrap();
-        assert_eq!(c.task.perf_events, crate::model::PerfMode::Auto, "flag over file");
+        assert_eq!(
+            c.task.perf_events,
+            crate::model::PerfMode::Auto,
+            "flag over file"
+        );
         let e = err(
             Cli {
                 task_perf_events: Some("cycles".into()),

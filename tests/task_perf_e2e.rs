@@ -102,7 +102,9 @@ async fn perf_families_only_with_the_flag_and_a_documented_state_where_counters_
     // Without the flag: task families, no perf family at all.
     let p = start(&api, dir.path(), &cg, &sys, &[]).await;
     let body = wait_metrics(&p, "task series", |b| {
-        b.contains(&format!("kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\""))
+        b.contains(&format!(
+            "kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\""
+        ))
     })
     .await;
     assert!(!body.contains("kube_prober_task_perf_"), "{body}");
@@ -136,7 +138,9 @@ async fn perf_families_only_with_the_flag_and_a_documented_state_where_counters_
     )));
     assert!(!body.contains("kube_prober_task_perf_task_clock_seconds_total"));
     assert!(
-        body.contains(&format!("kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\"")),
+        body.contains(&format!(
+            "kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\""
+        )),
         "the cgroup families are unaffected"
     );
     let (code, out) = promtool_check(&body);
@@ -179,7 +183,10 @@ impl Drop for CgroupGuard {
 async fn real_cgroups_get_software_counters_per_pod() {
     let root = Path::new("/sys/fs/cgroup");
     let Some(perf_dir) = kube_prober::task::perf::perf_root(root) else {
-        println!("SKIPPED: no perf_event cgroup hierarchy under {}", root.display());
+        println!(
+            "SKIPPED: no perf_event cgroup hierarchy under {}",
+            root.display()
+        );
         return;
     };
     let pid = std::process::id();
@@ -216,7 +223,10 @@ async fn real_cgroups_get_software_counters_per_pod() {
     let series = format!(
         "kube_prober_task_perf_task_clock_seconds_total{{node=\"{NODE}\",namespace=\"shop\",pod=\"real\",task_name=\"shop/real\",task_id=\"{uid}\",qos=\"burstable\",ready=\"true\"}} "
     );
-    let body = wait_metrics(&prober, "task-clock of the real pod", |b| b.contains(&series)).await;
+    let body = wait_metrics(&prober, "task-clock of the real pod", |b| {
+        b.contains(&series)
+    })
+    .await;
     let cpus = kube_prober::task::perf::online_cpus(Path::new("/sys")).len();
     assert!(
         body.contains(&format!(
@@ -237,11 +247,18 @@ async fn real_cgroups_get_software_counters_per_pod() {
     assert_eq!(code, 0, "promtool: {out}");
     assert!(api.delete::<Pod>("shop", "real"));
     let body = wait_metrics(&prober, "the pod's counters close", |b| {
-        !b.contains(&series) && b.contains(&format!("kube_prober_task_perf_open_counters{{node=\"{NODE}\"}} 0"))
+        !b.contains(&series)
+            && b.contains(&format!(
+                "kube_prober_task_perf_open_counters{{node=\"{NODE}\"}} 0"
+            ))
     })
     .await;
     assert!(!body.contains(&uid));
     assert_eq!(prober.terminate(), 0);
     drop(guard);
-    assert!(!perf_dir.join(format!("kube-prober-perf-e2e-{pid}")).exists());
+    assert!(
+        !perf_dir
+            .join(format!("kube-prober-perf-e2e-{pid}"))
+            .exists()
+    );
 }

@@ -226,7 +226,10 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     );
     assert_eq!(first.event_set, Some(PerfEventSet::Software));
     assert!(first.open_failures.is_empty(), "{:?}", first.open_failures);
-    let t0 = first.tasks[0].counts.task_clock_seconds.expect("task-clock");
+    let t0 = first.tasks[0]
+        .counts
+        .task_clock_seconds
+        .expect("task-clock");
     let usage0 = cgroup_cpu_seconds(cgroup_root, &perf_dir, &pod_rel);
 
     // Hardware (and auto) opened before the burn, so a counted set sees it.

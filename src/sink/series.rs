@@ -742,7 +742,10 @@ fn task_labels<'a>(node: &'a str, p: &'a crate::model::TaskPod, task_name: &'a s
 }
 
 /// A perf value of one pod and the family it goes to.
-type PerfValue = (&'static Family, fn(&crate::model::TaskPerfSample) -> Option<f64>);
+type PerfValue = (
+    &'static Family,
+    fn(&crate::model::TaskPerfSample) -> Option<f64>,
+);
 
 /// The per-pod perf families, in `names::ALL` order.
 const PERF_VALUES: &[PerfValue] = &[
@@ -752,7 +755,9 @@ const PERF_VALUES: &[PerfValue] = &[
         t.counts.cache_references
     }),
     (&names::TASK_PERF_CACHE_MISSES, |t| t.counts.cache_misses),
-    (&names::TASK_PERF_TASK_CLOCK, |t| t.counts.task_clock_seconds),
+    (&names::TASK_PERF_TASK_CLOCK, |t| {
+        t.counts.task_clock_seconds
+    }),
     (&names::TASK_PERF_CONTEXT_SWITCHES, |t| {
         t.counts.context_switches
     }),

@@ -245,7 +245,9 @@ impl CpuGroup {
                 .one_cpu(cpu)
                 .include_kernel()
                 .read_format(
-                    ReadFormat::TOTAL_TIME_ENABLED | ReadFormat::TOTAL_TIME_RUNNING | ReadFormat::ID,
+                    ReadFormat::TOTAL_TIME_ENABLED
+                        | ReadFormat::TOTAL_TIME_RUNNING
+                        | ReadFormat::ID,
                 );
             let m = b.build_with_group(&mut leader)?;
             ids.push(m.id());
@@ -305,7 +307,12 @@ pub struct PerfCollector {
 impl PerfCollector {
     /// Finds the hierarchy and the CPUs and picks the event set `mode` allows, by opening it on
     /// the hierarchy's root cgroup. Returns the start-up warnings too (already logged).
-    pub fn new(node: &str, cgroup_root: &Path, sysfs: &Path, mode: PerfMode) -> (Self, Vec<String>) {
+    pub fn new(
+        node: &str,
+        cgroup_root: &Path,
+        sysfs: &Path,
+        mode: PerfMode,
+    ) -> (Self, Vec<String>) {
         let mut c = PerfCollector {
             node: node.to_string(),
             root: perf_root(cgroup_root),
@@ -483,7 +490,8 @@ impl PerfCollector {
             match open_groups(dir, &cpus, set) {
                 Ok(groups) => {
                     self.waiting.remove(&p.uid);
-                    self.pods.insert(p.uid.clone(), PodCounters { groups, prev: None });
+                    self.pods
+                        .insert(p.uid.clone(), PodCounters { groups, prev: None });
                 }
                 Err(e) => {
                     let reason = classify(&e);

@@ -477,7 +477,23 @@ fn spawn_tasks(
         interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
     };
     let pods: crate::task::PodList = Arc::new(move || index.pods());
-    crate::task::spawn(tc, pods, provider, cancel.clone())
+    if cfg.task.perf_events == crate::model::PerfMode::Off {
+        return crate::task::spawn(tc, pods, provider, cancel.clone());
+    }
+    // `--task-perf-events`: its own loop beside the cgroup reader; both end with `cancel`.
+    let pc = crate::task::perf::PerfConfig {
+        node: node_name.to_string(),
+        cgroup_root: cfg.task.cgroup_root.clone(),
+        sysfs: cfg.task.sysfs.clone(),
+        mode: cfg.task.perf_events,
+        interval: tc.interval,
+    };
+    let perf = crate::task::perf::spawn(pc, pods.clone(), provider.clone(), cancel.clone());
+    let tasks = crate::task::spawn(tc, pods, provider, cancel.clone());
+    tokio::spawn(async move {
+        let _ = tasks.await;
+        let _ = perf.await;
+    })
 }
 
 /// Makes a snapshot every `interval` (every 200 ms until the first ready one) and publishes it.

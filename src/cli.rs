@@ -470,6 +470,12 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_TASK_LABEL_ALLOWLIST", value_name = "KEY,...")]
     pub task_label_allowlist: Option<String>,
 
+    /// Per-pod perf counters through perf_event_open in cgroup mode (node role): `off`, `auto`
+    /// (hardware events where allowed, else software events), `hardware` or `software`; the
+    /// flag alone means `auto`. Needs CAP_PERFMON or CAP_SYS_ADMIN. [default: off]
+    #[arg(long, env = "KUBE_PROBER_TASK_PERF_EVENTS", value_name = "MODE", num_args = 0..=1, default_missing_value = "auto")]
+    pub task_perf_events: Option<String>,
+
     /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,
     /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams. A larger
     /// answer is a `too_large` error. [default: 32Mi]

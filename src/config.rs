@@ -101,6 +101,7 @@ pub struct FileConfig {
     pub kubelet_ca_file: Option<PathBuf>,
     pub kubelet_insecure_skip_tls_verify: Option<bool>,
     pub pod_scope: Option<String>,
+    pub task_perf_events: Option<String>,
 }
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
@@ -113,6 +114,8 @@ pub struct TaskSettings {
     pub label_allowlist: Vec<String>,
     /// `--kubelet-url` and its auth: task pods from the kubelet instead of the pod watch.
     pub kubelet: Option<crate::watch::kubelet::KubeletSettings>,
+    /// `--task-perf-events`.
+    pub perf_events: crate::model::PerfMode,
 }
 
 /// A push output.
@@ -745,12 +748,24 @@ impl Config {
             ));
         }
         let kubelet = Self::resolve_kubelet(cli, file)?;
+        let perf_s = cli.task_perf_events.take().or(file.task_perf_events.take());
+        let perf_events = match perf_s.as_deref() {
+            None => crate::model::PerfMode::Off,
+            Some(v) => crate::model::PerfMode::parse(v).ok_or_else(|| {
+                invalid(
+                    "--task-perf-events",
+                    v,
+                    "expected off, auto, hardware or software",
+                )
+            })?,
+        };
         Ok(TaskSettings {
             cgroup_root,
             sysfs,
             namespaces,
             label_allowlist,
             kubelet,
+            perf_events,
         })
     }
 
@@ -1686,6 +1701,37 @@ mod tests {
         );
         assert!(
             e.contains("--task-label-allowlist") && e.contains("not ok"),
+            "{e}"
+        );
+        assert_eq!(c.task.perf_events, crate::model::PerfMode::Off);
+        let c = Config::resolve(
+            Cli::default(),
+            FileConfig::parse("task_perf_events: software\n").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.task.perf_events, crate::model::PerfMode::Software);
+        let c = Config::resolve(
+            Cli {
+                task_perf_events: Some("auto".into()),
+                ..Cli::default()
+            },
+            FileConfig::parse("task_perf_events: software\n").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.task.perf_events,
+            crate::model::PerfMode::Auto,
+            "flag over file"
+        );
+        let e = err(
+            Cli {
+                task_perf_events: Some("cycles".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--task-perf-events") && e.contains("cycles"),
             "{e}"
         );
     }

@@ -174,3 +174,15 @@ async fn every_dropped_value_reason_is_documented_and_produced() {
         assert_eq!(ms.dropped[r], 1, "{r}: {:?}", ms.dropped);
     }
 }
+
+/// The perf open-failure reasons documented are exactly the ones the classifier can give
+/// (`task::perf::tests::error_classification` maps each errno to one).
+#[test]
+fn every_perf_open_failure_reason_is_documented() {
+    let documented = documented_reasons("kube_prober_task_perf_open_failures_total");
+    let code: BTreeSet<String> = kube_prober::task::perf::FAILURE_REASONS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(documented, code);
+}

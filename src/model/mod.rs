@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod node;
+pub mod perf;
 pub mod probe;
 pub mod sink;
 pub mod snapshot;
@@ -14,6 +15,7 @@ pub use cluster::{
 pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
 };
+pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{

@@ -175,6 +175,8 @@ pub struct Snapshot {
     pub tasks: Option<std::sync::Arc<super::task::TaskSet>>,
     /// The node's platform facts (node role).
     pub platform: Option<std::sync::Arc<super::task::Platform>>,
+    /// Per-pod perf counters (node role, `--task-perf-events`).
+    pub task_perf: Option<std::sync::Arc<super::perf::TaskPerfSet>>,
 }
 
 impl Snapshot {
@@ -194,6 +196,7 @@ impl Snapshot {
             leadership: None,
             tasks: None,
             platform: None,
+            task_perf: None,
         }
     }
 }

@@ -56,6 +56,10 @@ pub trait TaskRecorder: Send + Sync {
     fn record_tasks(&self, tasks: crate::model::TaskSet);
     /// The node's platform facts; replaces the previous ones.
     fn record_platform(&self, platform: crate::model::Platform);
+    /// Per-pod perf counters (`--task-perf-events`); replaces the previous set.
+    fn record_task_perf(&self, perf: crate::model::TaskPerfSet) {
+        let _ = perf;
+    }
 }
 
 /// Probe outcomes.

@@ -84,6 +84,7 @@ struct Inner {
     drop_log: HashMap<String, DropLog>,
     tasks: Option<Arc<crate::model::TaskSet>>,
     platform: Option<Arc<crate::model::Platform>>,
+    task_perf: Option<Arc<crate::model::TaskPerfSet>>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -136,6 +137,7 @@ impl Store {
             leadership: inner.leadership.clone(),
             tasks: inner.tasks.clone(),
             platform: inner.platform.clone(),
+            task_perf: inner.task_perf.clone(),
         }
     }
 }
@@ -552,6 +554,10 @@ impl TaskRecorder for Store {
 
     fn record_platform(&self, platform: crate::model::Platform) {
         self.lock().platform = Some(Arc::new(platform));
+    }
+
+    fn record_task_perf(&self, perf: crate::model::TaskPerfSet) {
+        self.lock().task_perf = Some(Arc::new(perf));
     }
 }
 

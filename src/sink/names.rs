@@ -307,6 +307,71 @@ pub const TASK_CPUSET_CPUS: Family = gauge(
 pub const TASK_CPUSET_MEMORY_NODES: Family = gauge(
     "kube_prober_task_cpuset_memory_nodes",
     "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and every 10th collection), of the pod cgroup (pause container and overhead included).",
+// `--task-perf-events`: perf_event_open in cgroup mode on the pod cgroup, per CPU, scaled by
+// time enabled / time running and summed over CPUs.
+pub const TASK_PERF_CYCLES: Family = counter(
+    "kube_prober_task_perf_cycles",
+    "CPU cycles (hardware event set), of the pod cgroup, scaled for multiplexing and summed over CPUs.",
+    None,
+);
+pub const TASK_PERF_INSTRUCTIONS: Family = counter(
+    "kube_prober_task_perf_instructions",
+    "Instructions retired (hardware event set), of the pod cgroup, scaled for multiplexing and summed over CPUs.",
+    None,
+);
+pub const TASK_PERF_CACHE_REFERENCES: Family = counter(
+    "kube_prober_task_perf_cache_references",
+    "Last-level cache references (hardware event set), of the pod cgroup, scaled for multiplexing and summed over CPUs.",
+    None,
+);
+pub const TASK_PERF_CACHE_MISSES: Family = counter(
+    "kube_prober_task_perf_cache_misses",
+    "Last-level cache misses (hardware event set), of the pod cgroup, scaled for multiplexing and summed over CPUs.",
+    None,
+);
+pub const TASK_PERF_TASK_CLOCK: Family = counter(
+    "kube_prober_task_perf_task_clock_seconds",
+    "CPU time counted by the task-clock software event (software event set), of the pod cgroup, summed over CPUs.",
+    Some("seconds"),
+);
+pub const TASK_PERF_CONTEXT_SWITCHES: Family = counter(
+    "kube_prober_task_perf_context_switches",
+    "Context switches (software event set), of the pod cgroup, summed over CPUs.",
+    None,
+);
+pub const TASK_PERF_PAGE_FAULTS: Family = counter(
+    "kube_prober_task_perf_page_faults",
+    "Page faults counted by the page-faults software event (software event set), of the pod cgroup, summed over CPUs.",
+    None,
+);
+pub const TASK_PERF_IPC: Family = gauge(
+    "kube_prober_task_perf_instructions_per_cycle",
+    "Instructions per cycle over the last collection interval, from the pod's summed counts (absent when no cycle was counted).",
+    None,
+);
+pub const TASK_PERF_CACHE_MPKI: Family = gauge(
+    "kube_prober_task_perf_cache_misses_per_kilo_instructions",
+    "Cache misses per 1000 instructions over the last collection interval, from the pod's summed counts (absent when no instruction was counted).",
+    None,
+);
+pub const TASK_PERF_SCALING: Family = gauge(
+    "kube_prober_task_perf_scaling_factor",
+    "The largest time enabled / time running over the pod's per-CPU counter groups: 1 when never multiplexed; counts are scaled by it.",
+    None,
+);
+pub const TASK_PERF_EVENT_SET: Family = gauge(
+    "kube_prober_task_perf_event_set",
+    "1 for the perf event set being counted (set: hardware, software, or none when neither could be opened), 0 for the others; only with --task-perf-events.",
+    None,
+);
+pub const TASK_PERF_OPEN_FAILURES: Family = counter(
+    "kube_prober_task_perf_open_failures",
+    "Failed perf_event_open calls (start-up probe and per pod) by reason.",
+    None,
+);
+pub const TASK_PERF_OPEN_COUNTERS: Family = gauge(
+    "kube_prober_task_perf_open_counters",
+    "Perf file descriptors open now: pods × online CPUs × events of the set.",
     None,
 );
 pub const CONTAINER_CPU_USAGE: Family = counter(
@@ -645,6 +710,19 @@ pub const ALL: &[Family] = &[
     CONTAINER_MEMORY_NUMA,
     CONTAINER_CPUSET_CPUS,
     CONTAINER_CPUSET_MEMORY_NODES,
+    TASK_PERF_CYCLES,
+    TASK_PERF_INSTRUCTIONS,
+    TASK_PERF_CACHE_REFERENCES,
+    TASK_PERF_CACHE_MISSES,
+    TASK_PERF_TASK_CLOCK,
+    TASK_PERF_CONTEXT_SWITCHES,
+    TASK_PERF_PAGE_FAULTS,
+    TASK_PERF_IPC,
+    TASK_PERF_CACHE_MPKI,
+    TASK_PERF_SCALING,
+    TASK_PERF_EVENT_SET,
+    TASK_PERF_OPEN_FAILURES,
+    TASK_PERF_OPEN_COUNTERS,
     PLATFORM_SOCKETS,
     PLATFORM_CORES,
     PLATFORM_CPUS,

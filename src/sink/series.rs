@@ -379,6 +379,7 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
         visit_cluster(w, cs);
     }
     visit_tasks(w, snap.tasks.as_deref());
+    visit_task_perf(w, snap.task_perf.as_deref());
     visit_platform(w, snap.platform.as_deref());
 
     let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
@@ -750,6 +751,85 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             w.family(if container { cf } else { tf }, &rows);
         }
     }
+}
+
+/// The labels of a task's series (as `visit_tasks` gives them).
+fn task_labels<'a>(node: &'a str, p: &'a crate::model::TaskPod, task_name: &'a str) -> Labels<'a> {
+    let mut l = vec![
+        ("node", node),
+        ("namespace", p.namespace.as_str()),
+        ("pod", p.name.as_str()),
+        ("task_name", task_name),
+        ("task_id", p.uid.as_str()),
+        ("qos", p.qos.as_str()),
+        ("ready", flag(p.ready())),
+    ];
+    l.extend(p.labels.iter().map(|(k, v)| (*k, v.as_str())));
+    l
+}
+
+/// A perf value of one pod and the family it goes to.
+type PerfValue = (
+    &'static Family,
+    fn(&crate::model::TaskPerfSample) -> Option<f64>,
+);
+
+/// The per-pod perf families, in `names::ALL` order.
+const PERF_VALUES: &[PerfValue] = &[
+    (&names::TASK_PERF_CYCLES, |t| t.counts.cycles),
+    (&names::TASK_PERF_INSTRUCTIONS, |t| t.counts.instructions),
+    (&names::TASK_PERF_CACHE_REFERENCES, |t| {
+        t.counts.cache_references
+    }),
+    (&names::TASK_PERF_CACHE_MISSES, |t| t.counts.cache_misses),
+    (&names::TASK_PERF_TASK_CLOCK, |t| {
+        t.counts.task_clock_seconds
+    }),
+    (&names::TASK_PERF_CONTEXT_SWITCHES, |t| {
+        t.counts.context_switches
+    }),
+    (&names::TASK_PERF_PAGE_FAULTS, |t| t.counts.page_faults),
+    (&names::TASK_PERF_IPC, |t| t.ipc),
+    (&names::TASK_PERF_CACHE_MPKI, |t| t.cache_mpki),
+    (&names::TASK_PERF_SCALING, |t| t.scaling_factor),
+];
+
+/// The perf counter families (node role, `--task-perf-events`); nothing without the flag.
+fn visit_task_perf<V: Visitor>(w: &mut V, ps: Option<&crate::model::TaskPerfSet>) {
+    let Some(ps) = ps else { return };
+    let node = ps.node.as_str();
+    let task_names: Vec<String> = ps.tasks.iter().map(|t| t.pod.task_name()).collect();
+    let labels: Vec<Labels<'_>> = ps
+        .tasks
+        .iter()
+        .zip(&task_names)
+        .map(|(t, n)| task_labels(node, &t.pod, n))
+        .collect();
+    for (family, get) in PERF_VALUES {
+        let rows: Vec<_> = ps
+            .tasks
+            .iter()
+            .zip(&labels)
+            .filter_map(|(t, l)| get(t).map(|v| (l.clone(), v)))
+            .collect();
+        w.family(family, &rows);
+    }
+    let active = ps.event_set.map_or("none", |s| s.as_str());
+    let rows: Vec<_> = ["hardware", "software", "none"]
+        .into_iter()
+        .map(|set| (vec![("node", node), ("set", set)], one_if(set == active)))
+        .collect();
+    w.family(&names::TASK_PERF_EVENT_SET, &rows);
+    let rows: Vec<_> = ps
+        .open_failures
+        .iter()
+        .map(|(reason, n)| (vec![("node", node), ("reason", *reason)], *n as f64))
+        .collect();
+    w.family(&names::TASK_PERF_OPEN_FAILURES, &rows);
+    w.family(
+        &names::TASK_PERF_OPEN_COUNTERS,
+        &[(vec![("node", node)], ps.open_counters as f64)],
+    );
 }
 
 /// The node's platform families (node role).

@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 pub mod fixture;
+pub mod perf;
 pub mod platform;
 
 use std::path::PathBuf;

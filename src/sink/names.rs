@@ -808,7 +808,7 @@ pub const GKE_PROBER: &[GkeProberMetric] = &[
 ];
 
 /// The family that carries a node resource.
-pub fn node_resource_family(r: crate::model::Resource) -> &'static Family {
+pub const fn node_resource_family(r: crate::model::Resource) -> &'static Family {
     use crate::model::Resource;
     match r {
         Resource::Cpu => &NODE_CPU_UTILIZATION,

@@ -853,6 +853,35 @@ mod tests {
     }
 
     #[test]
+    fn unchanged_nodes_and_cluster_state_keep_their_arc() {
+        let s = Store::new();
+        for n in ["a", "b"] {
+            s.node().record_node_usage("ms", sample(n, 10, 0.1, 0.2));
+        }
+        s.cluster().record_cluster_state(state(&["a", "b"]));
+        let first = s.snapshot(at(11));
+        let second = s.snapshot(at(12));
+        for n in ["a", "b"] {
+            assert!(Arc::ptr_eq(&first.nodes[n], &second.nodes[n]), "{n}");
+        }
+        // The same sample again (metrics-server between scrapes) and the same cluster state.
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.cluster().record_cluster_state(state(&["a", "b"]));
+        let third = s.snapshot(at(13));
+        assert!(Arc::ptr_eq(&first.nodes["a"], &third.nodes["a"]));
+        let cs = |x: &Snapshot| x.cluster_state.clone().unwrap();
+        assert!(Arc::ptr_eq(&cs(&first), &cs(&third)));
+        // A new value: a new Arc for that node only.
+        s.node().record_node_usage("ms", sample("a", 20, 0.3, 0.2));
+        let fourth = s.snapshot(at(21));
+        assert!(!Arc::ptr_eq(&first.nodes["a"], &fourth.nodes["a"]));
+        assert_eq!(fourth.nodes["a"].latest[&Resource::Cpu], 0.3);
+        assert!(Arc::ptr_eq(&first.nodes["b"], &fourth.nodes["b"]));
+        s.cluster().record_cluster_state(state(&["a", "b", "c"]));
+        assert!(!Arc::ptr_eq(&cs(&first), &cs(&s.snapshot(at(22)))));
+    }
+
+    #[test]
     fn forgotten_nodes_leave_the_snapshot() {
         let s = Store::new();
         s.node()

@@ -683,6 +683,186 @@ mod tests {
         assert_eq!(s, "NaN +Inf -Inf 0.25 3 0.0000001 ");
     }
 
+    use crate::model::{
+        ClusterState, CpuMem, NodeCapacity, NodeFacts, NodeLoad, NodePods, Placement, Resource,
+    };
+    use std::collections::BTreeMap;
+
+    fn load(node: &str, cpu: f64) -> Arc<NodeLoad> {
+        Arc::new(NodeLoad {
+            node: node.into(),
+            source: "host".into(),
+            latest_at: SystemTime::UNIX_EPOCH,
+            latest: BTreeMap::from([(Resource::Cpu, cpu), (Resource::Memory, 0.5)]),
+            windows: Vec::new(),
+            capacity: Some(NodeCapacity {
+                cpu_cores: 4.0,
+                memory_bytes: 8e9,
+            }),
+        })
+    }
+
+    fn facts(node: &str, ready: bool) -> NodeFacts {
+        NodeFacts {
+            name: node.into(),
+            placement: Placement {
+                pool: "p".into(),
+                zone: "z".into(),
+            },
+            conditions: vec![("Ready".into(), if ready { "True" } else { "False" }.into())],
+            ready,
+            schedulable: true,
+            done_warming: true,
+            created: None,
+            capacity: None,
+            allocatable: Some(NodeCapacity {
+                cpu_cores: 3.5,
+                memory_bytes: 7e9,
+            }),
+        }
+    }
+
+    /// `n` nodes with usage and facts, as the hub hands them out.
+    fn cluster(n: usize) -> Snapshot {
+        let mut snap = Snapshot::empty(SystemTime::UNIX_EPOCH);
+        let mut cs = ClusterState::default();
+        for i in 0..n {
+            let name = format!("node-{i:04}");
+            snap.nodes.insert(name.clone(), load(&name, 0.25));
+            cs.nodes.push(facts(&name, true));
+            cs.node_pods.insert(
+                name,
+                NodePods {
+                    requests: CpuMem {
+                        cpu_cores: 1.0,
+                        memory_bytes: 1e9,
+                    },
+                    limits: CpuMem::default(),
+                    pods: 3,
+                },
+            );
+        }
+        snap.cluster_state = Some(Arc::new(cs));
+        snap
+    }
+
+    fn text(body: &Body) -> String {
+        body.chunks
+            .iter()
+            .map(|c| std::str::from_utf8(c.bytes()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_tick_without_change_writes_nothing_and_one_node_writes_its_block() {
+        let mut r = Renderer::new(Format::Text);
+        let snap = Arc::new(cluster(1000));
+        let first = r.render(snap.clone());
+        let s0 = r.stats();
+        assert_eq!(s0.keys, 4 * 1000, "capacity, usage, facts and pods of every node");
+        assert!(s0.blocks > 4 * 5, "{s0:?}: several blocks per part");
+
+        // Next tick, nothing changed (a new snapshot sharing the hub's Arcs).
+        let mut next = (*snap).clone();
+        next.tick += 1;
+        let again = r.render(Arc::new(next.clone()));
+        let s1 = r.stats();
+        assert_eq!((s1.blocks, s1.keys, s1.steps), (s0.blocks, s0.keys, s0.steps));
+        assert!(text(&again) == render(&next, Format::Text));
+        let shared = again
+            .chunks
+            .iter()
+            .zip(&first.chunks)
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count();
+        assert!(shared + 1 >= first.chunks.len(), "only the instance chunk is new");
+
+        // One node's usage changes: one block of the usage part, nothing else.
+        next.nodes.insert("node-0500".into(), load("node-0500", 0.75));
+        let changed = r.render(Arc::new(next.clone()));
+        let s2 = r.stats();
+        assert_eq!(s2.blocks - s1.blocks, 1, "{s2:?}");
+        assert!(s2.keys - s1.keys <= 64 * 8, "one block's keys: {}", s2.keys - s1.keys);
+        assert_eq!(s2.steps, s1.steps);
+        assert!(text(&changed) == render(&next, Format::Text));
+        assert!(text(&changed).contains(
+            "kube_prober_node_cpu_utilization_ratio{node=\"node-0500\",window=\"instant\",operator=\"latest\"} 0.75\n"
+        ));
+
+        // One node's facts change in a new cluster state: its facts block and the counts.
+        let mut cs = (**next.cluster_state.as_ref().unwrap()).clone();
+        cs.nodes[10] = facts("node-0010", false);
+        next.cluster_state = Some(Arc::new(cs));
+        let changed = r.render(Arc::new(next.clone()));
+        let s3 = r.stats();
+        assert_eq!(s3.blocks - s2.blocks, 1, "{s3:?}");
+        assert_eq!(s3.steps - s2.steps, 1, "the cluster counts");
+        assert!(text(&changed) == render(&next, Format::Text));
+    }
+
+    #[test]
+    fn incremental_bodies_equal_fresh_ones_through_adds_and_removals() {
+        for format in [Format::Text, Format::OpenMetrics] {
+            let mut r = Renderer::new(format);
+            let mut snap = cluster(300);
+            assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+            // Remove some nodes, add others, change some: every step equals a fresh render.
+            for round in 0..6 {
+                let gone = format!("node-{:04}", round * 37);
+                snap.nodes.remove(&gone);
+                let mut cs = (**snap.cluster_state.as_ref().unwrap()).clone();
+                cs.nodes.retain(|n| n.name != gone);
+                cs.node_pods.remove(&gone);
+                let added = format!("node-{:04}x", round * 53);
+                cs.nodes.push(facts(&added, round % 2 == 0));
+                snap.nodes.insert(added.clone(), load(&added, 0.1));
+                let bumped = format!("node-{:04}", round * 41 + 1);
+                snap.nodes.insert(bumped.clone(), load(&bumped, round as f64 / 10.0));
+                snap.cluster_state = Some(Arc::new(cs));
+                snap.tick += 1;
+                let body = r.render(Arc::new(snap.clone()));
+                assert!(text(&body) == render(&snap, format), "round {round}");
+            }
+            // Without a cluster state and then without nodes.
+            snap.cluster_state = None;
+            assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+            snap.nodes.clear();
+            assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+        }
+    }
+
+    #[test]
+    fn gzip_of_chunks_is_one_valid_stream_made_once_per_chunk() {
+        use std::io::Read as _;
+        let snap = Arc::new(cluster(200));
+        let body = Renderer::new(Format::Text).render(snap.clone());
+        assert!(!body.is_deflated());
+        let extra = [Bytes::from_static(b"extra 1\n"), Bytes::new()];
+        let gz: Vec<u8> = body.gzip(&extra).concat();
+        assert!(body.is_deflated());
+        let mut plain = String::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_string(&mut plain)
+            .unwrap();
+        assert!(plain == render(&snap, Format::Text) + "extra 1\n");
+        // The second answer reuses every chunk's compressed bytes.
+        let again = body.gzip(&[]);
+        for (c, g) in body.chunks.iter().zip(&again[1..]) {
+            assert_eq!(c.deflated().0.as_ptr(), g.as_ptr());
+        }
+        let mut plain2 = Vec::new();
+        flate2::read::GzDecoder::new(again.concat().as_slice())
+            .read_to_end(&mut plain2)
+            .unwrap();
+        assert!(plain2 == render(&snap, Format::Text).into_bytes());
+        // An empty body is a valid empty stream.
+        let mut empty = Vec::new();
+        flate2::read::GzDecoder::new(Body::default().gzip(&[]).concat().as_slice())
+            .read_to_end(&mut empty)
+            .unwrap();
+        assert!(empty.is_empty());
+    }
+
     #[test]
     fn counters_are_named_per_format() {
         let snap = Snapshot::empty(SystemTime::UNIX_EPOCH);

@@ -100,7 +100,7 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
 
     // A source reporting the same sample again changes nothing either.
     s.node()
-        .record_node_usage("host", sample("node-007", T0 + 14 * 60, 0.24));
+        .record_node_usage("host", sample("node-007", T0 + 14 * 60, 0.1 + 14.0 / 100.0));
     tick(T0 + 921);
     let (m2, w2) = (renderers.text_stats(), renderers.watcher_entries_rendered());
     assert_eq!((m2.blocks, m2.keys, w2), (m1.blocks, m1.keys, w1));
@@ -123,7 +123,11 @@ async fn watcher_is_gzipped_once_per_body_for_clients_that_accept_it() {
     let s = store(50);
     let published = Arc::new(Published::render(Arc::new(s.snapshot(at(T0 + 901))), "host"));
     let (base, _task) = serve(published.clone()).await;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .no_gzip()
+        .build()
+        .unwrap();
     let url = format!("{base}/watcher");
 
     // Go's net/http client asks for gzip and decompresses transparently (as Trimaran does).
@@ -192,7 +196,11 @@ async fn metrics_gzip_is_made_once_per_chunk_and_decodes_to_the_text() {
     let s = store(200);
     let published = Arc::new(Published::render(Arc::new(s.snapshot(at(T0 + 901))), "host"));
     let (base, _task) = serve(published.clone()).await;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .no_gzip()
+        .build()
+        .unwrap();
     let url = format!("{base}/metrics");
     let get = |gzip: bool| {
         let mut req = http.get(&url);
@@ -229,3 +237,4 @@ async fn metrics_gzip_is_made_once_per_chunk_and_decodes_to_the_text() {
         "the second gzip scrape compresses no chunk again"
     );
 }
+

@@ -45,8 +45,12 @@ fn store(n: usize) -> Store {
             },
         );
     }
-    s.source()
-        .record_source_run("host", at(T0 + 900), Duration::from_millis(3), RunOutcome::Ok);
+    s.source().record_source_run(
+        "host",
+        at(T0 + 900),
+        Duration::from_millis(3),
+        RunOutcome::Ok,
+    );
     s
 }
 
@@ -67,7 +71,9 @@ async fn serve(published: Arc<Published>) -> (String, tokio::task::JoinHandle<()
 
 fn gunzip(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(b).read_to_end(&mut out).unwrap();
+    flate2::read::GzDecoder::new(b)
+        .read_to_end(&mut out)
+        .unwrap();
     out
 }
 
@@ -91,7 +97,10 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
     // Nothing recorded: nothing is written again (but the tick's own counters).
     let second = tick(T0 + 911);
     let (m1, w1) = (renderers.text_stats(), renderers.watcher_entries_rendered());
-    assert_eq!((m1.blocks, m1.keys, m1.steps, w1), (m0.blocks, m0.keys, m0.steps, w0));
+    assert_eq!(
+        (m1.blocks, m1.keys, m1.steps, w1),
+        (m0.blocks, m0.keys, m0.steps, w0)
+    );
     let text = |p: &Published| -> Vec<u8> { p.metrics_text.plain().flatten().collect() };
     let fresh = Published::render(second.snapshot.clone(), "host");
     assert_eq!(text(&second), text(&fresh));
@@ -121,7 +130,10 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
 #[tokio::test]
 async fn watcher_is_gzipped_once_per_body_for_clients_that_accept_it() {
     let s = store(50);
-    let published = Arc::new(Published::render(Arc::new(s.snapshot(at(T0 + 901))), "host"));
+    let published = Arc::new(Published::render(
+        Arc::new(s.snapshot(at(T0 + 901))),
+        "host",
+    ));
     let (base, _task) = serve(published.clone()).await;
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -181,7 +193,10 @@ async fn watcher_is_gzipped_once_per_body_for_clients_that_accept_it() {
         one.data.node_metrics_map["node-003"],
         plain.data.node_metrics_map["node-003"]
     );
-    assert_eq!((one.timestamp, &one.window), (plain.timestamp, &plain.window));
+    assert_eq!(
+        (one.timestamp, &one.window),
+        (plain.timestamp, &plain.window)
+    );
     let r = http
         .get(format!("{url}?host=nope"))
         .header("accept-encoding", "gzip")
@@ -194,7 +209,10 @@ async fn watcher_is_gzipped_once_per_body_for_clients_that_accept_it() {
 #[tokio::test]
 async fn metrics_gzip_is_made_once_per_chunk_and_decodes_to_the_text() {
     let s = store(200);
-    let published = Arc::new(Published::render(Arc::new(s.snapshot(at(T0 + 901))), "host"));
+    let published = Arc::new(Published::render(
+        Arc::new(s.snapshot(at(T0 + 901))),
+        "host",
+    ));
     let (base, _task) = serve(published.clone()).await;
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -237,4 +255,3 @@ async fn metrics_gzip_is_made_once_per_chunk_and_decodes_to_the_text() {
         "the second gzip scrape compresses no chunk again"
     );
 }
-

@@ -170,10 +170,9 @@ fn gzip(data: &[u8]) -> Vec<u8> {
         flate2::Compression::fast(),
     );
     // Writing into a Vec cannot fail.
-    match enc.write_all(data).and_then(|()| enc.finish()) {
-        Ok(v) => v,
-        Err(_) => Vec::new(),
-    }
+    enc.write_all(data)
+        .and_then(|()| enc.finish())
+        .unwrap_or_default()
 }
 
 /// The window `/watcher` serves: 15m, else 10m (never 5m), as load-watcher does.
@@ -519,7 +518,8 @@ mod tests {
             windows: vec![ws(Window::FiveMinutes)],
             capacity: None,
         };
-        snap.nodes.insert("n".into(), std::sync::Arc::new(node.clone()));
+        snap.nodes
+            .insert("n".into(), std::sync::Arc::new(node.clone()));
         assert_eq!(served_window(&snap), None);
         node.windows.push(ws(Window::TenMinutes));
         snap.nodes.insert("n".into(), std::sync::Arc::new(node));

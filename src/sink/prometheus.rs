@@ -276,9 +276,10 @@ fn deflate_flushed(data: &[u8]) -> Vec<u8> {
         if out.capacity() - out.len() < 64 {
             out.reserve(out.capacity().max(1024));
         }
-        let consumed = usize::try_from(c.total_in()).unwrap_or(data.len()).min(data.len());
-        if c
-            .compress_vec(&data[consumed..], &mut out, flate2::FlushCompress::Full)
+        let consumed = usize::try_from(c.total_in())
+            .unwrap_or(data.len())
+            .min(data.len());
+        if c.compress_vec(&data[consumed..], &mut out, flate2::FlushCompress::Full)
             .is_err()
         {
             // Cannot happen with a fresh stream and a flush; an empty piece keeps the stream valid.
@@ -367,7 +368,7 @@ fn ends_block(key: &str) -> bool {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h % BLOCK_KEYS == 0
+    h.is_multiple_of(BLOCK_KEYS)
 }
 
 /// The rows of consecutive keys of a [`series::Keyed`] part, per family of the part (`None`:
@@ -759,7 +760,11 @@ mod tests {
         let snap = Arc::new(cluster(1000));
         let first = r.render(snap.clone());
         let s0 = r.stats();
-        assert_eq!(s0.keys, 4 * 1000, "capacity, usage, facts and pods of every node");
+        assert_eq!(
+            s0.keys,
+            4 * 1000,
+            "capacity, usage, facts and pods of every node"
+        );
         assert!(s0.blocks > 4 * 5, "{s0:?}: several blocks per part");
 
         // Next tick, nothing changed (a new snapshot sharing the hub's Arcs).
@@ -767,7 +772,10 @@ mod tests {
         next.tick += 1;
         let again = r.render(Arc::new(next.clone()));
         let s1 = r.stats();
-        assert_eq!((s1.blocks, s1.keys, s1.steps), (s0.blocks, s0.keys, s0.steps));
+        assert_eq!(
+            (s1.blocks, s1.keys, s1.steps),
+            (s0.blocks, s0.keys, s0.steps)
+        );
         assert!(text(&again) == render(&next, Format::Text));
         let shared = again
             .chunks
@@ -775,14 +783,22 @@ mod tests {
             .zip(&first.chunks)
             .filter(|(a, b)| Arc::ptr_eq(a, b))
             .count();
-        assert!(shared + 1 >= first.chunks.len(), "only the instance chunk is new");
+        assert!(
+            shared + 1 >= first.chunks.len(),
+            "only the instance chunk is new"
+        );
 
         // One node's usage changes: one block of the usage part, nothing else.
-        next.nodes.insert("node-0500".into(), load("node-0500", 0.75));
+        next.nodes
+            .insert("node-0500".into(), load("node-0500", 0.75));
         let changed = r.render(Arc::new(next.clone()));
         let s2 = r.stats();
         assert_eq!(s2.blocks - s1.blocks, 1, "{s2:?}");
-        assert!(s2.keys - s1.keys <= 64 * 8, "one block's keys: {}", s2.keys - s1.keys);
+        assert!(
+            s2.keys - s1.keys <= 64 * 8,
+            "one block's keys: {}",
+            s2.keys - s1.keys
+        );
         assert_eq!(s2.steps, s1.steps);
         assert!(text(&changed) == render(&next, Format::Text));
         assert!(text(&changed).contains(
@@ -817,7 +833,8 @@ mod tests {
                 cs.nodes.push(facts(&added, round % 2 == 0));
                 snap.nodes.insert(added.clone(), load(&added, 0.1));
                 let bumped = format!("node-{:04}", round * 41 + 1);
-                snap.nodes.insert(bumped.clone(), load(&bumped, round as f64 / 10.0));
+                snap.nodes
+                    .insert(bumped.clone(), load(&bumped, round as f64 / 10.0));
                 snap.cluster_state = Some(Arc::new(cs));
                 snap.tick += 1;
                 let body = r.render(Arc::new(snap.clone()));

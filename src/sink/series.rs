@@ -5,8 +5,8 @@
 
 use super::names::{self, Family};
 use crate::model::{
-    AddonOnNode, ClusterState, NodeCapacity, NodeFacts, NodeLoad, NodePods, Operator, PROBE_BUCKETS,
-    Resource, Snapshot, unix_seconds,
+    AddonOnNode, ClusterState, NodeCapacity, NodeFacts, NodeLoad, NodePods, Operator,
+    PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
 };
 use crate::model::{CgroupStats, Platform, TaskSet};
 
@@ -95,7 +95,11 @@ impl Keyed for NodeUsage {
                 let resource = Resource::ALL[family];
                 if let Some(&v) = n.latest.get(&resource) {
                     out.push((
-                        vec![("node", name), ("window", "instant"), ("operator", "latest")],
+                        vec![
+                            ("node", name),
+                            ("window", "instant"),
+                            ("operator", "latest"),
+                        ],
                         v,
                     ));
                 }
@@ -469,11 +473,7 @@ pub fn visit_step<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
         Step::Tasks => visit_tasks(w, snap.tasks.as_deref()),
         Step::Platform => visit_platform(w, snap.platform.as_deref()),
         Step::Instance => visit_instance(w, snap),
-        Step::Usage(_)
-        | Step::Capacity(_)
-        | Step::Facts(_)
-        | Step::Addons(_)
-        | Step::Pods(_) => {}
+        Step::Usage(_) | Step::Capacity(_) | Step::Facts(_) | Step::Addons(_) | Step::Pods(_) => {}
     }
 }
 

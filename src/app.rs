@@ -521,9 +521,11 @@ async fn tick_loop(
         // Off the async workers: at 5,000 nodes this is ~100 ms of CPU, and scrapes, watch
         // events and pushes should not wait behind it.
         let tick_store = store.clone();
+        // The renderers carry over from tick to tick: only what changed is written again.
+        let renderers = tx.borrow().renderers().clone();
         let made = tokio::task::spawn_blocking(move || {
             let snapshot = Arc::new(tick_store.snapshot(SystemTime::now()));
-            Published::render_with(snapshot, usage_source, watcher_opts)
+            Published::render_next(&renderers, snapshot, usage_source, watcher_opts)
         })
         .await;
         let published = match made {

@@ -106,13 +106,73 @@ pub fn wire_source_name(source: &str) -> &str {
     }
 }
 
-/// The pre-rendered `/watcher` bodies of one snapshot.
-#[derive(Debug, Clone, PartialEq)]
+/// The pre-rendered `/watcher` bodies of one snapshot: the whole body, and for `?host=` the
+/// same head and tail around one host's entry.
+#[derive(Debug)]
 pub struct WatcherBodies {
     /// The body for all hosts.
     pub all: Bytes,
-    /// The body for `?host=H`, by host.
-    pub hosts: HashMap<String, Bytes>,
+    /// Everything up to the first host entry.
+    head: Bytes,
+    /// `"host":{...}` by host.
+    entries: HashMap<String, Bytes>,
+    /// `all` gzip-compressed, made on the first request that accepts gzip.
+    all_gzip: std::sync::OnceLock<Bytes>,
+    /// How many times `all` was compressed (once per body at most; a test hook).
+    gzips: std::sync::atomic::AtomicU64,
+}
+
+impl PartialEq for WatcherBodies {
+    fn eq(&self, other: &Self) -> bool {
+        self.all == other.all && self.head == other.head && self.entries == other.entries
+    }
+}
+
+/// Closes the host map, `data` and the body.
+const TAIL: &str = "}}}";
+
+impl WatcherBodies {
+    /// The body for `?host=host`, when that host has data.
+    pub fn host(&self, host: &str) -> Option<Bytes> {
+        let entry = self.entries.get(host)?;
+        let mut one = Vec::with_capacity(self.head.len() + entry.len() + TAIL.len());
+        one.extend_from_slice(&self.head);
+        one.extend_from_slice(entry);
+        one.extend_from_slice(TAIL.as_bytes());
+        Some(Bytes::from(one))
+    }
+
+    /// The body for all hosts, gzip-compressed: made once, on the first call.
+    pub fn all_gzip(&self) -> &Bytes {
+        self.all_gzip.get_or_init(|| {
+            self.gzips
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Bytes::from(gzip(&self.all))
+        })
+    }
+
+    /// Whether [`WatcherBodies::all_gzip`] is made already.
+    pub fn has_gzip(&self) -> bool {
+        self.all_gzip.get().is_some()
+    }
+
+    /// How many times the body was compressed (1 at most).
+    pub fn gzip_count(&self) -> u64 {
+        self.gzips.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// One gzip member of `data` (fast compression: it is made once per tick at most).
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 4 + 64),
+        flate2::Compression::fast(),
+    );
+    // Writing into a Vec cannot fail.
+    enc.write_all(data)
+        .and_then(|()| enc.finish())
+        .unwrap_or_default()
 }
 
 /// The window `/watcher` serves: 15m, else 10m (never 5m), as load-watcher does.
@@ -135,10 +195,40 @@ pub struct WatcherOptions {
     pub legacy_scaling: bool,
 }
 
+/// What `/watcher` made of each node at the previous tick: a node's entry is written again only
+/// when its load (or the served window) changed.
+#[derive(Debug, Default)]
+pub struct WatcherCache {
+    entries: HashMap<String, CachedEntry>,
+    /// Host entries written so far (a test hook: 0 more on a tick without change).
+    pub entries_rendered: u64,
+}
+
+#[derive(Debug)]
+struct CachedEntry {
+    load: std::sync::Arc<NodeLoad>,
+    window: Window,
+    opts: WatcherOptions,
+    entry: Bytes,
+}
+
 /// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
 pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
-    let window = served_window(snap)?;
-    let nodes: Vec<(&String, &NodeLoad)> = snap
+    render_cached(snap, opts, &mut WatcherCache::default())
+}
+
+/// As [`render`], reusing the entries of nodes whose load did not change since `cache` was
+/// last used.
+pub fn render_cached(
+    snap: &Snapshot,
+    opts: WatcherOptions,
+    cache: &mut WatcherCache,
+) -> Option<WatcherBodies> {
+    let Some(window) = served_window(snap) else {
+        cache.entries.clear();
+        return None;
+    };
+    let nodes: Vec<(&String, &std::sync::Arc<NodeLoad>)> = snap
         .nodes
         .iter()
         .filter(|(_, n)| n.windows.iter().any(|ws| ws.window == window))
@@ -170,30 +260,53 @@ pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
     );
     push_json_string(&mut head, source);
     head.push_str(",\"data\":{\"NodeMetricsMap\":{");
-    const TAIL: &str = "}}}";
 
-    let mut all = String::with_capacity(head.len() + nodes.len() * 700 + TAIL.len());
-    all.push_str(&head);
-    let mut hosts = HashMap::with_capacity(nodes.len());
-    for (i, (name, node)) in nodes.iter().enumerate() {
-        let mut entry = String::with_capacity(700);
-        push_json_string(&mut entry, name);
-        entry.push(':');
-        node_entry(&mut entry, node, window, opts);
-        if i > 0 {
-            all.push(',');
-        }
-        all.push_str(&entry);
-        let mut one = String::with_capacity(head.len() + entry.len() + TAIL.len());
-        one.push_str(&head);
-        one.push_str(&entry);
-        one.push_str(TAIL);
-        hosts.insert((*name).clone(), Bytes::from(one));
+    let mut entries = HashMap::with_capacity(nodes.len());
+    let mut old = std::mem::take(&mut cache.entries);
+    let mut len = head.len() + TAIL.len() + nodes.len();
+    for (name, node) in &nodes {
+        let reused = old.remove(*name).filter(|c| {
+            c.window == window
+                && c.opts == opts
+                && (std::sync::Arc::ptr_eq(&c.load, node) || c.load == **node)
+        });
+        let cached = match reused {
+            Some(c) => c,
+            None => {
+                cache.entries_rendered += 1;
+                let mut entry = String::with_capacity(700);
+                push_json_string(&mut entry, name);
+                entry.push(':');
+                node_entry(&mut entry, node, window, opts);
+                CachedEntry {
+                    load: (*node).clone(),
+                    window,
+                    opts,
+                    entry: Bytes::from(entry),
+                }
+            }
+        };
+        len += cached.entry.len();
+        entries.insert((*name).clone(), cached.entry.clone());
+        cache.entries.insert((*name).clone(), cached);
     }
-    all.push_str(TAIL);
+    let mut all = Vec::with_capacity(len);
+    all.extend_from_slice(head.as_bytes());
+    for (i, (name, _)) in nodes.iter().enumerate() {
+        if i > 0 {
+            all.push(b',');
+        }
+        if let Some(e) = entries.get(*name) {
+            all.extend_from_slice(e);
+        }
+    }
+    all.extend_from_slice(TAIL.as_bytes());
     Some(WatcherBodies {
         all: Bytes::from(all),
-        hosts,
+        head: Bytes::from(head),
+        entries,
+        all_gzip: std::sync::OnceLock::new(),
+        gzips: std::sync::atomic::AtomicU64::new(0),
     })
 }
 
@@ -405,10 +518,11 @@ mod tests {
             windows: vec![ws(Window::FiveMinutes)],
             capacity: None,
         };
-        snap.nodes.insert("n".into(), node.clone());
+        snap.nodes
+            .insert("n".into(), std::sync::Arc::new(node.clone()));
         assert_eq!(served_window(&snap), None);
         node.windows.push(ws(Window::TenMinutes));
-        snap.nodes.insert("n".into(), node);
+        snap.nodes.insert("n".into(), std::sync::Arc::new(node));
         assert_eq!(served_window(&snap), Some(Window::TenMinutes));
         let body = render(&snap, WatcherOptions::default()).unwrap();
         let decoded: WatcherMetrics = serde_json::from_slice(&body.all).unwrap();

@@ -165,7 +165,9 @@ pub struct Snapshot {
     pub cluster: ClusterInfo,
     /// What the Kubernetes watchers derived (cluster and node roles); shared, not copied.
     pub cluster_state: Option<std::sync::Arc<super::cluster::ClusterState>>,
-    pub nodes: BTreeMap<String, NodeLoad>,
+    /// Shared with the hub: a node whose load did not change keeps the same `Arc` from one
+    /// snapshot to the next, so outputs can reuse what they made of it.
+    pub nodes: BTreeMap<String, std::sync::Arc<NodeLoad>>,
     pub sources: BTreeMap<String, SourceStatus>,
     pub probes: Vec<ProbeState>,
     pub sinks: BTreeMap<String, super::sink::SinkStatus>,

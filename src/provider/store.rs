@@ -36,6 +36,11 @@ struct NodeState {
     reported: bool,
     /// Successful fetches of its source in a row that gave it no valid value.
     missed: u32,
+    /// The [`NodeLoad`] handed out last; the next snapshot shares it (the same `Arc`) unless
+    /// something of this node changed, so outputs can tell unchanged nodes by pointer.
+    load: Option<Arc<NodeLoad>>,
+    /// A value of this node was recorded since `load` was made.
+    dirty: bool,
 }
 
 impl NodeState {
@@ -51,6 +56,26 @@ impl NodeState {
             in_cluster: false,
             reported: false,
             missed: 0,
+            load: None,
+            dirty: true,
+        }
+    }
+
+    /// This node's load for a snapshot: the previous one when nothing was recorded since, or
+    /// when what was recorded left it equal (a backend re-reporting the same sample).
+    fn load(&mut self, name: &str) -> Arc<NodeLoad> {
+        if let Some(load) = self.load.as_ref().filter(|_| !self.dirty) {
+            return load.clone();
+        }
+        self.dirty = false;
+        let fresh = node_load(name, self);
+        match &self.load {
+            Some(old) if **old == fresh => old.clone(),
+            _ => {
+                let fresh = Arc::new(fresh);
+                self.load = Some(fresh.clone());
+                fresh
+            }
         }
     }
 }
@@ -119,8 +144,8 @@ impl Store {
         inner.ticks += 1;
         let nodes = inner
             .nodes
-            .iter()
-            .map(|(name, st)| (name.clone(), node_load(name, st)))
+            .iter_mut()
+            .map(|(name, st)| (name.clone(), st.load(name)))
             .collect();
         let sources_synced = inner.sources.values().all(SourceStatus::synced);
         Snapshot {
@@ -287,7 +312,11 @@ impl ClusterRecorder for Store {
                 true
             }
         });
-        inner.cluster_state = Some(Arc::new(state));
+        // An unchanged state (the watchers derive one every interval, changed or not) keeps
+        // the previous `Arc`, so outputs can skip it by pointer.
+        if inner.cluster_state.as_deref() != Some(&state) {
+            inner.cluster_state = Some(Arc::new(state));
+        }
     }
 }
 
@@ -305,6 +334,7 @@ impl NodeRecorder for Store {
             .nodes
             .entry(sample.node.clone())
             .or_insert_with(|| NodeState::new(source, sample.at));
+        st.dirty = true;
         st.source = source.to_string();
         st.latest_at = st.latest_at.max(sample.at);
         st.sampled_at = Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at)));
@@ -340,6 +370,7 @@ impl NodeRecorder for Store {
             .nodes
             .entry(w.node.clone())
             .or_insert_with(|| NodeState::new(source, w.end));
+        st.dirty = true;
         st.source = source.to_string();
         st.latest_at = st.latest_at.max(w.end);
         let served = st.backend.entry(w.window).or_default();
@@ -377,6 +408,7 @@ impl NodeRecorder for Store {
         };
         let ok = check_capacity(&mut inner, &source, node, capacity);
         if let Some(st) = inner.nodes.get_mut(node) {
+            st.dirty = true;
             st.capacity = ok.then_some(capacity);
         }
     }
@@ -824,6 +856,35 @@ mod tests {
         let b = s.snapshot(at(3)).sources["b"].clone();
         assert!(b.up);
         assert_eq!((b.runs, b.no_data), (2, 1));
+    }
+
+    #[test]
+    fn unchanged_nodes_and_cluster_state_keep_their_arc() {
+        let s = Store::new();
+        for n in ["a", "b"] {
+            s.node().record_node_usage("ms", sample(n, 10, 0.1, 0.2));
+        }
+        s.cluster().record_cluster_state(state(&["a", "b"]));
+        let first = s.snapshot(at(11));
+        let second = s.snapshot(at(12));
+        for n in ["a", "b"] {
+            assert!(Arc::ptr_eq(&first.nodes[n], &second.nodes[n]), "{n}");
+        }
+        // The same sample again (metrics-server between scrapes) and the same cluster state.
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.cluster().record_cluster_state(state(&["a", "b"]));
+        let third = s.snapshot(at(13));
+        assert!(Arc::ptr_eq(&first.nodes["a"], &third.nodes["a"]));
+        let cs = |x: &Snapshot| x.cluster_state.clone().unwrap();
+        assert!(Arc::ptr_eq(&cs(&first), &cs(&third)));
+        // A new value: a new Arc for that node only.
+        s.node().record_node_usage("ms", sample("a", 20, 0.3, 0.2));
+        let fourth = s.snapshot(at(21));
+        assert!(!Arc::ptr_eq(&first.nodes["a"], &fourth.nodes["a"]));
+        assert_eq!(fourth.nodes["a"].latest[&Resource::Cpu], 0.3);
+        assert!(Arc::ptr_eq(&first.nodes["b"], &fourth.nodes["b"]));
+        s.cluster().record_cluster_state(state(&["a", "b", "c"]));
+        assert!(!Arc::ptr_eq(&cs(&first), &cs(&s.snapshot(at(22)))));
     }
 
     #[test]

@@ -307,6 +307,8 @@ pub const TASK_CPUSET_CPUS: Family = gauge(
 pub const TASK_CPUSET_MEMORY_NODES: Family = gauge(
     "kube_prober_task_cpuset_memory_nodes",
     "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and every 10th collection), of the pod cgroup (pause container and overhead included).",
+    None,
+);
 // `--task-perf-events`: perf_event_open in cgroup mode on the pod cgroup, per CPU, scaled by
 // time enabled / time running and summed over CPUs.
 pub const TASK_PERF_CYCLES: Family = counter(
@@ -910,7 +912,7 @@ pub const GKE_PROBER: &[GkeProberMetric] = &[
 ];
 
 /// The family that carries a node resource.
-pub fn node_resource_family(r: crate::model::Resource) -> &'static Family {
+pub const fn node_resource_family(r: crate::model::Resource) -> &'static Family {
     use crate::model::Resource;
     match r {
         Resource::Cpu => &NODE_CPU_UTILIZATION,

@@ -6,15 +6,23 @@
 //! "series die with their objects": here every tick renders every family afresh from one
 //! immutable snapshot, and the bytes are served as they are on each scrape.
 //!
-//! The body is split in two: `render` (all families but the snapshot age, made at tick time)
-//! and `render_tail` (the snapshot age, which changes each second, plus `# EOF` for
-//! OpenMetrics), made on each scrape.
+//! The body is split in two: a [`Renderer`]'s [`Body`] (all families but the snapshot age,
+//! made at tick time) and `render_tail` (the snapshot age, which changes each second, plus
+//! `# EOF` for OpenMetrics), made on each scrape. The renderer keeps what it wrote: per block
+//! of nodes and family, and per whole-snapshot step, reused until that data changes, so a tick
+//! costs in proportion to what changed. The body is a list of shared chunks (no 34 MB
+//! concatenation), and each chunk's gzip form is made once, on first request.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
+use bytes::Bytes;
+
 use super::names::{self, Family, Kind};
-use super::series::{self, Labels};
+use super::series::{self, Keyed as _, Labels, Step};
 use crate::model::Snapshot;
 
 /// An exposition format.
@@ -205,32 +213,403 @@ fn push_value(out: &mut String, v: f64) {
     }
 }
 
-/// Every family but the snapshot age, in `names::ALL` order. Made once per tick.
+/// Every family but the snapshot age, in `names::ALL` order, as one string (tests, benches).
 pub fn render(snap: &Snapshot, format: Format) -> String {
-    // Sized from the previous body of this format (plus 1/16 for growth): one allocation of
-    // about the right size instead of doubling from a guess, which at 5,000 nodes held a 64 MiB
-    // buffer for a 34 MB body while the 32 MiB one it grew from was still alive.
-    let hint = &LAST_LEN[format as usize];
-    let previous = hint.load(std::sync::atomic::Ordering::Relaxed);
-    let capacity = if previous > 0 {
-        previous + previous / 16
-    } else {
-        4096 + snap.nodes.len() * 2048
-    };
-    let mut w = Writer {
-        out: String::with_capacity(capacity),
-        format,
-    };
-    series::visit(snap, &mut w);
-    hint.store(w.out.len(), std::sync::atomic::Ordering::Relaxed);
-    w.out
+    let body = Renderer::new(format).update(snap);
+    let mut out = Vec::with_capacity(body.len());
+    for c in &body.chunks {
+        out.extend_from_slice(&c.plain);
+    }
+    // Every chunk is valid UTF-8 (written from `&str`), and so is their concatenation.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-/// Length of the newest body per [`Format`] (a capacity hint only).
-static LAST_LEN: [std::sync::atomic::AtomicUsize; 2] = [
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
-];
+/// One piece of a body: its bytes, and the same bytes as raw deflate ending in a full flush,
+/// made on the first gzip request, so a gzip stream can be joined from pieces compressed once.
+#[derive(Debug)]
+pub struct Chunk {
+    plain: Bytes,
+    deflated: OnceLock<(Bytes, flate2::Crc)>,
+}
+
+impl Chunk {
+    fn new(plain: impl Into<Bytes>) -> Arc<Chunk> {
+        Arc::new(Chunk {
+            plain: plain.into(),
+            deflated: OnceLock::new(),
+        })
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.plain
+    }
+
+    /// Whether the compressed form is made.
+    pub fn is_deflated(&self) -> bool {
+        self.deflated.get().is_some()
+    }
+
+    fn deflated(&self) -> &(Bytes, flate2::Crc) {
+        self.deflated.get_or_init(|| {
+            DEFLATED_CHUNKS.fetch_add(1, Ordering::Relaxed);
+            let mut crc = flate2::Crc::new();
+            crc.update(&self.plain);
+            (Bytes::from(deflate_flushed(&self.plain)), crc)
+        })
+    }
+}
+
+/// Chunks compressed so far in this process (a test hook: each chunk is compressed once).
+static DEFLATED_CHUNKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many body chunks were compressed so far in this process.
+pub fn deflated_chunks() -> u64 {
+    DEFLATED_CHUNKS.load(Ordering::Relaxed)
+}
+
+/// Raw deflate of `data`, ending in a full flush: byte-aligned, no final block and no back
+/// references into it, so such pieces can follow one another in one deflate stream.
+fn deflate_flushed(data: &[u8]) -> Vec<u8> {
+    let mut c = flate2::Compress::new(flate2::Compression::fast(), false);
+    let mut out = Vec::with_capacity(data.len() / 4 + 64);
+    loop {
+        if out.capacity() - out.len() < 64 {
+            out.reserve(out.capacity().max(1024));
+        }
+        let consumed = usize::try_from(c.total_in())
+            .unwrap_or(data.len())
+            .min(data.len());
+        if c.compress_vec(&data[consumed..], &mut out, flate2::FlushCompress::Full)
+            .is_err()
+        {
+            // Cannot happen with a fresh stream and a flush; an empty piece keeps the stream valid.
+            return Vec::new();
+        }
+        let done = usize::try_from(c.total_in()).is_ok_and(|n| n >= data.len());
+        if done && out.len() < out.capacity() {
+            return out;
+        }
+    }
+}
+
+/// A body as chunks, in order; most are shared with the previous tick's body.
+#[derive(Debug, Clone, Default)]
+pub struct Body {
+    pub chunks: Vec<Arc<Chunk>>,
+}
+
+impl Body {
+    /// Total bytes.
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.plain.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.iter().all(|c| c.plain.is_empty())
+    }
+
+    /// The chunks' bytes (reference counts, no copy).
+    pub fn plain(&self) -> impl Iterator<Item = Bytes> + '_ {
+        self.chunks.iter().map(|c| c.plain.clone())
+    }
+
+    /// Whether every chunk's compressed form is made (a gzip answer then copies nothing).
+    pub fn is_deflated(&self) -> bool {
+        self.chunks.iter().all(|c| c.is_deflated())
+    }
+
+    /// This body followed by `extra` (made per request) as one gzip stream: the chunks'
+    /// compressed forms (made on first use, then shared), `extra` compressed now, an empty
+    /// final block and the trailer.
+    pub fn gzip(&self, extra: &[Bytes]) -> Vec<Bytes> {
+        const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+        let mut out = Vec::with_capacity(self.chunks.len() + extra.len() + 2);
+        out.push(Bytes::from_static(&HEADER));
+        let mut crc = flate2::Crc::new();
+        for c in &self.chunks {
+            let (d, c_crc) = c.deflated();
+            crc.combine(c_crc);
+            out.push(d.clone());
+        }
+        for e in extra {
+            crc.update(e);
+            out.push(Bytes::from(deflate_flushed(e)));
+        }
+        // An empty final block with fixed codes (BFINAL=1, BTYPE=01, end of block).
+        let mut tail = vec![0x03, 0x00];
+        tail.extend_from_slice(&crc.sum().to_le_bytes());
+        tail.extend_from_slice(&crc.amount().to_le_bytes());
+        out.push(Bytes::from(tail));
+        out
+    }
+}
+
+/// What [`Renderer`] did so far (test hooks and self-telemetry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenderStats {
+    /// Bodies made.
+    pub bodies: u64,
+    /// Blocks of keys (nodes) whose rows were written, and the keys in them.
+    pub blocks: u64,
+    pub keys: u64,
+    /// Whole-snapshot steps written again because their data changed (the instance's own
+    /// families, which change on every tick, are not counted).
+    pub steps: u64,
+}
+
+/// Keys per block, on average: a block's boundaries come from its keys' names (a key whose
+/// hash is a multiple of this ends a block), so adding or removing a node changes one block.
+const BLOCK_KEYS: u64 = 64;
+
+fn ends_block(key: &str) -> bool {
+    // FNV-1a: stable across runs and builds.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.is_multiple_of(BLOCK_KEYS)
+}
+
+/// The rows of consecutive keys of a [`series::Keyed`] part, per family of the part (`None`:
+/// no rows). `first` indexes the items of the snapshot it was made from.
+#[derive(Debug)]
+struct Block {
+    first: usize,
+    len: usize,
+    families: Vec<Option<Arc<Chunk>>>,
+}
+
+#[derive(Debug, Default)]
+struct PartCache {
+    blocks: Vec<Block>,
+}
+
+/// Renders snapshots one after another, writing again only what changed since the previous
+/// one: the rows of a block of nodes are kept until a node in it changes (by its data, see
+/// [`series::Keyed::same`]), whole-snapshot families until their data changes.
+#[derive(Debug)]
+pub struct Renderer {
+    format: Format,
+    prev: Option<Arc<Snapshot>>,
+    parts: [PartCache; 5],
+    steps: HashMap<Step, Arc<Chunk>>,
+    headers: HashMap<&'static str, Arc<Chunk>>,
+    stats: RenderStats,
+}
+
+impl Renderer {
+    pub fn new(format: Format) -> Self {
+        Renderer {
+            format,
+            prev: None,
+            parts: Default::default(),
+            steps: HashMap::new(),
+            headers: HashMap::new(),
+            stats: RenderStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> RenderStats {
+        self.stats
+    }
+
+    /// The body of `snap`, reusing what is unchanged since the previous call.
+    pub fn render(&mut self, snap: Arc<Snapshot>) -> Body {
+        let body = self.update(&snap);
+        self.prev = Some(snap);
+        body
+    }
+
+    fn update(&mut self, snap: &Snapshot) -> Body {
+        self.stats.bodies += 1;
+        let prev = self.prev.clone();
+        let prev = prev.as_deref();
+        let [usage, capacity, facts, addons, pods] = &mut self.parts;
+        let fmt = self.format;
+        let stats = &mut self.stats;
+        update_part::<series::NodeUsage>(usage, prev, snap, fmt, stats);
+        update_part::<series::NodeCapacities>(capacity, prev, snap, fmt, stats);
+        update_part::<series::NodeFactsRows>(facts, prev, snap, fmt, stats);
+        update_part::<series::NodeAddons>(addons, prev, snap, fmt, stats);
+        update_part::<series::NodePodSums>(pods, prev, snap, fmt, stats);
+
+        let mut body = Body::default();
+        let mut seen = Vec::new();
+        for step in series::steps(snap.cluster_state.is_some()) {
+            let keyed = match step {
+                Step::Usage(f) => Some((0, f, series::NodeUsage::FAMILIES[f])),
+                Step::Capacity(f) => Some((1, f, series::NodeCapacities::FAMILIES[f])),
+                Step::Facts(f) => Some((2, f, series::NodeFactsRows::FAMILIES[f])),
+                Step::Addons(f) => Some((3, f, series::NodeAddons::FAMILIES[f])),
+                Step::Pods(f) => Some((4, f, series::NodePodSums::FAMILIES[f])),
+                _ => None,
+            };
+            if let Some((part, f, family)) = keyed {
+                let rows: Vec<_> = self.parts[part]
+                    .blocks
+                    .iter()
+                    .filter_map(|b| b.families.get(f).cloned().flatten())
+                    .collect();
+                if !rows.is_empty() {
+                    let header = self.headers.entry(family.name).or_insert_with(|| {
+                        let mut w = Writer {
+                            out: String::new(),
+                            format: fmt,
+                        };
+                        w.header(family);
+                        Chunk::new(w.out)
+                    });
+                    body.chunks.push(header.clone());
+                    body.chunks.extend(rows);
+                }
+                continue;
+            }
+            seen.push(step);
+            let reuse = step != Step::Instance
+                && prev.is_some_and(|p| step_same(step, p, snap))
+                && self.steps.contains_key(&step);
+            if !reuse {
+                if step != Step::Instance {
+                    self.stats.steps += 1;
+                }
+                let mut w = Writer {
+                    out: String::new(),
+                    format: fmt,
+                };
+                series::visit_step(step, snap, &mut w);
+                self.steps.insert(step, Chunk::new(w.out));
+            }
+            if let Some(c) = self.steps.get(&step).filter(|c| !c.plain.is_empty()) {
+                body.chunks.push(c.clone());
+            }
+        }
+        self.steps.retain(|s, _| seen.contains(s));
+        body
+    }
+}
+
+/// Whether a whole-snapshot step has the same data in both snapshots.
+fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
+    fn cs<T: PartialEq>(
+        a: &Snapshot,
+        b: &Snapshot,
+        f: impl Fn(&crate::model::ClusterState) -> &T,
+    ) -> bool {
+        match (&a.cluster_state, &b.cluster_state) {
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y) || f(x) == f(y),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+    fn arc<T: PartialEq>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+        match (a, b) {
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y) || x == y,
+            (None, None) => true,
+            _ => false,
+        }
+    }
+    match step {
+        Step::Info => a.cluster == b.cluster,
+        Step::ClusterCounts => cs(a, b, |c| &c.nodes),
+        Step::ExpectedPods => cs(a, b, |c| &c.expected),
+        Step::Restarts => cs(a, b, |c| &c.restarts),
+        Step::Skipped => cs(a, b, |c| &c.skipped),
+        Step::Tasks => arc(&a.tasks, &b.tasks),
+        Step::Platform => arc(&a.platform, &b.platform),
+        _ => false,
+    }
+}
+
+/// Brings one part's blocks up to `snap`: a block whose keys and items are unchanged since
+/// `prev` is kept, any other is written.
+fn update_part<P: series::Keyed>(
+    cache: &mut PartCache,
+    prev: Option<&Snapshot>,
+    snap: &Snapshot,
+    format: Format,
+    stats: &mut RenderStats,
+) {
+    let mut items = Vec::new();
+    P::items(snap, &mut items);
+    let mut old_items = Vec::new();
+    if let Some(p) = prev {
+        P::items(p, &mut old_items);
+    }
+    let mut old: Vec<Option<Block>> = std::mem::take(&mut cache.blocks)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let by_first: HashMap<&str, usize> = old
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let b = b.as_ref()?;
+            old_items.get(b.first).map(|(k, _)| (*k, i))
+        })
+        .collect();
+    let mut start = 0;
+    for i in 0..items.len() {
+        if i + 1 < items.len() && !ends_block(items[i].0) {
+            continue;
+        }
+        let new = &items[start..=i];
+        let kept = by_first.get(new[0].0).and_then(|&bi| {
+            let b = old[bi].as_ref()?;
+            let olds = old_items.get(b.first..b.first + b.len)?;
+            let same = olds.len() == new.len()
+                && olds
+                    .iter()
+                    .zip(new)
+                    .all(|((ok, oi), (nk, ni))| ok == nk && P::same(oi, ni));
+            if same { old[bi].take() } else { None }
+        });
+        let families = match kept {
+            Some(b) => b.families,
+            None => {
+                stats.blocks += 1;
+                stats.keys += new.len() as u64;
+                render_block::<P>(new, format)
+            }
+        };
+        cache.blocks.push(Block {
+            first: start,
+            len: new.len(),
+            families,
+        });
+        start = i + 1;
+    }
+}
+
+/// The rows of `items`, one chunk per family of the part (`None` when it has none).
+fn render_block<'a, P: series::Keyed>(
+    items: &[(&'a str, P::Item<'a>)],
+    format: Format,
+) -> Vec<Option<Arc<Chunk>>> {
+    let mut rows = Vec::new();
+    P::FAMILIES
+        .iter()
+        .enumerate()
+        .map(|(f, family)| {
+            rows.clear();
+            for (key, item) in items {
+                P::rows(f, key, item, &mut rows);
+            }
+            if rows.is_empty() {
+                return None;
+            }
+            let mut w = Writer {
+                out: String::with_capacity(rows.len() * 96),
+                format,
+            };
+            let sample = family.sample_name();
+            for (labels, value) in &rows {
+                w.sample(&sample, labels, *value);
+            }
+            Some(Chunk::new(w.out))
+        })
+        .collect()
+}
 
 /// The part of the body that changes on every scrape: the snapshot's age, and `# EOF` for
 /// OpenMetrics.
@@ -303,6 +682,202 @@ mod tests {
             s.push(' ');
         }
         assert_eq!(s, "NaN +Inf -Inf 0.25 3 0.0000001 ");
+    }
+
+    use crate::model::{
+        ClusterState, CpuMem, NodeCapacity, NodeFacts, NodeLoad, NodePods, Placement, Resource,
+    };
+    use std::collections::BTreeMap;
+
+    fn load(node: &str, cpu: f64) -> Arc<NodeLoad> {
+        Arc::new(NodeLoad {
+            node: node.into(),
+            source: "host".into(),
+            latest_at: SystemTime::UNIX_EPOCH,
+            latest: BTreeMap::from([(Resource::Cpu, cpu), (Resource::Memory, 0.5)]),
+            windows: Vec::new(),
+            capacity: Some(NodeCapacity {
+                cpu_cores: 4.0,
+                memory_bytes: 8e9,
+            }),
+        })
+    }
+
+    fn facts(node: &str, ready: bool) -> NodeFacts {
+        NodeFacts {
+            name: node.into(),
+            placement: Placement {
+                pool: "p".into(),
+                zone: "z".into(),
+            },
+            conditions: vec![("Ready".into(), if ready { "True" } else { "False" }.into())],
+            ready,
+            schedulable: true,
+            done_warming: true,
+            created: None,
+            capacity: None,
+            allocatable: Some(NodeCapacity {
+                cpu_cores: 3.5,
+                memory_bytes: 7e9,
+            }),
+        }
+    }
+
+    /// `n` nodes with usage and facts, as the hub hands them out.
+    fn cluster(n: usize) -> Snapshot {
+        let mut snap = Snapshot::empty(SystemTime::UNIX_EPOCH);
+        let mut cs = ClusterState::default();
+        for i in 0..n {
+            let name = format!("node-{i:04}");
+            snap.nodes.insert(name.clone(), load(&name, 0.25));
+            cs.nodes.push(facts(&name, true));
+            cs.node_pods.insert(
+                name,
+                NodePods {
+                    requests: CpuMem {
+                        cpu_cores: 1.0,
+                        memory_bytes: 1e9,
+                    },
+                    limits: CpuMem::default(),
+                    pods: 3,
+                },
+            );
+        }
+        snap.cluster_state = Some(Arc::new(cs));
+        snap
+    }
+
+    fn text(body: &Body) -> String {
+        body.chunks
+            .iter()
+            .map(|c| std::str::from_utf8(c.bytes()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_tick_without_change_writes_nothing_and_one_node_writes_its_block() {
+        let mut r = Renderer::new(Format::Text);
+        let snap = Arc::new(cluster(1000));
+        let first = r.render(snap.clone());
+        let s0 = r.stats();
+        assert_eq!(
+            s0.keys,
+            4 * 1000,
+            "capacity, usage, facts and pods of every node"
+        );
+        assert!(s0.blocks > 4 * 5, "{s0:?}: several blocks per part");
+
+        // Next tick, nothing changed (a new snapshot sharing the hub's Arcs).
+        let mut next = (*snap).clone();
+        next.tick += 1;
+        let again = r.render(Arc::new(next.clone()));
+        let s1 = r.stats();
+        assert_eq!(
+            (s1.blocks, s1.keys, s1.steps),
+            (s0.blocks, s0.keys, s0.steps)
+        );
+        assert!(text(&again) == render(&next, Format::Text));
+        let shared = again
+            .chunks
+            .iter()
+            .zip(&first.chunks)
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count();
+        assert!(
+            shared + 1 >= first.chunks.len(),
+            "only the instance chunk is new"
+        );
+
+        // One node's usage changes: one block of the usage part, nothing else.
+        next.nodes
+            .insert("node-0500".into(), load("node-0500", 0.75));
+        let changed = r.render(Arc::new(next.clone()));
+        let s2 = r.stats();
+        assert_eq!(s2.blocks - s1.blocks, 1, "{s2:?}");
+        assert!(
+            s2.keys - s1.keys <= 64 * 8,
+            "one block's keys: {}",
+            s2.keys - s1.keys
+        );
+        assert_eq!(s2.steps, s1.steps);
+        assert!(text(&changed) == render(&next, Format::Text));
+        assert!(text(&changed).contains(
+            "kube_prober_node_cpu_utilization_ratio{node=\"node-0500\",window=\"instant\",operator=\"latest\"} 0.75\n"
+        ));
+
+        // One node's facts change in a new cluster state: its facts block and the counts.
+        let mut cs = (**next.cluster_state.as_ref().unwrap()).clone();
+        cs.nodes[10] = facts("node-0010", false);
+        next.cluster_state = Some(Arc::new(cs));
+        let changed = r.render(Arc::new(next.clone()));
+        let s3 = r.stats();
+        assert_eq!(s3.blocks - s2.blocks, 1, "{s3:?}");
+        assert_eq!(s3.steps - s2.steps, 1, "the cluster counts");
+        assert!(text(&changed) == render(&next, Format::Text));
+    }
+
+    #[test]
+    fn incremental_bodies_equal_fresh_ones_through_adds_and_removals() {
+        for format in [Format::Text, Format::OpenMetrics] {
+            let mut r = Renderer::new(format);
+            let mut snap = cluster(300);
+            assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+            // Remove some nodes, add others, change some: every step equals a fresh render.
+            for round in 0..6 {
+                let gone = format!("node-{:04}", round * 37);
+                snap.nodes.remove(&gone);
+                let mut cs = (**snap.cluster_state.as_ref().unwrap()).clone();
+                cs.nodes.retain(|n| n.name != gone);
+                cs.node_pods.remove(&gone);
+                let added = format!("node-{:04}x", round * 53);
+                cs.nodes.push(facts(&added, round % 2 == 0));
+                snap.nodes.insert(added.clone(), load(&added, 0.1));
+                let bumped = format!("node-{:04}", round * 41 + 1);
+                snap.nodes
+                    .insert(bumped.clone(), load(&bumped, round as f64 / 10.0));
+                snap.cluster_state = Some(Arc::new(cs));
+                snap.tick += 1;
+                let body = r.render(Arc::new(snap.clone()));
+                assert!(text(&body) == render(&snap, format), "round {round}");
+            }
+            // Without a cluster state and then without nodes.
+            snap.cluster_state = None;
+            assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+            snap.nodes.clear();
+            assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+        }
+    }
+
+    #[test]
+    fn gzip_of_chunks_is_one_valid_stream_made_once_per_chunk() {
+        use std::io::Read as _;
+        let snap = Arc::new(cluster(200));
+        let body = Renderer::new(Format::Text).render(snap.clone());
+        assert!(!body.is_deflated());
+        let extra = [Bytes::from_static(b"extra 1\n"), Bytes::new()];
+        let gz: Vec<u8> = body.gzip(&extra).concat();
+        assert!(body.is_deflated());
+        let mut plain = String::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_string(&mut plain)
+            .unwrap();
+        assert!(plain == render(&snap, Format::Text) + "extra 1\n");
+        // The second answer reuses every chunk's compressed bytes.
+        let again = body.gzip(&[]);
+        for (c, g) in body.chunks.iter().zip(&again[1..]) {
+            assert_eq!(c.deflated().0.as_ptr(), g.as_ptr());
+        }
+        let mut plain2 = Vec::new();
+        flate2::read::GzDecoder::new(again.concat().as_slice())
+            .read_to_end(&mut plain2)
+            .unwrap();
+        assert!(plain2 == render(&snap, Format::Text).into_bytes());
+        // An empty body is a valid empty stream.
+        let mut empty = Vec::new();
+        flate2::read::GzDecoder::new(Body::default().gzip(&[]).concat().as_slice())
+            .read_to_end(&mut empty)
+            .unwrap();
+        assert!(empty.is_empty());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use super::names::{self, Family};
 use crate::model::{
-    AddonOnNode, ClusterState, NodePods, Operator, PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
+    AddonOnNode, ClusterState, NodeCapacity, NodeFacts, NodeLoad, NodePods, Operator,
+    PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
 };
 use crate::model::{CgroupStats, Platform, TaskSet};
 
@@ -48,38 +49,443 @@ fn one_if(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
 
-/// The Kubernetes-derived families (cluster and node roles).
-fn visit_cluster<V: Visitor>(w: &mut V, cs: &ClusterState) {
-    let (mut alloc_cpu, mut alloc_mem, mut cond, mut avail) = (vec![], vec![], vec![], vec![]);
-    for n in &cs.nodes {
-        let node = n.name.as_str();
-        if let Some(a) = n.allocatable {
-            alloc_cpu.push((vec![("node", node)], a.cpu_cores));
-            alloc_mem.push((vec![("node", node)], a.memory_bytes));
+/// One row of a gauge or counter family: labels and value.
+pub type Row<'a> = (Labels<'a>, f64);
+
+/// Families whose rows come per key (a node) from that key's data alone: the rows of one key
+/// depend only on the key and its item, so an output may keep what it made of a key until the
+/// item changes ([`Keyed::same`]), and a filter may drop a key or a family.
+pub trait Keyed {
+    /// What the rows of one key are made from.
+    type Item<'a>;
+    /// The families, in `names::ALL` order.
+    const FAMILIES: &'static [&'static Family];
+    /// Every key with its item, in output order.
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, Self::Item<'a>)>);
+    /// The rows of `key` in `Self::FAMILIES[family]`.
+    fn rows<'a>(family: usize, key: &'a str, item: &Self::Item<'a>, out: &mut Vec<Row<'a>>);
+    /// Whether two items give the same rows (for the same key).
+    fn same(a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool;
+}
+
+/// A node's usage, from the hub (`snap.nodes`).
+pub struct NodeUsage;
+
+impl Keyed for NodeUsage {
+    type Item<'a> = &'a NodeLoad;
+    const FAMILIES: &'static [&'static Family] = &[
+        names::node_resource_family(Resource::ALL[0]),
+        names::node_resource_family(Resource::ALL[1]),
+        names::node_resource_family(Resource::ALL[2]),
+        names::node_resource_family(Resource::ALL[3]),
+        names::node_resource_family(Resource::ALL[4]),
+        &names::NODE_BACKEND_VALUE,
+        &names::NODE_USAGE_SAMPLES,
+        &names::NODE_USAGE_TIMESTAMP,
+    ];
+
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodeLoad)>) {
+        out.extend(snap.nodes.iter().map(|(k, v)| (k.as_str(), &**v)));
+    }
+
+    fn rows<'a>(family: usize, name: &'a str, n: &&'a NodeLoad, out: &mut Vec<Row<'a>>) {
+        let n: &'a NodeLoad = n;
+        match family {
+            0..5 => {
+                let resource = Resource::ALL[family];
+                if let Some(&v) = n.latest.get(&resource) {
+                    out.push((
+                        vec![
+                            ("node", name),
+                            ("window", "instant"),
+                            ("operator", "latest"),
+                        ],
+                        v,
+                    ));
+                }
+                for ws in &n.windows {
+                    let win = ws.window.as_str();
+                    if let Some(s) = ws.stats.get(&resource) {
+                        for (op, v) in [("avg", s.avg), ("std", s.std)] {
+                            out.push((vec![("node", name), ("window", win), ("operator", op)], v));
+                        }
+                        continue;
+                    }
+                    // Backend-aggregated, when the hub has no samples of its own for it.
+                    for b in ws
+                        .backend
+                        .iter()
+                        .filter(|b| b.value.resource == Some(resource))
+                    {
+                        let op = operator_label(b.value.operator);
+                        let labels = vec![("node", name), ("window", win), ("operator", op)];
+                        out.push((labels, b.value.value));
+                    }
+                }
+            }
+            5 => {
+                for ws in &n.windows {
+                    for b in ws.backend.iter().filter(|b| b.value.resource.is_none()) {
+                        out.push((
+                            vec![
+                                ("node", name),
+                                ("window", ws.window.as_str()),
+                                ("operator", operator_label(b.value.operator)),
+                                ("metric", b.value.name.as_str()),
+                                ("type", b.value.kind.as_wire()),
+                            ],
+                            b.value.value,
+                        ));
+                    }
+                }
+            }
+            6 => {
+                for ws in &n.windows {
+                    for (r, s) in &ws.stats {
+                        out.push((
+                            vec![
+                                ("node", name),
+                                ("resource", r.as_str()),
+                                ("window", ws.window.as_str()),
+                            ],
+                            f64::from(s.samples),
+                        ));
+                    }
+                }
+            }
+            _ => out.push((
+                vec![("node", name), ("source", n.source.as_str())],
+                unix_seconds(n.latest_at),
+            )),
         }
-        for (t, st) in &n.conditions {
+    }
+
+    fn same(a: &&NodeLoad, b: &&NodeLoad) -> bool {
+        std::ptr::eq(*a, *b) || a == b
+    }
+}
+
+/// A node's capacity: the usage source's, else the Node object's.
+pub struct NodeCapacities;
+
+impl Keyed for NodeCapacities {
+    type Item<'a> = NodeCapacity;
+    const FAMILIES: &'static [&'static Family] =
+        &[&names::NODE_CPU_CAPACITY, &names::NODE_MEMORY_CAPACITY];
+
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, NodeCapacity)>) {
+        out.extend(
+            snap.nodes
+                .iter()
+                .filter_map(|(name, n)| n.capacity.map(|c| (name.as_str(), c))),
+        );
+        // Capacity the usage source did not give, from the Node objects.
+        if let Some(cs) = &snap.cluster_state {
+            let has_usage_capacity =
+                |name: &str| snap.nodes.get(name).is_some_and(|l| l.capacity.is_some());
+            for n in cs.nodes.iter().filter(|n| !has_usage_capacity(&n.name)) {
+                if let Some(c) = n.capacity {
+                    out.push((n.name.as_str(), c));
+                }
+            }
+            out.sort_by(|a, b| a.0.cmp(b.0));
+        }
+    }
+
+    fn rows<'a>(family: usize, name: &'a str, c: &NodeCapacity, out: &mut Vec<Row<'a>>) {
+        let v = if family == 0 {
+            c.cpu_cores
+        } else {
+            c.memory_bytes
+        };
+        out.push((vec![("node", name)], v));
+    }
+
+    fn same(a: &NodeCapacity, b: &NodeCapacity) -> bool {
+        a.cpu_cores.to_bits() == b.cpu_cores.to_bits()
+            && a.memory_bytes.to_bits() == b.memory_bytes.to_bits()
+    }
+}
+
+/// A Node's facts (cluster and node roles), and whether every addon on it is available (`None`
+/// when the addon pods are watched elsewhere: `--pod-scope none`).
+pub struct NodeFactsRows;
+
+impl Keyed for NodeFactsRows {
+    type Item<'a> = (&'a NodeFacts, Option<bool>);
+    const FAMILIES: &'static [&'static Family] = &[
+        &names::NODE_ALLOCATABLE_CPU,
+        &names::NODE_ALLOCATABLE_MEMORY,
+        &names::NODE_CONDITION,
+        &names::NODE_AVAILABLE,
+        &names::NODE_ADDONS_AVAILABLE,
+    ];
+
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, (&'a NodeFacts, Option<bool>))>) {
+        let Some(cs) = &snap.cluster_state else {
+            return;
+        };
+        out.extend(cs.nodes.iter().map(|n| {
+            let addons_ok = (!cs.addons_elsewhere).then(|| {
+                cs.addons
+                    .get(&n.name)
+                    .is_none_or(|a| a.iter().all(|x| x.available()))
+            });
+            (n.name.as_str(), (n, addons_ok))
+        }));
+    }
+
+    fn rows<'a>(
+        family: usize,
+        node: &'a str,
+        item: &(&'a NodeFacts, Option<bool>),
+        out: &mut Vec<Row<'a>>,
+    ) {
+        let (n, addons_ok) = *item;
+        let (pool, zone) = (n.placement.pool.as_str(), n.placement.zone.as_str());
+        match family {
+            0 | 1 => {
+                if let Some(a) = n.allocatable {
+                    let v = if family == 0 {
+                        a.cpu_cores
+                    } else {
+                        a.memory_bytes
+                    };
+                    out.push((vec![("node", node)], v));
+                }
+            }
+            2 => {
+                for (t, st) in &n.conditions {
+                    let labels = vec![
+                        ("node", node),
+                        ("pool", pool),
+                        ("zone", zone),
+                        ("condition", t.as_str()),
+                        ("status", st.as_str()),
+                    ];
+                    out.push((labels, 1.0));
+                }
+            }
+            3 => {
+                let labels = vec![
+                    ("node", node),
+                    ("pool", pool),
+                    ("zone", zone),
+                    ("ready", flag(n.ready)),
+                    ("schedulable", flag(n.schedulable)),
+                    ("done_warming", flag(n.done_warming)),
+                ];
+                out.push((labels, one_if(n.available())));
+            }
+            _ => {
+                if let Some(addons_ok) = addons_ok {
+                    let labels = vec![("node", node), ("pool", pool), ("zone", zone)];
+                    out.push((labels, one_if(n.available() && addons_ok)));
+                }
+            }
+        }
+    }
+
+    fn same(a: &(&NodeFacts, Option<bool>), b: &(&NodeFacts, Option<bool>)) -> bool {
+        a.1 == b.1 && (std::ptr::eq(a.0, b.0) || a.0 == b.0)
+    }
+}
+
+/// The addons on a node.
+pub struct NodeAddons;
+
+impl Keyed for NodeAddons {
+    type Item<'a> = &'a [AddonOnNode];
+    const FAMILIES: &'static [&'static Family] = &[
+        &names::ADDON_PODS,
+        &names::ADDON_READY_PODS,
+        &names::ADDON_AVAILABLE,
+    ];
+
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a [AddonOnNode])>) {
+        if let Some(cs) = &snap.cluster_state {
+            out.extend(cs.addons.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+        }
+    }
+
+    fn rows<'a>(family: usize, node: &'a str, list: &&'a [AddonOnNode], out: &mut Vec<Row<'a>>) {
+        let list: &'a [AddonOnNode] = list;
+        for a in list {
             let labels = vec![
                 ("node", node),
-                ("pool", n.placement.pool.as_str()),
-                ("zone", n.placement.zone.as_str()),
-                ("condition", t.as_str()),
-                ("status", st.as_str()),
+                ("addon", a.addon.name.as_str()),
+                ("version", a.addon.version.as_str()),
+                ("controller", a.addon.controller.as_str()),
             ];
-            cond.push((labels, 1.0));
+            let v = match family {
+                0 => f64::from(a.pods),
+                1 => f64::from(a.ready),
+                _ => one_if(a.available()),
+            };
+            out.push((labels, v));
         }
-        let labels = vec![
-            ("node", node),
-            ("pool", n.placement.pool.as_str()),
-            ("zone", n.placement.zone.as_str()),
-            ("ready", flag(n.ready)),
-            ("schedulable", flag(n.schedulable)),
-            ("done_warming", flag(n.done_warming)),
-        ];
-        avail.push((labels, one_if(n.available())));
     }
-    w.family(&names::NODE_ALLOCATABLE_CPU, &alloc_cpu);
-    w.family(&names::NODE_ALLOCATABLE_MEMORY, &alloc_mem);
 
+    fn same(a: &&[AddonOnNode], b: &&[AddonOnNode]) -> bool {
+        std::ptr::eq(*a, *b) || a == b
+    }
+}
+
+/// What the pods on a node hold.
+pub struct NodePodSums;
+
+impl Keyed for NodePodSums {
+    type Item<'a> = &'a NodePods;
+    const FAMILIES: &'static [&'static Family] = &[
+        &names::NODE_POD_REQUESTS_CPU,
+        &names::NODE_POD_REQUESTS_MEMORY,
+        &names::NODE_POD_LIMITS_CPU,
+        &names::NODE_POD_LIMITS_MEMORY,
+        &names::NODE_PODS,
+    ];
+
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodePods)>) {
+        if let Some(cs) = &snap.cluster_state {
+            out.extend(cs.node_pods.iter().map(|(k, v)| (k.as_str(), v)));
+        }
+    }
+
+    fn rows<'a>(family: usize, node: &'a str, p: &&'a NodePods, out: &mut Vec<Row<'a>>) {
+        let v = match family {
+            0 => p.requests.cpu_cores,
+            1 => p.requests.memory_bytes,
+            2 => p.limits.cpu_cores,
+            3 => p.limits.memory_bytes,
+            _ => f64::from(p.pods),
+        };
+        out.push((vec![("node", node)], v));
+    }
+
+    fn same(a: &&NodePods, b: &&NodePods) -> bool {
+        std::ptr::eq(*a, *b) || a == b
+    }
+}
+
+/// One step of the exposition, in `names::ALL` order: the families of a [`Keyed`] part one
+/// by one, or a group of families read off the snapshot as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Build and cluster info.
+    Info,
+    Usage(usize),
+    Capacity(usize),
+    /// `NodeFactsRows` families 0 and 1 come before the cluster counts, 2.. after them.
+    Facts(usize),
+    /// Nodes per placement and availability, and per condition.
+    ClusterCounts,
+    ExpectedPods,
+    Addons(usize),
+    Pods(usize),
+    /// Container restarts and last terminations (addon pods).
+    Restarts,
+    Skipped,
+    Tasks,
+    Platform,
+    /// Probes, sources, sinks, leadership and ticks: this instance's own families.
+    Instance,
+}
+
+/// The steps of a snapshot with (or without) a cluster state, in output order.
+pub fn steps(has_cluster: bool) -> Vec<Step> {
+    let mut s = vec![Step::Info];
+    s.extend((0..NodeUsage::FAMILIES.len()).map(Step::Usage));
+    s.extend((0..NodeCapacities::FAMILIES.len()).map(Step::Capacity));
+    if has_cluster {
+        s.extend([Step::Facts(0), Step::Facts(1), Step::ClusterCounts]);
+        s.extend((2..NodeFactsRows::FAMILIES.len()).map(Step::Facts));
+        s.push(Step::ExpectedPods);
+        s.extend((0..NodeAddons::FAMILIES.len()).map(Step::Addons));
+        s.extend((0..NodePodSums::FAMILIES.len()).map(Step::Pods));
+        s.extend([Step::Restarts, Step::Skipped]);
+    }
+    s.extend([Step::Tasks, Step::Platform, Step::Instance]);
+    s
+}
+
+/// Every row of one family of a [`Keyed`] part, all keys in order.
+fn keyed_rows<'a, P: Keyed>(family: usize, items: &[(&'a str, P::Item<'a>)]) -> Vec<Row<'a>> {
+    let mut rows = Vec::new();
+    for (key, item) in items {
+        P::rows(family, key, item, &mut rows);
+    }
+    rows
+}
+
+/// Passes a whole-snapshot step (one that is not [`Keyed`]) to `w`; keyed steps pass nothing.
+pub fn visit_step<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
+    match step {
+        Step::Info => {
+            let version = env!("CARGO_PKG_VERSION");
+            w.family(&names::BUILD_INFO, &[(vec![("version", version)], 1.0)]);
+            w.family(
+                &names::CLUSTER_INFO,
+                &[(
+                    vec![
+                        ("cluster", snap.cluster.cluster_name.as_str()),
+                        ("role", snap.cluster.role.as_str()),
+                        ("project", snap.cluster.project.as_str()),
+                        ("location", snap.cluster.location.as_str()),
+                    ],
+                    1.0,
+                )],
+            );
+        }
+        Step::ClusterCounts => {
+            if let Some(cs) = &snap.cluster_state {
+                visit_cluster_counts(w, cs);
+            }
+        }
+        Step::ExpectedPods => {
+            if let Some(cs) = &snap.cluster_state {
+                let expected: Vec<_> = cs
+                    .expected
+                    .iter()
+                    .map(|e| {
+                        let labels = vec![
+                            ("namespace", e.namespace.as_str()),
+                            ("workload", e.workload.as_str()),
+                            ("addon", e.addon.name.as_str()),
+                            ("version", e.addon.version.as_str()),
+                            ("controller", e.addon.controller.as_str()),
+                        ];
+                        (labels, f64::from(e.expected))
+                    })
+                    .collect();
+                w.family(&names::ADDON_EXPECTED_PODS, &expected);
+            }
+        }
+        Step::Restarts => {
+            if let Some(cs) = &snap.cluster_state {
+                visit_restarts(w, cs);
+            }
+        }
+        Step::Skipped => {
+            if let Some(cs) = &snap.cluster_state {
+                let skipped: Vec<_> = cs
+                    .skipped
+                    .iter()
+                    .map(|(r, n)| (vec![("reason", r.as_str())], *n as f64))
+                    .collect();
+                w.family(&names::CLUSTER_SKIPPED_OBJECTS, &skipped);
+            }
+        }
+        Step::Tasks => {
+            visit_tasks(w, snap.tasks.as_deref());
+            visit_task_perf(w, snap.task_perf.as_deref());
+        }
+        Step::Platform => visit_platform(w, snap.platform.as_deref()),
+        Step::Instance => visit_instance(w, snap),
+        Step::Usage(_) | Step::Capacity(_) | Step::Facts(_) | Step::Addons(_) | Step::Pods(_) => {}
+    }
+}
+
+/// Nodes per placement and availability, and per placement and condition.
+fn visit_cluster_counts<V: Visitor>(w: &mut V, cs: &ClusterState) {
     let counts = crate::model::cluster::node_availability_counts(&cs.nodes);
     let rows: Vec<_> = counts
         .iter()
@@ -110,89 +516,10 @@ fn visit_cluster<V: Visitor>(w: &mut V, cs: &ClusterState) {
         })
         .collect();
     w.family(&names::CLUSTER_NODE_CONDITIONS, &rows);
-    w.family(&names::NODE_CONDITION, &cond);
-    w.family(&names::NODE_AVAILABLE, &avail);
+}
 
-    let mut ctl_avail = vec![];
-    for n in cs.nodes.iter().filter(|_| !cs.addons_elsewhere) {
-        let addons_ok = cs
-            .addons
-            .get(&n.name)
-            .is_none_or(|a| a.iter().all(|x| x.available()));
-        let labels = vec![
-            ("node", n.name.as_str()),
-            ("pool", n.placement.pool.as_str()),
-            ("zone", n.placement.zone.as_str()),
-        ];
-        ctl_avail.push((labels, one_if(n.available() && addons_ok)));
-    }
-    w.family(&names::NODE_ADDONS_AVAILABLE, &ctl_avail);
-
-    let expected: Vec<_> = cs
-        .expected
-        .iter()
-        .map(|e| {
-            let labels = vec![
-                ("namespace", e.namespace.as_str()),
-                ("workload", e.workload.as_str()),
-                ("addon", e.addon.name.as_str()),
-                ("version", e.addon.version.as_str()),
-                ("controller", e.addon.controller.as_str()),
-            ];
-            (labels, f64::from(e.expected))
-        })
-        .collect();
-    w.family(&names::ADDON_EXPECTED_PODS, &expected);
-    let addon_rows = |f: fn(&AddonOnNode) -> f64| {
-        cs.addons
-            .iter()
-            .flat_map(|(node, list)| {
-                list.iter().map(move |a| {
-                    let labels = vec![
-                        ("node", node.as_str()),
-                        ("addon", a.addon.name.as_str()),
-                        ("version", a.addon.version.as_str()),
-                        ("controller", a.addon.controller.as_str()),
-                    ];
-                    (labels, f(a))
-                })
-            })
-            .collect::<Vec<_>>()
-    };
-    w.family(&names::ADDON_PODS, &addon_rows(|a| f64::from(a.pods)));
-    w.family(
-        &names::ADDON_READY_PODS,
-        &addon_rows(|a| f64::from(a.ready)),
-    );
-    w.family(
-        &names::ADDON_AVAILABLE,
-        &addon_rows(|a| one_if(a.available())),
-    );
-
-    let pods_rows = |f: fn(&NodePods) -> f64| {
-        cs.node_pods
-            .iter()
-            .map(|(node, p)| (vec![("node", node.as_str())], f(p)))
-            .collect::<Vec<_>>()
-    };
-    w.family(
-        &names::NODE_POD_REQUESTS_CPU,
-        &pods_rows(|p| p.requests.cpu_cores),
-    );
-    w.family(
-        &names::NODE_POD_REQUESTS_MEMORY,
-        &pods_rows(|p| p.requests.memory_bytes),
-    );
-    w.family(
-        &names::NODE_POD_LIMITS_CPU,
-        &pods_rows(|p| p.limits.cpu_cores),
-    );
-    w.family(
-        &names::NODE_POD_LIMITS_MEMORY,
-        &pods_rows(|p| p.limits.memory_bytes),
-    );
-    w.family(&names::NODE_PODS, &pods_rows(|p| f64::from(p.pods)));
-
+/// Container restarts and last terminations of the addon pods.
+fn visit_restarts<V: Visitor>(w: &mut V, cs: &ClusterState) {
     let mut restarts = vec![];
     let mut last = vec![];
     let exit_codes: Vec<Vec<String>> = cs
@@ -242,12 +569,6 @@ fn visit_cluster<V: Visitor>(w: &mut V, cs: &ClusterState) {
     }
     w.family(&names::CONTAINER_RESTARTS, &restarts);
     w.family(&names::CONTAINER_LAST_TERMINATION, &last);
-    let skipped: Vec<_> = cs
-        .skipped
-        .iter()
-        .map(|(r, n)| (vec![("reason", r.as_str())], *n as f64))
-        .collect();
-    w.family(&names::CLUSTER_SKIPPED_OBJECTS, &skipped);
 }
 
 fn operator_label(op: Operator) -> &'static str {
@@ -257,131 +578,33 @@ fn operator_label(op: Operator) -> &'static str {
     }
 }
 
+/// The family of a keyed step, and its rows over every key of `snap`.
+fn visit_keyed<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
+    fn one<P: Keyed, V: Visitor>(family: usize, snap: &Snapshot, w: &mut V) {
+        let mut items = Vec::new();
+        P::items(snap, &mut items);
+        w.family(P::FAMILIES[family], &keyed_rows::<P>(family, &items));
+    }
+    match step {
+        Step::Usage(f) => one::<NodeUsage, V>(f, snap, w),
+        Step::Capacity(f) => one::<NodeCapacities, V>(f, snap, w),
+        Step::Facts(f) => one::<NodeFactsRows, V>(f, snap, w),
+        Step::Addons(f) => one::<NodeAddons, V>(f, snap, w),
+        Step::Pods(f) => one::<NodePodSums, V>(f, snap, w),
+        other => visit_step(other, snap, w),
+    }
+}
+
 /// Every family but the snapshot age (which depends on the reader's clock), in `names::ALL`
 /// order.
 pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
-    let version = env!("CARGO_PKG_VERSION");
-    w.family(&names::BUILD_INFO, &[(vec![("version", version)], 1.0)]);
-    w.family(
-        &names::CLUSTER_INFO,
-        &[(
-            vec![
-                ("cluster", snap.cluster.cluster_name.as_str()),
-                ("role", snap.cluster.role.as_str()),
-                ("project", snap.cluster.project.as_str()),
-                ("location", snap.cluster.location.as_str()),
-            ],
-            1.0,
-        )],
-    );
+    for step in steps(snap.cluster_state.is_some()) {
+        visit_keyed(step, snap, w);
+    }
+}
 
-    for resource in Resource::ALL {
-        let mut rows = Vec::new();
-        for (name, n) in &snap.nodes {
-            if let Some(&v) = n.latest.get(&resource) {
-                rows.push((
-                    vec![
-                        ("node", name.as_str()),
-                        ("window", "instant"),
-                        ("operator", "latest"),
-                    ],
-                    v,
-                ));
-            }
-            for ws in &n.windows {
-                let win = ws.window.as_str();
-                if let Some(s) = ws.stats.get(&resource) {
-                    for (op, v) in [("avg", s.avg), ("std", s.std)] {
-                        let labels =
-                            vec![("node", name.as_str()), ("window", win), ("operator", op)];
-                        rows.push((labels, v));
-                    }
-                    continue;
-                }
-                // Backend-aggregated, when the hub has no samples of its own for it.
-                for b in ws
-                    .backend
-                    .iter()
-                    .filter(|b| b.value.resource == Some(resource))
-                {
-                    let op = operator_label(b.value.operator);
-                    let labels = vec![("node", name.as_str()), ("window", win), ("operator", op)];
-                    rows.push((labels, b.value.value));
-                }
-            }
-        }
-        w.family(names::node_resource_family(resource), &rows);
-    }
-
-    let mut other = Vec::new();
-    for (name, n) in &snap.nodes {
-        for ws in &n.windows {
-            for b in ws.backend.iter().filter(|b| b.value.resource.is_none()) {
-                other.push((
-                    vec![
-                        ("node", name.as_str()),
-                        ("window", ws.window.as_str()),
-                        ("operator", operator_label(b.value.operator)),
-                        ("metric", b.value.name.as_str()),
-                        ("type", b.value.kind.as_wire()),
-                    ],
-                    b.value.value,
-                ));
-            }
-        }
-    }
-    w.family(&names::NODE_BACKEND_VALUE, &other);
-
-    let mut samples = Vec::new();
-    let mut stamps = Vec::new();
-    let mut cpu_cap = Vec::new();
-    let mut mem_cap = Vec::new();
-    for (name, n) in &snap.nodes {
-        for ws in &n.windows {
-            for (r, s) in &ws.stats {
-                samples.push((
-                    vec![
-                        ("node", name.as_str()),
-                        ("resource", r.as_str()),
-                        ("window", ws.window.as_str()),
-                    ],
-                    f64::from(s.samples),
-                ));
-            }
-        }
-        stamps.push((
-            vec![("node", name.as_str()), ("source", n.source.as_str())],
-            unix_seconds(n.latest_at),
-        ));
-        if let Some(c) = n.capacity {
-            cpu_cap.push((vec![("node", name.as_str())], c.cpu_cores));
-            mem_cap.push((vec![("node", name.as_str())], c.memory_bytes));
-        }
-    }
-    w.family(&names::NODE_USAGE_SAMPLES, &samples);
-    w.family(&names::NODE_USAGE_TIMESTAMP, &stamps);
-    // Capacity the usage source did not give, from the Node objects.
-    if let Some(cs) = &snap.cluster_state {
-        let has_usage_capacity =
-            |name: &str| snap.nodes.get(name).is_some_and(|l| l.capacity.is_some());
-        for n in cs.nodes.iter().filter(|n| !has_usage_capacity(&n.name)) {
-            if let Some(c) = n.capacity {
-                cpu_cap.push((vec![("node", n.name.as_str())], c.cpu_cores));
-                mem_cap.push((vec![("node", n.name.as_str())], c.memory_bytes));
-            }
-        }
-        cpu_cap.sort_by(|a, b| a.0.cmp(&b.0));
-        mem_cap.sort_by(|a, b| a.0.cmp(&b.0));
-    }
-    w.family(&names::NODE_CPU_CAPACITY, &cpu_cap);
-    w.family(&names::NODE_MEMORY_CAPACITY, &mem_cap);
-    if let Some(cs) = &snap.cluster_state {
-        visit_cluster(w, cs);
-    }
-    visit_tasks(w, snap.tasks.as_deref());
-    visit_task_perf(w, snap.task_perf.as_deref());
-    visit_platform(w, snap.platform.as_deref());
-
+/// This instance's own families: probes, sources, sinks, leadership, ticks.
+fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
     let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
         snap.probes
             .iter()

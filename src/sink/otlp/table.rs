@@ -435,6 +435,9 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         &names::CONTAINER_CPUSET_MEMORY_NODES,
         "kube_prober.container.cpuset.memory_nodes",
         "{node}",
+        G,
+    ),
+    m(
         &names::TASK_PERF_CYCLES,
         "kube_prober.task.perf.cycles",
         "{cycle}",

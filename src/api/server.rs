@@ -190,6 +190,7 @@ async fn metrics(
     if let Some(t) = &stats.tls {
         families.extend(t.families());
     }
+    families.retain(|(f, _)| crate::sink::select::family_allowed(&p.snapshot.selection, f));
     let server = Bytes::from(prometheus::render_families(&families, format));
     let mut chunks = [head, server, tail];
     if accepts_gzip(&headers) {

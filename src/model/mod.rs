@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod node;
 pub mod probe;
+pub mod select;
 pub mod sink;
 pub mod snapshot;
 pub mod task;
@@ -15,6 +16,7 @@ pub use node::{
     BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
 };
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
+pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
     BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,

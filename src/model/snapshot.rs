@@ -175,6 +175,8 @@ pub struct Snapshot {
     pub tasks: Option<std::sync::Arc<super::task::TaskSet>>,
     /// The node's platform facts (node role).
     pub platform: Option<std::sync::Arc<super::task::Platform>>,
+    /// This instance's shard and the families left out (see `crate::sink::select`).
+    pub selection: std::sync::Arc<super::select::Selection>,
 }
 
 impl Snapshot {
@@ -194,6 +196,7 @@ impl Snapshot {
             leadership: None,
             tasks: None,
             platform: None,
+            selection: Default::default(),
         }
     }
 }

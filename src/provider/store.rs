@@ -84,6 +84,7 @@ struct Inner {
     drop_log: HashMap<String, DropLog>,
     tasks: Option<Arc<crate::model::TaskSet>>,
     platform: Option<Arc<crate::model::Platform>>,
+    selection: Arc<crate::model::Selection>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -112,6 +113,14 @@ impl Store {
         self.lock().last_tick_duration = took;
     }
 
+    /// The families the metric allow/denylist leaves out of every output (set once at start).
+    pub fn set_excluded_families(&self, excluded: std::collections::BTreeSet<String>) {
+        let mut inner = self.lock();
+        let mut sel = (*inner.selection).clone();
+        sel.excluded_families = excluded;
+        inner.selection = Arc::new(sel);
+    }
+
     /// The immutable picture at `now`. Each call counts as one tick.
     pub fn snapshot(&self, now: SystemTime) -> Snapshot {
         let mut inner = self.lock();
@@ -136,6 +145,7 @@ impl Store {
             leadership: inner.leadership.clone(),
             tasks: inner.tasks.clone(),
             platform: inner.platform.clone(),
+            selection: inner.selection.clone(),
         }
     }
 }
@@ -248,6 +258,15 @@ fn node_load(name: &str, st: &NodeState) -> NodeLoad {
 impl ClusterRecorder for Store {
     fn record_cluster_info(&self, info: ClusterInfo) {
         self.lock().cluster = info;
+    }
+
+    fn record_shard(&self, shard: Option<crate::model::Shard>) {
+        let mut inner = self.lock();
+        if inner.selection.shard != shard {
+            let mut sel = (*inner.selection).clone();
+            sel.shard = shard;
+            inner.selection = Arc::new(sel);
+        }
     }
 
     fn record_cluster_state(&self, state: ClusterState) {

@@ -437,7 +437,39 @@ fn drafts(snap: &Snapshot, own_node: Option<&str>, node_series: bool) -> Vec<Dra
     if !node_mode {
         probe_drafts(&mut out, snap);
     }
-    out.by_key.into_values().collect()
+    let sel = &snap.selection;
+    // Pod series follow their pod's node (only looked up when sharded).
+    let pod_nodes: HashMap<(&str, &str), &str> = match (&snap.cluster_state, sel.shard) {
+        (Some(cs), Some(_)) => cs
+            .restarts
+            .iter()
+            .filter_map(|p| Some(((p.namespace.as_str(), p.pod.as_str()), p.node.as_deref()?)))
+            .collect(),
+        _ => HashMap::new(),
+    };
+    let pod_node = |namespace: &str, pod: &str| {
+        pod_nodes
+            .get(&(namespace, pod))
+            .map(|n| (*n).to_string())
+    };
+    out.by_key
+        .into_values()
+        .filter(|d| {
+            let Some(family) = gke(d.suffix)
+                .and_then(|m| names::ALL.iter().find(|f| f.name == m.family))
+            else {
+                return true;
+            };
+            let node = match &d.res {
+                Res::Cluster => None,
+                Res::Node(n) => Some(n.clone()),
+                Res::Pod { namespace, pod } => pod_node(namespace, pod),
+            };
+            let labels: Vec<(&str, &str)> = node.iter().map(|n| ("node", n.as_str())).collect();
+            super::select::family_allowed(sel, family)
+                && super::select::emits_row(sel, family, &labels)
+        })
+        .collect()
 }
 
 fn cluster_drafts(out: &mut Drafts, cs: &ClusterState) {

@@ -221,7 +221,7 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
         out: String::with_capacity(capacity),
         format,
     };
-    series::visit(snap, &mut w);
+    series::visit(snap, &mut super::select::Filter::new(&snap.selection, &mut w));
     hint.store(w.out.len(), std::sync::atomic::Ordering::Relaxed);
     w.out
 }
@@ -243,7 +243,9 @@ pub fn render_tail(snap: &Snapshot, now: SystemTime, format: Format) -> String {
         out: String::with_capacity(256),
         format,
     };
-    w.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    if super::select::family_allowed(&snap.selection, &names::SNAPSHOT_AGE) {
+        w.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    }
     if format == Format::OpenMetrics {
         w.out.push_str("# EOF\n");
     }

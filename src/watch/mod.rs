@@ -4,4 +4,5 @@
 pub mod backoff;
 pub mod cluster;
 pub mod derive;
+pub mod shard;
 pub mod task_pods;

@@ -605,7 +605,10 @@ impl OtlpSink {
     /// (no I/O).
     fn prepare(&self, state: &mut State, snapshot: &Snapshot, scope: PushScope) -> Vec<Rows> {
         let mut c = Collector::new(scope);
-        series::visit(snapshot, &mut c);
+        series::visit(
+            snapshot,
+            &mut super::select::Filter::new(&snapshot.selection, &mut c),
+        );
         let age = SystemTime::now()
             .duration_since(snapshot.generated_at)
             .unwrap_or_default()

@@ -705,15 +705,13 @@ impl Config {
         cli: &mut Cli,
         file: &mut FileConfig,
     ) -> Result<(ShardMode, std::collections::BTreeSet<String>)> {
-        let number = |option: &'static str, cli: Option<String>, file: Option<u32>| {
-            match cli {
-                Some(s) => s
-                    .trim()
-                    .parse::<u32>()
-                    .map(Some)
-                    .map_err(|_| invalid(option, &s, "must be a whole number")),
-                None => Ok(file),
-            }
+        let number = |option: &'static str, cli: Option<String>, file: Option<u32>| match cli {
+            Some(s) => s
+                .trim()
+                .parse::<u32>()
+                .map(Some)
+                .map_err(|_| invalid(option, &s, "must be a whole number")),
+            None => Ok(file),
         };
         let shard = number("--shard", cli.shard.take(), file.shard.take())?;
         let total = number(
@@ -737,11 +735,7 @@ impl Config {
             }
             (None, None, false) => ShardMode::Off,
             (Some(s), None, false) => {
-                return Err(invalid(
-                    "--shard",
-                    &s.to_string(),
-                    "needs --total-shards",
-                ));
+                return Err(invalid("--shard", &s.to_string(), "needs --total-shards"));
             }
             (index, Some(total), false) => {
                 let index = index.unwrap_or(0);
@@ -788,17 +782,15 @@ impl Config {
         };
         let allow = cli.metric_allowlist.take().or(file.metric_allowlist.take());
         let deny = cli.metric_denylist.take().or(file.metric_denylist.take());
-        let excluded =
-            crate::sink::select::excluded_families(allow.as_deref(), deny.as_deref()).map_err(
-                |reason| {
-                    let (option, value) = match (&allow, &deny) {
-                        (Some(a), None) => ("--metric-allowlist", a.as_str()),
-                        (None, Some(d)) => ("--metric-denylist", d.as_str()),
-                        _ => ("--metric-allowlist", allow.as_deref().unwrap_or_default()),
-                    };
-                    invalid(option, value, reason)
-                },
-            )?;
+        let excluded = crate::sink::select::excluded_families(allow.as_deref(), deny.as_deref())
+            .map_err(|reason| {
+                let (option, value) = match (&allow, &deny) {
+                    (Some(a), None) => ("--metric-allowlist", a.as_str()),
+                    (None, Some(d)) => ("--metric-denylist", d.as_str()),
+                    _ => ("--metric-allowlist", allow.as_deref().unwrap_or_default()),
+                };
+                invalid(option, value, reason)
+            })?;
         Ok((mode, excluded))
     }
 
@@ -1692,7 +1684,10 @@ mod tests {
         };
         let c = Config::resolve(cli(Some("2"), Some("3")), FileConfig::default()).unwrap();
         assert_eq!(c.shard, ShardMode::Static(Shard { index: 2, total: 3 }));
-        let file = FileConfig::parse("shard: 1\ntotal_shards: 4\nmetric_denylist: kube_prober_node_condition\n").unwrap();
+        let file = FileConfig::parse(
+            "shard: 1\ntotal_shards: 4\nmetric_denylist: kube_prober_node_condition\n",
+        )
+        .unwrap();
         let c = Config::resolve(Cli::default(), file).unwrap();
         assert_eq!(c.shard, ShardMode::Static(Shard { index: 1, total: 4 }));
         assert_eq!(
@@ -1744,7 +1739,10 @@ mod tests {
             },
             FileConfig::default(),
         );
-        assert!(e.contains("--metric-allowlist") && e.contains("regular expression"), "{e}");
+        assert!(
+            e.contains("--metric-allowlist") && e.contains("regular expression"),
+            "{e}"
+        );
         let e = err(
             Cli {
                 metric_allowlist: Some("kube_prober_ticks".into()),

@@ -279,7 +279,9 @@ fn every_workload_is_hardened_probed_and_sized() {
                     assert!(args.contains(&"--shard-from-statefulset".into()), "{at}");
                     assert!(w["spec"]["replicas"].as_u64().unwrap_or(0) >= 2, "{at}");
                     assert_eq!(
-                        env.iter().find(|(k, _)| k == "POD_NAME").map(|(_, v)| v.as_str()),
+                        env.iter()
+                            .find(|(k, _)| k == "POD_NAME")
+                            .map(|(_, v)| v.as_str()),
                         Some("p"),
                         "{at}: POD_NAME from the downward API (the ordinal)"
                     );
@@ -311,7 +313,10 @@ fn every_workload_is_hardened_probed_and_sized() {
                         .iter()
                         .find(|o| kind(o) == "PodDisruptionBudget")
                         .expect("a PDB");
-                    assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{at}: one shard at a time");
+                    assert_eq!(
+                        pdb["spec"]["maxUnavailable"], 1,
+                        "{at}: one shard at a time"
+                    );
                     assert_eq!(
                         pdb["spec"]["selector"]["matchLabels"],
                         w["spec"]["selector"]["matchLabels"],

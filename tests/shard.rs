@@ -29,7 +29,10 @@ fn family_of(sample: &str) -> Option<&'static Family> {
 /// Series of a text exposition: `name{labels}` -> value.
 fn parse(body: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for line in body.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let (key, value) = line.rsplit_once(' ').expect("a sample line");
         assert!(
             out.insert(key.to_string(), value.to_string()).is_none(),
@@ -223,9 +226,20 @@ async fn three_shards_add_up_to_one_instance_and_a_restart_loses_nothing() {
         }
     }
     let want = shared(&reference);
-    let missing: Vec<_> = want.keys().filter(|k| !union.contains_key(*k)).take(5).collect();
-    let extra: Vec<_> = union.keys().filter(|k| !want.contains_key(*k)).take(5).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "missing {missing:?}, extra {extra:?}");
+    let missing: Vec<_> = want
+        .keys()
+        .filter(|k| !union.contains_key(*k))
+        .take(5)
+        .collect();
+    let extra: Vec<_> = union
+        .keys()
+        .filter(|k| !want.contains_key(*k))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}"
+    );
     let differ: Vec<_> = want
         .iter()
         .filter(|(k, v)| !same(union.get(*k), v))
@@ -274,7 +288,11 @@ async fn three_shards_add_up_to_one_instance_and_a_restart_loses_nothing() {
         "a restarted shard emits the series it emitted before"
     );
     for (k, v) in &before {
-        assert!(same(after.get(k), v), "{k}: before {v}, after {:?}", after.get(k));
+        assert!(
+            same(after.get(k), v),
+            "{k}: before {v}, after {:?}",
+            after.get(k)
+        );
     }
 }
 
@@ -340,7 +358,10 @@ async fn statefulset_shards_follow_replica_changes_in_place() {
 async fn metric_lists_remove_families_and_bad_lists_exit_2() {
     let c = cluster(3).await;
     let deny = c.start(
-        &["--metric-denylist", "kube_prober_node_condition,kube_prober_.*_utilization_ratio"],
+        &[
+            "--metric-denylist",
+            "kube_prober_node_condition,kube_prober_.*_utilization_ratio",
+        ],
         &[],
     );
     let allow = c.start(&["--metric-allowlist", "kube_prober_node_available"], &[]);
@@ -357,7 +378,10 @@ async fn metric_lists_remove_families_and_bad_lists_exit_2() {
         }),
         "denied families are gone"
     );
-    assert!(m.keys().any(|k| sample_name(k) == "kube_prober_cluster_node_conditions"));
+    assert!(
+        m.keys()
+            .any(|k| sample_name(k) == "kube_prober_cluster_node_conditions")
+    );
     let m = metrics_until(&allow, "node facts", |m| {
         m.keys().any(|k| sample_name(k) == AVAILABLE)
     })
@@ -366,7 +390,10 @@ async fn metric_lists_remove_families_and_bad_lists_exit_2() {
     assert_eq!(families, BTreeSet::from([AVAILABLE]));
 
     for (args, words) in [
-        (vec!["--metric-allowlist", "kube_prober_(x"], "regular expression"),
+        (
+            vec!["--metric-allowlist", "kube_prober_(x"],
+            "regular expression",
+        ),
         (
             vec!["--metric-allowlist", "a", "--metric-denylist", "b"],
             "exclusive",

@@ -447,16 +447,13 @@ fn drafts(snap: &Snapshot, own_node: Option<&str>, node_series: bool) -> Vec<Dra
             .collect(),
         _ => HashMap::new(),
     };
-    let pod_node = |namespace: &str, pod: &str| {
-        pod_nodes
-            .get(&(namespace, pod))
-            .map(|n| (*n).to_string())
-    };
+    let pod_node =
+        |namespace: &str, pod: &str| pod_nodes.get(&(namespace, pod)).map(|n| (*n).to_string());
     out.by_key
         .into_values()
         .filter(|d| {
-            let Some(family) = gke(d.suffix)
-                .and_then(|m| names::ALL.iter().find(|f| f.name == m.family))
+            let Some(family) =
+                gke(d.suffix).and_then(|m| names::ALL.iter().find(|f| f.name == m.family))
             else {
                 return true;
             };

@@ -221,7 +221,10 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
         out: String::with_capacity(capacity),
         format,
     };
-    series::visit(snap, &mut super::select::Filter::new(&snap.selection, &mut w));
+    series::visit(
+        snap,
+        &mut super::select::Filter::new(&snap.selection, &mut w),
+    );
     hint.store(w.out.len(), std::sync::atomic::Ordering::Relaxed);
     w.out
 }

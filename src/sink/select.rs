@@ -261,7 +261,11 @@ mod tests {
             .unwrap();
         let labels = [("node", node.as_str())];
         assert!(emits_row(&s1, &names::NODE_AVAILABLE, &labels));
-        assert!(!emits_row(&sel(Some((0, 2))), &names::NODE_AVAILABLE, &labels));
+        assert!(!emits_row(
+            &sel(Some((0, 2))),
+            &names::NODE_AVAILABLE,
+            &labels
+        ));
         // No node, or an empty one (an unscheduled pod): shard 0.
         assert!(!emits_row(&s1, &names::CLUSTER_NODES, &[("pool", "p")]));
         assert!(!emits_row(&s1, &names::CONTAINER_RESTARTS, &[("node", "")]));
@@ -281,10 +285,14 @@ mod tests {
         let err = excluded_families(None, Some("node")).unwrap_err();
         assert!(err.contains("matches no metric family"), "{err}");
         // Counters by either name.
-        let ex = excluded_families(None, Some("kube_prober_ticks_total, kube_prober_leader")).unwrap();
+        let ex =
+            excluded_families(None, Some("kube_prober_ticks_total, kube_prober_leader")).unwrap();
         assert_eq!(
             ex,
-            BTreeSet::from(["kube_prober_ticks".to_string(), "kube_prober_leader".to_string()])
+            BTreeSet::from([
+                "kube_prober_ticks".to_string(),
+                "kube_prober_leader".to_string()
+            ])
         );
         let err = excluded_families(Some("a"), Some("b")).unwrap_err();
         assert!(err.contains("exclusive"), "{err}");
@@ -301,12 +309,18 @@ mod tests {
             fn family(&mut self, f: &Family, rows: &[(Labels<'_>, f64)]) {
                 self.0.push((f.name.to_string(), rows.len()));
             }
-            fn histogram(&mut self, f: &Family, _: &[f64], rows: &[(Labels<'_>, &[u64], f64, u64)]) {
+            fn histogram(
+                &mut self,
+                f: &Family,
+                _: &[f64],
+                rows: &[(Labels<'_>, &[u64], f64, u64)],
+            ) {
                 self.0.push((f.name.to_string(), rows.len()));
             }
         }
         let mut s = sel(Some((0, 2)));
-        s.excluded_families.insert(names::NODE_PODS.name.to_string());
+        s.excluded_families
+            .insert(names::NODE_PODS.name.to_string());
         let (a, b) = ["n0", "n1", "n2", "n3", "n4", "n5"]
             .iter()
             .partition::<Vec<&str>, _>(|n| shard_of(n, 2) == 0);

@@ -534,7 +534,10 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
         let (index, total) = (s.index.to_string(), s.total.to_string());
         w.family(
             &names::SHARD_INFO,
-            &[(vec![("shard", index.as_str()), ("total", total.as_str())], 1.0)],
+            &[(
+                vec![("shard", index.as_str()), ("total", total.as_str())],
+                1.0,
+            )],
         );
     }
     w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);

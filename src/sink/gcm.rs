@@ -1520,6 +1520,47 @@ mod tests {
     }
 
     #[test]
+    fn shards_write_disjoint_shares_that_add_up_and_the_denylist_holds() {
+        use crate::model::{Selection, Shard};
+        use crate::sink::select::shard_of;
+        let all = drafts(&snap("cluster"), None, true);
+        let mut union = Vec::new();
+        for index in 0..2 {
+            let mut s = snap("cluster");
+            s.selection = Arc::new(Selection {
+                shard: Some(Shard { index, total: 2 }),
+                ..Selection::default()
+            });
+            let d = drafts(&s, None, true);
+            for x in &d {
+                match &x.res {
+                    // Pods follow their node: fb-1 is on b.
+                    Res::Node(n) => assert_eq!(shard_of(n, 2), index, "{}", x.key()),
+                    Res::Pod { .. } => assert_eq!(shard_of("b", 2), index),
+                    Res::Cluster => assert_eq!(index, 0, "{}", x.key()),
+                }
+            }
+            union.extend(d.into_iter().map(|x| x.key()));
+        }
+        union.sort();
+        let mut want: Vec<_> = all.iter().map(Draft::key).collect();
+        want.sort();
+        assert_eq!(union, want, "each series from exactly one shard");
+
+        let mut s = snap("cluster");
+        s.selection = Arc::new(Selection {
+            shard: None,
+            excluded_families: ["kube_prober_node_condition".to_string()].into(),
+        });
+        let d = drafts(&s, None, true);
+        assert!(d.iter().all(|x| x.suffix != "node/condition"));
+        assert_eq!(
+            d.len(),
+            all.iter().filter(|x| x.suffix != "node/condition").count()
+        );
+    }
+
+    #[test]
     fn without_node_series_the_cluster_role_writes_only_cluster_series() {
         let all = drafts(&snap("cluster"), None, true);
         let d = drafts(&snap("cluster"), None, false);

@@ -216,6 +216,13 @@ async fn run_until_with(
 
     let provider: Arc<dyn Provider> = store.clone();
     let mut watch_tasks = Vec::new();
+    watch_tasks.extend(start_selection(
+        &cfg,
+        choice.role,
+        &store,
+        kube_client.as_ref(),
+        &cancel,
+    )?);
     let mut node_stores = None;
     if let (Some(client), true) = (&kube_client, choice.role != Role::Host) {
         let scope = match choice.role {
@@ -459,6 +466,63 @@ fn kubelet_pods(cfg: &Config, role: Role) -> Result<Option<crate::watch::kubelet
     }
     crate::watch::kubelet::KubeletPods::new(k.clone(), cfg.timeout, cfg.max_response_bytes)
         .map(Some)
+}
+
+/// The metric allow/denylist and the shard (`--shard`, or the StatefulSet watcher it starts).
+fn start_selection(
+    cfg: &Config,
+    role: Role,
+    store: &Arc<Store>,
+    kube_client: Option<&kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    use crate::config::ShardMode;
+    store.set_excluded_families(cfg.excluded_families.clone());
+    if cfg.shard != ShardMode::Off && role != Role::Cluster {
+        return Err(Error::Config {
+            option: "--shard",
+            value: format!("{:?}", cfg.shard),
+            reason: format!(
+                "sharding applies to the cluster role only (this is the {} role)",
+                role.as_str()
+            ),
+        });
+    }
+    match (&cfg.shard, kube_client) {
+        (ShardMode::Off, _) => Ok(None),
+        (ShardMode::Static(s), _) => {
+            tracing::info!(shard = s.index, total = s.total, "sharded");
+            store.cluster().record_shard(Some(*s));
+            Ok(None)
+        }
+        (
+            ShardMode::StatefulSet {
+                statefulset,
+                ordinal,
+            },
+            Some(client),
+        ) => {
+            let namespace = cfg
+                .sinks
+                .leader
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            tracing::info!(%namespace, %statefulset, ordinal, "shard from the StatefulSet");
+            Ok(Some(crate::watch::shard::spawn(
+                client.clone(),
+                &namespace,
+                statefulset,
+                *ordinal,
+                store.clone(),
+                cancel.clone(),
+            )))
+        }
+        (ShardMode::StatefulSet { .. }, None) => Err(Error::Kube {
+            what: "--shard-from-statefulset".into(),
+            reason: "no Kubernetes client was built".into(),
+        }),
+    }
 }
 
 /// The node role's task source: pods from the pod watcher, cgroups under `--cgroup-root`.
@@ -912,7 +976,7 @@ async fn spawn_sinks(
                 lease_duration: l.lease_duration,
                 renew_deadline: l.renew_deadline,
                 retry_period: l.retry_period,
-                ..LeaseConfig::new(l.lease_name.clone(), namespace, identity)
+                ..LeaseConfig::new(lease_name(&l.lease_name, &cfg.shard), namespace, identity)
             };
             lc.validate()?;
             tracing::info!(
@@ -986,6 +1050,17 @@ async fn spawn_sinks(
         "push outputs started"
     );
     Ok(sinks)
+}
+
+/// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has
+/// its own pusher and two replicas of one shard still push once.
+fn lease_name(name: &str, shard: &crate::config::ShardMode) -> String {
+    use crate::config::ShardMode;
+    match shard {
+        ShardMode::Off => name.to_string(),
+        ShardMode::Static(s) => format!("{name}-shard-{}", s.index),
+        ShardMode::StatefulSet { ordinal, .. } => format!("{name}-shard-{ordinal}"),
+    }
 }
 
 fn local_hostname() -> Result<String> {

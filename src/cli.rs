@@ -522,6 +522,36 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_POD_SCOPE", value_name = "all|workloads|none")]
     pub pod_scope: Option<String>,
 
+    /// This instance's shard of the cluster role (0-based; with --total-shards): it emits the
+    /// per-node series of the nodes whose name hashes to it, and shard 0 the cluster-level ones.
+    /// [default: unsharded]
+    #[arg(long, env = "KUBE_PROBER_SHARD", value_name = "N")]
+    pub shard: Option<String>,
+
+    /// How many shards the cluster role is split into (with --shard). [default: 1]
+    #[arg(long, env = "KUBE_PROBER_TOTAL_SHARDS", value_name = "N")]
+    pub total_shards: Option<String>,
+
+    /// Shard from the StatefulSet this pod belongs to: the ordinal of --pod-name is the shard,
+    /// the StatefulSet's spec.replicas the total, followed live (a change re-shards in place).
+    #[arg(long, env = "KUBE_PROBER_SHARD_FROM_STATEFULSET", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub shard_from_statefulset: Option<bool>,
+
+    /// This pod's name (downward API `metadata.name`), `<statefulset>-<ordinal>`; read by
+    /// --shard-from-statefulset.
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub pod_name: Option<String>,
+
+    /// Only the metric families matching one of these comma-separated regular expressions
+    /// (each anchored) are emitted on /metrics and pushed. [default: all]
+    #[arg(long, env = "KUBE_PROBER_METRIC_ALLOWLIST", value_name = "REGEX,...")]
+    pub metric_allowlist: Option<String>,
+
+    /// Metric families matching one of these comma-separated regular expressions (each
+    /// anchored) are left out of /metrics and the pushes; exclusive with --metric-allowlist.
+    #[arg(long, env = "KUBE_PROBER_METRIC_DENYLIST", value_name = "REGEX,...")]
+    pub metric_denylist: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

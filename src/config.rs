@@ -102,6 +102,25 @@ pub struct FileConfig {
     pub kubelet_insecure_skip_tls_verify: Option<bool>,
     pub pod_scope: Option<String>,
     pub task_perf_events: Option<String>,
+    pub shard: Option<u32>,
+    pub total_shards: Option<u32>,
+    pub shard_from_statefulset: Option<bool>,
+    pub pod_name: Option<String>,
+    pub metric_allowlist: Option<String>,
+    pub metric_denylist: Option<String>,
+}
+
+/// How the cluster role is sharded (see `crate::sink::select`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ShardMode {
+    /// One instance emits everything.
+    #[default]
+    Off,
+    /// `--shard`/`--total-shards`.
+    Static(crate::model::Shard),
+    /// `--shard-from-statefulset`: `ordinal` from the pod name, the total from the
+    /// StatefulSet `statefulset`'s spec.replicas, followed live.
+    StatefulSet { statefulset: String, ordinal: u32 },
 }
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
@@ -415,6 +434,9 @@ pub struct Config {
     pub max_response_bytes: usize,
     /// Cluster role: which pods the pod watcher follows.
     pub pod_scope: PodScope,
+    pub shard: ShardMode,
+    /// Families `--metric-allowlist`/`--metric-denylist` leave out.
+    pub excluded_families: std::collections::BTreeSet<String>,
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
@@ -545,6 +567,7 @@ impl Config {
         let sinks = Self::resolve_sinks(&mut cli, &mut file)?;
         let probes = Self::resolve_probes(&mut cli, &mut file)?;
         let task = Self::resolve_task(&mut cli, &mut file)?;
+        let (shard, excluded_families) = Self::resolve_select(&mut cli, &mut file)?;
         let ns_s = cli
             .workload_namespaces
             .take()
@@ -694,7 +717,104 @@ impl Config {
             task,
             max_response_bytes,
             pod_scope,
+            shard,
+            excluded_families,
         })
+    }
+
+    /// `--shard`, `--total-shards`, `--shard-from-statefulset`, `--metric-allowlist`,
+    /// `--metric-denylist`.
+    fn resolve_select(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<(ShardMode, std::collections::BTreeSet<String>)> {
+        let number = |option: &'static str, cli: Option<String>, file: Option<u32>| match cli {
+            Some(s) => s
+                .trim()
+                .parse::<u32>()
+                .map(Some)
+                .map_err(|_| invalid(option, &s, "must be a whole number")),
+            None => Ok(file),
+        };
+        let shard = number("--shard", cli.shard.take(), file.shard.take())?;
+        let total = number(
+            "--total-shards",
+            cli.total_shards.take(),
+            file.total_shards.take(),
+        )?;
+        let from_sts = cli
+            .shard_from_statefulset
+            .take()
+            .or(file.shard_from_statefulset.take())
+            .unwrap_or(false);
+        let pod_name = cli.pod_name.take().or(file.pod_name.take());
+        let mode = match (shard, total, from_sts) {
+            (Some(_), _, true) | (_, Some(_), true) => {
+                return Err(invalid(
+                    "--shard-from-statefulset",
+                    "true",
+                    "exclusive with --shard and --total-shards",
+                ));
+            }
+            (None, None, false) => ShardMode::Off,
+            (Some(s), None, false) => {
+                return Err(invalid("--shard", &s.to_string(), "needs --total-shards"));
+            }
+            (index, Some(total), false) => {
+                let index = index.unwrap_or(0);
+                if total == 0 {
+                    return Err(invalid("--total-shards", "0", "must be at least 1"));
+                }
+                if index >= total {
+                    return Err(invalid(
+                        "--shard",
+                        &index.to_string(),
+                        format!("must be below --total-shards ({total}); shards count from 0"),
+                    ));
+                }
+                if total == 1 {
+                    ShardMode::Off
+                } else {
+                    ShardMode::Static(crate::model::Shard { index, total })
+                }
+            }
+            (None, None, true) => {
+                let name = pod_name.unwrap_or_default();
+                let parsed = name
+                    .rsplit_once('-')
+                    .filter(|(sts, _)| !sts.is_empty())
+                    .and_then(|(sts, n)| {
+                        let all_digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+                        all_digits
+                            .then(|| n.parse::<u32>().ok())
+                            .flatten()
+                            .map(|n| (sts.to_string(), n))
+                    });
+                let Some((statefulset, ordinal)) = parsed else {
+                    return Err(invalid(
+                        "--pod-name",
+                        &name,
+                        "--shard-from-statefulset needs the pod name `<statefulset>-<ordinal>` (set POD_NAME from the downward API metadata.name)",
+                    ));
+                };
+                ShardMode::StatefulSet {
+                    statefulset,
+                    ordinal,
+                }
+            }
+        };
+        let allow = cli.metric_allowlist.take().or(file.metric_allowlist.take());
+        let deny = cli.metric_denylist.take().or(file.metric_denylist.take());
+        let excluded = crate::sink::select::excluded_families(allow.as_deref(), deny.as_deref())
+            .map_err(|reason| {
+                let (option, value) = match (&allow, &deny) {
+                    (Some(a), None) => ("--metric-allowlist", a.as_str()),
+                    (None, Some(d)) => ("--metric-denylist", d.as_str()),
+                    _ => ("--metric-allowlist", allow.as_deref().unwrap_or_default()),
+                };
+                invalid(option, value, reason)
+            })?;
+        Ok((mode, excluded))
     }
 
     fn resolve_task(cli: &mut Cli, file: &mut FileConfig) -> Result<TaskSettings> {
@@ -1824,6 +1944,89 @@ mod tests {
             let e = err(cli, FileConfig::default());
             assert!(e.contains(flag), "{flag}: {e}");
         }
+    }
+
+    #[test]
+    fn shard_and_metric_list_settings() {
+        use crate::model::Shard;
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.shard, ShardMode::Off);
+        assert!(c.excluded_families.is_empty());
+        let cli = |shard: Option<&str>, total: Option<&str>| Cli {
+            shard: shard.map(str::to_string),
+            total_shards: total.map(str::to_string),
+            ..Cli::default()
+        };
+        let c = Config::resolve(cli(Some("2"), Some("3")), FileConfig::default()).unwrap();
+        assert_eq!(c.shard, ShardMode::Static(Shard { index: 2, total: 3 }));
+        let file = FileConfig::parse(
+            "shard: 1\ntotal_shards: 4\nmetric_denylist: kube_prober_node_condition\n",
+        )
+        .unwrap();
+        let c = Config::resolve(Cli::default(), file).unwrap();
+        assert_eq!(c.shard, ShardMode::Static(Shard { index: 1, total: 4 }));
+        assert_eq!(
+            c.excluded_families.iter().collect::<Vec<_>>(),
+            ["kube_prober_node_condition"]
+        );
+        // One shard of one is no sharding.
+        let c = Config::resolve(cli(Some("0"), Some("1")), FileConfig::default()).unwrap();
+        assert_eq!(c.shard, ShardMode::Off);
+        for (shard, total, option, words) in [
+            (Some("3"), Some("3"), "--shard", "below --total-shards"),
+            (Some("0"), Some("0"), "--total-shards", "at least 1"),
+            (Some("1"), None, "--shard", "needs --total-shards"),
+            (Some("x"), Some("2"), "--shard", "whole number"),
+        ] {
+            let e = err(cli(shard, total), FileConfig::default());
+            assert!(e.contains(option) && e.contains(words), "{e}");
+        }
+        let sts = |pod: &str| Cli {
+            shard_from_statefulset: Some(true),
+            pod_name: Some(pod.into()),
+            ..Cli::default()
+        };
+        let c = Config::resolve(sts("kube-prober-shard-12"), FileConfig::default()).unwrap();
+        assert_eq!(
+            c.shard,
+            ShardMode::StatefulSet {
+                statefulset: "kube-prober-shard".into(),
+                ordinal: 12
+            }
+        );
+        for pod in ["kube-prober-7d9f-abcde", "", "-3", "pod-+3"] {
+            let e = err(sts(pod), FileConfig::default());
+            assert!(e.contains("--pod-name") && e.contains("<ordinal>"), "{e}");
+        }
+        let e = err(
+            Cli {
+                shard: Some("0".into()),
+                total_shards: Some("2".into()),
+                ..sts("p-0")
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("exclusive"), "{e}");
+        let e = err(
+            Cli {
+                metric_allowlist: Some("kube_prober_(".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(
+            e.contains("--metric-allowlist") && e.contains("regular expression"),
+            "{e}"
+        );
+        let e = err(
+            Cli {
+                metric_allowlist: Some("kube_prober_ticks".into()),
+                metric_denylist: Some("kube_prober_ticks".into()),
+                ..Cli::default()
+            },
+            FileConfig::default(),
+        );
+        assert!(e.contains("exclusive"), "{e}");
     }
 
     #[test]

@@ -278,6 +278,64 @@ fn every_workload_is_hardened_probed_and_sized() {
                         assert!(env.iter().any(|(k, _)| k == var), "{at}: {var}");
                     }
                 }
+                "StatefulSet" => {
+                    // The sharded cluster role: shard and total from the StatefulSet itself.
+                    assert!(args.contains(&"--role=cluster".into()), "{at}");
+                    assert!(args.contains(&"--shard-from-statefulset".into()), "{at}");
+                    assert!(w["spec"]["replicas"].as_u64().unwrap_or(0) >= 2, "{at}");
+                    assert_eq!(
+                        env.iter()
+                            .find(|(k, _)| k == "POD_NAME")
+                            .map(|(_, v)| v.as_str()),
+                        Some("p"),
+                        "{at}: POD_NAME from the downward API (the ordinal)"
+                    );
+                    let svc_name = w["spec"]["serviceName"].as_str().unwrap_or_default();
+                    let headless = objs
+                        .iter()
+                        .find(|o| kind(o) == "Service" && name(o) == svc_name)
+                        .unwrap_or_else(|| panic!("{at}: governing Service {svc_name}"));
+                    assert_eq!(headless["spec"]["clusterIP"], "None", "{at}");
+                    assert_eq!(
+                        headless["spec"]["selector"], w["spec"]["selector"]["matchLabels"],
+                        "{at}"
+                    );
+                    // Every replica is scraped, and /watcher is served by any of them.
+                    assert_eq!(
+                        w["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"],
+                        "true",
+                        "{at}"
+                    );
+                    let svc = objs
+                        .iter()
+                        .find(|o| kind(o) == "Service" && name(o) == "kube-prober")
+                        .expect("Service kube-prober");
+                    assert_eq!(
+                        svc["spec"]["selector"], w["spec"]["selector"]["matchLabels"],
+                        "{at}"
+                    );
+                    let pdb = objs
+                        .iter()
+                        .find(|o| kind(o) == "PodDisruptionBudget")
+                        .expect("a PDB");
+                    assert_eq!(
+                        pdb["spec"]["maxUnavailable"], 1,
+                        "{at}: one shard at a time"
+                    );
+                    assert_eq!(
+                        pdb["spec"]["selector"]["matchLabels"],
+                        w["spec"]["selector"]["matchLabels"],
+                        "{at}"
+                    );
+                    let reads_statefulsets = deploy::grants(&objs, namespace(w), "kube-prober")
+                        .iter()
+                        .any(|g| g.resources.iter().any(|r| r == "statefulsets"));
+                    assert!(reads_statefulsets, "{at}: may watch its StatefulSet");
+                    assert!(
+                        !objs.iter().any(|o| kind(o) == "Deployment"),
+                        "{at}: the StatefulSet replaces the Deployment"
+                    );
+                }
                 "DaemonSet" => {
                     assert!(args.contains(&"--role=node".into()), "{at}");
                     assert!(args.contains(&"--procfs=/host/proc".into()), "{at}");

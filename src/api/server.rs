@@ -267,6 +267,7 @@ async fn metrics(
     if let Some(t) = &stats.tls {
         families.extend(t.families());
     }
+    families.retain(|(f, _)| crate::sink::select::family_allowed(&p.snapshot.selection, f));
     let server = Bytes::from(prometheus::render_families(&families, format));
     // Reference counts, not copies of the (possibly large) body.
     let chunks: Vec<Bytes> = if gzip {

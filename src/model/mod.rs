@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod node;
 pub mod perf;
 pub mod probe;
+pub mod select;
 pub mod sink;
 pub mod snapshot;
 pub mod task;
@@ -17,6 +18,7 @@ pub use node::{
 };
 pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
+pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
     BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,

@@ -179,6 +179,8 @@ pub struct Snapshot {
     pub platform: Option<std::sync::Arc<super::task::Platform>>,
     /// Per-pod perf counters (node role, `--task-perf-events`).
     pub task_perf: Option<std::sync::Arc<super::perf::TaskPerfSet>>,
+    /// This instance's shard and the families left out (see `crate::sink::select`).
+    pub selection: std::sync::Arc<super::select::Selection>,
 }
 
 impl Snapshot {
@@ -199,6 +201,7 @@ impl Snapshot {
             tasks: None,
             platform: None,
             task_perf: None,
+            selection: Default::default(),
         }
     }
 }

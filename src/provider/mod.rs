@@ -21,6 +21,11 @@ pub trait ClusterRecorder: Send + Sync {
     /// The whole picture the Kubernetes watchers derived; replaces the previous one, so series
     /// of deleted nodes, pods and workloads leave the next snapshot.
     fn record_cluster_state(&self, state: ClusterState);
+    /// This instance's shard of the cluster role (`None`: unsharded); outputs emit only its
+    /// share from the next snapshot on. A StatefulSet watcher calls it on each replica change.
+    fn record_shard(&self, shard: Option<crate::model::Shard>) {
+        let _ = shard;
+    }
 }
 
 /// Per-node load and capacity.

@@ -110,6 +110,7 @@ struct Inner {
     tasks: Option<Arc<crate::model::TaskSet>>,
     platform: Option<Arc<crate::model::Platform>>,
     task_perf: Option<Arc<crate::model::TaskPerfSet>>,
+    selection: Arc<crate::model::Selection>,
     ticks: u64,
     last_tick_duration: Duration,
 }
@@ -138,6 +139,14 @@ impl Store {
         self.lock().last_tick_duration = took;
     }
 
+    /// The families the metric allow/denylist leaves out of every output (set once at start).
+    pub fn set_excluded_families(&self, excluded: std::collections::BTreeSet<String>) {
+        let mut inner = self.lock();
+        let mut sel = (*inner.selection).clone();
+        sel.excluded_families = excluded;
+        inner.selection = Arc::new(sel);
+    }
+
     /// The immutable picture at `now`. Each call counts as one tick.
     pub fn snapshot(&self, now: SystemTime) -> Snapshot {
         let mut inner = self.lock();
@@ -163,6 +172,7 @@ impl Store {
             tasks: inner.tasks.clone(),
             platform: inner.platform.clone(),
             task_perf: inner.task_perf.clone(),
+            selection: inner.selection.clone(),
         }
     }
 }
@@ -275,6 +285,15 @@ fn node_load(name: &str, st: &NodeState) -> NodeLoad {
 impl ClusterRecorder for Store {
     fn record_cluster_info(&self, info: ClusterInfo) {
         self.lock().cluster = info;
+    }
+
+    fn record_shard(&self, shard: Option<crate::model::Shard>) {
+        let mut inner = self.lock();
+        if inner.selection.shard != shard {
+            let mut sel = (*inner.selection).clone();
+            sel.shard = shard;
+            inner.selection = Arc::new(sel);
+        }
     }
 
     fn record_cluster_state(&self, state: ClusterState) {

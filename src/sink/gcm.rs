@@ -437,7 +437,36 @@ fn drafts(snap: &Snapshot, own_node: Option<&str>, node_series: bool) -> Vec<Dra
     if !node_mode {
         probe_drafts(&mut out, snap);
     }
-    out.by_key.into_values().collect()
+    let sel = &snap.selection;
+    // Pod series follow their pod's node (only looked up when sharded).
+    let pod_nodes: HashMap<(&str, &str), &str> = match (&snap.cluster_state, sel.shard) {
+        (Some(cs), Some(_)) => cs
+            .restarts
+            .iter()
+            .filter_map(|p| Some(((p.namespace.as_str(), p.pod.as_str()), p.node.as_deref()?)))
+            .collect(),
+        _ => HashMap::new(),
+    };
+    let pod_node =
+        |namespace: &str, pod: &str| pod_nodes.get(&(namespace, pod)).map(|n| (*n).to_string());
+    out.by_key
+        .into_values()
+        .filter(|d| {
+            let Some(family) =
+                gke(d.suffix).and_then(|m| names::ALL.iter().find(|f| f.name == m.family))
+            else {
+                return true;
+            };
+            let node = match &d.res {
+                Res::Cluster => None,
+                Res::Node(n) => Some(n.clone()),
+                Res::Pod { namespace, pod } => pod_node(namespace, pod),
+            };
+            let labels: Vec<(&str, &str)> = node.iter().map(|n| ("node", n.as_str())).collect();
+            super::select::family_allowed(sel, family)
+                && super::select::emits_row(sel, family, &labels)
+        })
+        .collect()
 }
 
 fn cluster_drafts(out: &mut Drafts, cs: &ClusterState) {
@@ -1488,6 +1517,47 @@ mod tests {
             .collect();
         assert_eq!(ghost.len(), 1);
         assert_eq!(ghost[0].labels[0], ("nodepool", "unknown".to_string()));
+    }
+
+    #[test]
+    fn shards_write_disjoint_shares_that_add_up_and_the_denylist_holds() {
+        use crate::model::{Selection, Shard};
+        use crate::sink::select::shard_of;
+        let all = drafts(&snap("cluster"), None, true);
+        let mut union = Vec::new();
+        for index in 0..2 {
+            let mut s = snap("cluster");
+            s.selection = Arc::new(Selection {
+                shard: Some(Shard { index, total: 2 }),
+                ..Selection::default()
+            });
+            let d = drafts(&s, None, true);
+            for x in &d {
+                match &x.res {
+                    // Pods follow their node: fb-1 is on b.
+                    Res::Node(n) => assert_eq!(shard_of(n, 2), index, "{}", x.key()),
+                    Res::Pod { .. } => assert_eq!(shard_of("b", 2), index),
+                    Res::Cluster => assert_eq!(index, 0, "{}", x.key()),
+                }
+            }
+            union.extend(d.into_iter().map(|x| x.key()));
+        }
+        union.sort();
+        let mut want: Vec<_> = all.iter().map(Draft::key).collect();
+        want.sort();
+        assert_eq!(union, want, "each series from exactly one shard");
+
+        let mut s = snap("cluster");
+        s.selection = Arc::new(Selection {
+            shard: None,
+            excluded_families: ["kube_prober_node_condition".to_string()].into(),
+        });
+        let d = drafts(&s, None, true);
+        assert!(d.iter().all(|x| x.suffix != "node/condition"));
+        assert_eq!(
+            d.len(),
+            all.iter().filter(|x| x.suffix != "node/condition").count()
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod gcm;
 pub mod names;
 pub mod otlp;
 pub mod prometheus;
+pub mod select;
 pub mod series;
 
 use std::future::Future;

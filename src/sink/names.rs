@@ -627,6 +627,12 @@ pub const LEADER_ACQUIRED: Family = counter(
     None,
 );
 
+pub const SHARD_INFO: Family = gauge(
+    "kube_prober_shard_info",
+    "Always 1 on a sharded cluster-role instance; labels give its shard and the total (total=\"0\" while the StatefulSet's replica count is not known yet: only self-metrics are emitted then).",
+    None,
+);
+
 pub const TICKS: Family = counter(
     "kube_prober_ticks",
     "Snapshots made by the tick loop.",
@@ -758,6 +764,7 @@ pub const ALL: &[Family] = &[
     SINK_PUSH_DURATION,
     LEADER,
     LEADER_ACQUIRED,
+    SHARD_INFO,
     TICKS,
     TICK_DURATION,
     SNAPSHOT_AGE,

@@ -22,6 +22,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use super::names::{self, Family, Kind};
+use super::select;
 use super::series::{self, Keyed as _, Labels, Step};
 use crate::model::Snapshot;
 
@@ -423,7 +424,15 @@ impl Renderer {
 
     fn update(&mut self, snap: &Snapshot) -> Body {
         self.stats.bodies += 1;
-        let prev = self.prev.clone();
+        // A new shard or allow/denylist (a StatefulSet re-shard) changes what every part and
+        // step holds: start from nothing.
+        let prev = self.prev.clone().filter(|p| p.selection == snap.selection);
+        if prev.is_none() {
+            for part in &mut self.parts {
+                part.blocks.clear();
+            }
+            self.steps.clear();
+        }
         let prev = prev.as_deref();
         let [usage, capacity, facts, addons, pods] = &mut self.parts;
         let fmt = self.format;
@@ -446,6 +455,9 @@ impl Renderer {
                 _ => None,
             };
             if let Some((part, f, family)) = keyed {
+                if !select::family_allowed(&snap.selection, family) {
+                    continue;
+                }
                 let rows: Vec<_> = self.parts[part]
                     .blocks
                     .iter()
@@ -477,7 +489,11 @@ impl Renderer {
                     out: String::new(),
                     format: fmt,
                 };
-                series::visit_step(step, snap, &mut w);
+                series::visit_step(
+                    step,
+                    snap,
+                    &mut select::Filter::new(&snap.selection, &mut w),
+                );
                 self.steps.insert(step, Chunk::new(w.out));
             }
             if let Some(c) = self.steps.get(&step).filter(|c| !c.plain.is_empty()) {
@@ -530,11 +546,14 @@ fn update_part<P: series::Keyed>(
     format: Format,
     stats: &mut RenderStats,
 ) {
+    // Only the keys (nodes) of this instance's shard; `prev` has the same selection.
     let mut items = Vec::new();
     P::items(snap, &mut items);
+    items.retain(|(key, _)| select::emits_node(&snap.selection, key));
     let mut old_items = Vec::new();
     if let Some(p) = prev {
         P::items(p, &mut old_items);
+        old_items.retain(|(key, _)| select::emits_node(&p.selection, key));
     }
     let mut old: Vec<Option<Block>> = std::mem::take(&mut cache.blocks)
         .into_iter()
@@ -622,7 +641,9 @@ pub fn render_tail(snap: &Snapshot, now: SystemTime, format: Format) -> String {
         out: String::with_capacity(256),
         format,
     };
-    w.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    if super::select::family_allowed(&snap.selection, &names::SNAPSHOT_AGE) {
+        w.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    }
     if format == Format::OpenMetrics {
         w.out.push_str("# EOF\n");
     }

@@ -39,6 +39,7 @@ pub fn is_instance_level(family: &Family) -> bool {
         || n.starts_with("kube_prober_tick")
         || n.starts_with("kube_prober_leader")
         || n == names::SNAPSHOT_AGE.name
+        || n == names::SHARD_INFO.name
 }
 
 fn flag(b: bool) -> &'static str {
@@ -752,6 +753,16 @@ fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
             &[(labels.clone(), if l.leading { 1.0 } else { 0.0 })],
         );
         w.family(&names::LEADER_ACQUIRED, &[(labels, l.acquired as f64)]);
+    }
+    if let Some(s) = snap.selection.shard {
+        let (index, total) = (s.index.to_string(), s.total.to_string());
+        w.family(
+            &names::SHARD_INFO,
+            &[(
+                vec![("shard", index.as_str()), ("total", total.as_str())],
+                1.0,
+            )],
+        );
     }
     w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
     w.family(

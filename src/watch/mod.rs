@@ -6,4 +6,5 @@ pub mod cluster;
 pub mod derive;
 pub mod kubelet;
 pub mod lean;
+pub mod shard;
 pub mod task_pods;

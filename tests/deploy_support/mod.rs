@@ -91,7 +91,7 @@ pub fn namespace(o: &Value) -> &str {
 /// The Deployments and DaemonSets of a render.
 pub fn workloads(objs: &[Value]) -> Vec<&Value> {
     objs.iter()
-        .filter(|o| matches!(kind(o), "Deployment" | "DaemonSet"))
+        .filter(|o| matches!(kind(o), "Deployment" | "DaemonSet" | "StatefulSet"))
         .collect()
 }
 

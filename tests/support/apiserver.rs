@@ -115,6 +115,8 @@ pub enum Kind {
     ReplicaSets,
     /// coordination.k8s.io/v1 Leases.
     Leases,
+    /// apps/v1 StatefulSets (`--shard-from-statefulset`).
+    StatefulSets,
 }
 
 /// How the API names a kind.
@@ -134,7 +136,7 @@ struct KindInfo {
 }
 
 /// In `Kind` order.
-const KINDS: [KindInfo; 8] = [
+const KINDS: [KindInfo; 9] = [
     KindInfo {
         group: "",
         version: "v1",
@@ -223,11 +225,22 @@ const KINDS: [KindInfo; 8] = [
         namespaced: true,
         metrics: false,
     },
+    KindInfo {
+        group: "apps",
+        version: "v1",
+        api_version: "apps/v1",
+        kind: "StatefulSet",
+        list_kind: "StatefulSetList",
+        plural: "statefulsets",
+        singular: "statefulset",
+        namespaced: true,
+        metrics: false,
+    },
 ];
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Nodes,
         Kind::NodeMetrics,
         Kind::Pods,
@@ -236,6 +249,7 @@ impl Kind {
         Kind::Deployments,
         Kind::ReplicaSets,
         Kind::Leases,
+        Kind::StatefulSets,
     ];
 
     fn info(self) -> &'static KindInfo {

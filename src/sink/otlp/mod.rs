@@ -812,7 +812,10 @@ impl Sink for OtlpSink {
 /// out) and the probe histogram's series (no I/O).
 fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRow>) {
     let mut c = Collector::new(scope);
-    series::visit(snapshot, &mut c);
+    series::visit(
+        snapshot,
+        &mut super::select::Filter::new(&snapshot.selection, &mut c),
+    );
     let age = SystemTime::now()
         .duration_since(snapshot.generated_at)
         .unwrap_or_default()

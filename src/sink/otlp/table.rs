@@ -673,6 +673,7 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         "{acquisition}",
         C,
     ),
+    m(&names::SHARD_INFO, "kube_prober.shard.info", "", G),
     m(&names::TICKS, "kube_prober.ticks", "{tick}", C),
     m(&names::TICK_DURATION, "kube_prober.tick.duration", "s", G),
     m(&names::SNAPSHOT_AGE, "kube_prober.snapshot.age", "s", G),

@@ -54,3 +54,51 @@ pub fn client_from_config(config: kube::Config, max_response_bytes: usize) -> Re
 pub fn honour_retry_after(client: kube::Client) -> kube::Client {
     crate::watch::backoff::paced(client, None).0
 }
+
+/// A kube error as [`Error::Http`] ([`Error::TooLarge`] past the cap, [`Error::Parse`] for an
+/// answer that did not decode), keeping the API server's `Status` or the error chain.
+pub fn kube_error(what: &str, e: &kube::Error) -> Error {
+    if let Some(t) = crate::limit::find_too_large(e) {
+        return Error::TooLarge {
+            what: what.to_string(),
+            reason: t.to_string(),
+        };
+    }
+    if let kube::Error::SerdeError(err) = e {
+        return Error::Parse {
+            what: what.to_string(),
+            reason: format!("invalid JSON in the answer: {err}"),
+        };
+    }
+    let reason = match e {
+        kube::Error::Api(s) => {
+            let mut r = format!("status {}", s.code);
+            if !s.reason.is_empty() {
+                r.push(' ');
+                r.push_str(&s.reason);
+            }
+            if !s.message.is_empty() {
+                r.push_str(": ");
+                r.push_str(&s.message);
+            }
+            r
+        }
+        other => {
+            let mut r = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !r.contains(&text) {
+                    r.push_str(": ");
+                    r.push_str(&text);
+                }
+                source = s.source();
+            }
+            r
+        }
+    };
+    Error::Http {
+        what: what.to_string(),
+        reason,
+    }
+}

@@ -274,7 +274,10 @@ async fn list_failures_back_off_growing_and_honour_retry_after() {
     let snap = store.snapshot(SystemTime::now());
     assert!(snap.sources_synced);
     assert!(snap.sources["watch_nodes"].up);
-    assert_eq!(snap.sources["watch_nodes"].errors["kube"], 3);
+    assert_eq!(
+        snap.sources["watch_nodes"].errors["http"], 3,
+        "LIST answered 500, 500, 429: http"
+    );
     assert_eq!(snap.sources["watch_pods"].relists, map(&[]));
     stop(cancel, tasks).await;
 }

@@ -19,7 +19,6 @@ use kube::Api;
 use kube::api::ListParams;
 
 use super::{Dropped, Fetched, UsageFetcher};
-use crate::error::Error;
 use crate::model::{NodeCapacity, Resource, UsageSample};
 use crate::provider::{DropReason, validate};
 use crate::quantity::parse_quantity;
@@ -95,9 +94,13 @@ impl UsageFetcher for MetricsServerFetcher {
             Ok(items) => items,
             Err(e) => {
                 // Without the denominators no usage can be turned into a ratio.
-                fetched.errors.push(list_error(WHAT_NODES, &e));
+                fetched
+                    .errors
+                    .push(crate::kubeclient::kube_error(WHAT_NODES, &e));
                 if let Err(e) = metrics {
-                    fetched.errors.push(list_error(WHAT_METRICS, &e));
+                    fetched
+                        .errors
+                        .push(crate::kubeclient::kube_error(WHAT_METRICS, &e));
                 }
                 return fetched;
             }
@@ -105,7 +108,9 @@ impl UsageFetcher for MetricsServerFetcher {
         let metrics = match metrics {
             Ok(items) => items,
             Err(e) => {
-                fetched.errors.push(list_error(WHAT_METRICS, &e));
+                fetched
+                    .errors
+                    .push(crate::kubeclient::kube_error(WHAT_METRICS, &e));
                 Vec::new()
             }
         };
@@ -167,54 +172,6 @@ where
 /// read again), and counted as `too_large`.
 fn too_large(e: &kube::Error) -> bool {
     crate::limit::find_too_large(e).is_some()
-}
-
-/// A kube error as [`Error::Http`] ([`Error::TooLarge`] past the cap, [`Error::Parse`] for an
-/// answer that did not decode), keeping the API server's `Status` or the error chain.
-fn list_error(what: &str, e: &kube::Error) -> Error {
-    if let Some(t) = crate::limit::find_too_large(e) {
-        return Error::TooLarge {
-            what: what.to_string(),
-            reason: t.to_string(),
-        };
-    }
-    if let kube::Error::SerdeError(err) = e {
-        return Error::Parse {
-            what: what.to_string(),
-            reason: format!("invalid JSON in the answer: {err}"),
-        };
-    }
-    let reason = match e {
-        kube::Error::Api(s) => {
-            let mut r = format!("status {}", s.code);
-            if !s.reason.is_empty() {
-                r.push(' ');
-                r.push_str(&s.reason);
-            }
-            if !s.message.is_empty() {
-                r.push_str(": ");
-                r.push_str(&s.message);
-            }
-            r
-        }
-        other => {
-            let mut r = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(s) = source {
-                let text = s.to_string();
-                if !r.contains(&text) {
-                    r.push_str(": ");
-                    r.push_str(&text);
-                }
-                source = s.source();
-            }
-            r
-        }
-    };
-    Error::Http {
-        what: what.to_string(),
-        reason,
-    }
 }
 
 /// One denominator usage is divided by: capacity, or allocatable when configured (which
@@ -586,7 +543,7 @@ mod tests {
     #[test]
     fn undecodable_answers_are_parse_errors() {
         let err = serde_json::from_str::<serde_json::Value>("{not json").unwrap_err();
-        let e = list_error(WHAT_METRICS, &kube::Error::SerdeError(err));
+        let e = crate::kubeclient::kube_error(WHAT_METRICS, &kube::Error::SerdeError(err));
         assert_eq!(e.metric_label(), "parse");
         assert!(e.to_string().contains("invalid JSON"), "{e}");
     }
@@ -595,7 +552,7 @@ mod tests {
     fn api_errors_keep_the_status() {
         let status =
             kube::core::Status::failure("metrics unavailable", "ServiceUnavailable").with_code(503);
-        let e = list_error(WHAT_METRICS, &kube::Error::Api(status.boxed()));
+        let e = crate::kubeclient::kube_error(WHAT_METRICS, &kube::Error::Api(status.boxed()));
         assert_eq!(e.metric_label(), "http");
         assert_eq!(
             e.to_string(),

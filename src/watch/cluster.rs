@@ -364,11 +364,24 @@ impl WatchBook {
             SystemTime::now(),
             Duration::ZERO,
             RunOutcome::Failed {
-                reason: "kube".into(),
+                reason: watch_error_reason(self.source, e).into(),
                 message: e.to_string(),
             },
         );
         pause
+    }
+}
+
+/// The documented source error reason (`error::SOURCE_ERROR_REASONS`) of a watcher failure:
+/// that of the kube error inside (`http`, `parse`, `too_large`), `http` for an error event on
+/// the stream, `parse` for a list without a resourceVersion.
+pub fn watch_error_reason(what: &str, e: &watcher::Error) -> &'static str {
+    match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => crate::kubeclient::kube_error(what, k).metric_label(),
+        watcher::Error::WatchError(_) => "http",
+        watcher::Error::NoResourceVersion => "parse",
     }
 }
 

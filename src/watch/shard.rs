@@ -88,7 +88,7 @@ pub fn spawn(
                         SystemTime::now(),
                         Duration::ZERO,
                         RunOutcome::Failed {
-                            reason: "kube".into(),
+                            reason: crate::watch::cluster::watch_error_reason(SOURCE, &e).into(),
                             message: e.to_string(),
                         },
                     );

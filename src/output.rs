@@ -84,12 +84,15 @@ pub async fn run_sink<S: Sink>(
     let mut in_flight: Option<(JoinHandle<()>, PushScope)> = None;
     // Held once the elector is gone, so that `leadership` stays `false` and never changes.
     let mut _not_leading: Option<watch::Sender<bool>> = None;
+    // Whether this instance led when `lease_lost` last looked.
+    let mut leading = leadership.as_ref().is_some_and(|rx| *rx.borrow());
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = ticker.tick() => {}
-            lost = lease_lost(&mut leadership) => {
+            lost = lease_lost(&mut leadership, &mut leading) => {
                 if !lost {
+                    leading = false;
                     // The elector is gone: not leading from now on (and no busy loop here).
                     tracing::warn!(sink = sink.name(), "leader elector stopped; pushing only this instance's series");
                     let (tx, rx) = watch::channel(false);
@@ -203,17 +206,61 @@ async fn wait_until_ready<S: Sink>(sink: &S, left: Duration) {
 /// Resolves with `true` when leadership turns from held to lost, with `false` when the elector
 /// has gone away (the caller then holds a channel of its own); never resolves without an
 /// election.
-async fn lease_lost(leadership: &mut Leadership) -> bool {
+async fn lease_lost(leadership: &mut Leadership, leading: &mut bool) -> bool {
     let Some(rx) = leadership else {
         return std::future::pending().await;
     };
     loop {
-        let was = *rx.borrow_and_update();
+        // Compared with what the runner saw last, kept outside this future: `select!` drops it
+        // whenever a tick wins, and a loss that arrives then must still be seen by the next call.
+        let now = *rx.borrow_and_update();
+        let lost = *leading && !now;
+        *leading = now;
+        if lost {
+            return true;
+        }
         if rx.changed().await.is_err() {
             return false;
         }
-        if was && !*rx.borrow() {
-            return true;
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runner's `select!` drops `lease_lost` whenever a tick wins; a loss that arrives
+    /// while it handles that tick was missed (the next call took the new `false` as its
+    /// starting point and waited for another change), so the cluster-level push ran on.
+    #[tokio::test]
+    async fn a_loss_that_arrives_between_two_looks_is_still_seen() {
+        let (tx, rx) = watch::channel(true);
+        let mut leadership: Leadership = Some(rx);
+        let mut leading = true;
+        let first = tokio::time::timeout(
+            Duration::from_millis(10),
+            lease_lost(&mut leadership, &mut leading),
+        )
+        .await;
+        assert!(first.is_err(), "nothing changed yet");
+        tx.send(false).unwrap();
+        let lost = tokio::time::timeout(
+            Duration::from_secs(5),
+            lease_lost(&mut leadership, &mut leading),
+        )
+        .await;
+        assert_eq!(lost, Ok(true));
+        // Gaining and losing again is one more loss; a dropped elector is `false`.
+        tx.send(true).unwrap();
+        let first = tokio::time::timeout(
+            Duration::from_millis(10),
+            lease_lost(&mut leadership, &mut leading),
+        )
+        .await;
+        assert!(first.is_err());
+        assert!(leading);
+        drop(tx);
+        let gone = lease_lost(&mut leadership, &mut leading).await;
+        assert!(!gone, "the elector went away");
     }
 }

@@ -1104,3 +1104,29 @@ fn machine_id() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::runs_probes;
+    use crate::config::ShardMode;
+    use crate::model::Shard;
+
+    #[test]
+    fn only_shard_0_and_unsharded_instances_run_probes() {
+        assert!(runs_probes(&ShardMode::Off));
+        assert!(runs_probes(&ShardMode::Static(Shard {
+            index: 0,
+            total: 3
+        })));
+        assert!(!runs_probes(&ShardMode::Static(Shard {
+            index: 2,
+            total: 3
+        })));
+        let sts = |ordinal| ShardMode::StatefulSet {
+            statefulset: "kube-prober-shard".into(),
+            ordinal,
+        };
+        assert!(runs_probes(&sts(0)));
+        assert!(!runs_probes(&sts(1)));
+    }
+}

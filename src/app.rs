@@ -621,6 +621,9 @@ fn spawn_probe<P: Probe>(
     provider: &Arc<dyn Provider>,
     cancel: &CancellationToken,
 ) -> Option<JoinHandle<()>> {
+    if !runs_probes(&cfg.shard) {
+        return None;
+    }
     let (interval, timeout) = *cfg.probes.schedules.get(probe.name())?;
     tracing::info!(
         probe = probe.name(),
@@ -636,6 +639,18 @@ fn spawn_probe<P: Probe>(
     )))
 }
 
+/// Whether this instance runs probes: all but a cluster-role shard above 0, whose probe series
+/// are never emitted (they come from shard 0 only, `sink::select`). A StatefulSet pod's ordinal
+/// never changes, so this holds for the life of the process even when replicas change.
+fn runs_probes(shard: &crate::config::ShardMode) -> bool {
+    use crate::config::ShardMode;
+    match shard {
+        ShardMode::Off => true,
+        ShardMode::Static(s) => s.index == 0,
+        ShardMode::StatefulSet { ordinal, .. } => *ordinal == 0,
+    }
+}
+
 /// The probes of a role: cluster (metrics-server, cluster DNS, API server), node (kubelet,
 /// addon endpoints), and connectivity (URLs, DNS names) in every role.
 fn spawn_probes(
@@ -648,6 +663,10 @@ fn spawn_probes(
 ) -> Result<Vec<JoinHandle<()>>> {
     let p = &cfg.probes;
     let mut tasks = Vec::new();
+    if !runs_probes(&cfg.shard) {
+        // Their targets are still validated below, so a bad URL fails on every shard alike.
+        tracing::info!("probes run on shard 0 only; this shard runs none");
+    }
     let http = |name: &str, url: &str, timeout_of: &str| {
         let timeout = p
             .schedules
@@ -1084,4 +1103,30 @@ fn machine_id() -> String {
     std::fs::read_to_string("/etc/machine-id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_probes;
+    use crate::config::ShardMode;
+    use crate::model::Shard;
+
+    #[test]
+    fn only_shard_0_and_unsharded_instances_run_probes() {
+        assert!(runs_probes(&ShardMode::Off));
+        assert!(runs_probes(&ShardMode::Static(Shard {
+            index: 0,
+            total: 3
+        })));
+        assert!(!runs_probes(&ShardMode::Static(Shard {
+            index: 2,
+            total: 3
+        })));
+        let sts = |ordinal| ShardMode::StatefulSet {
+            statefulset: "kube-prober-shard".into(),
+            ordinal,
+        };
+        assert!(runs_probes(&sts(0)));
+        assert!(!runs_probes(&sts(1)));
+    }
 }

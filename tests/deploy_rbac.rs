@@ -176,6 +176,11 @@ async fn prove(overlay: &str) {
         let kc = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kc).unwrap();
         let replicas = w["spec"]["replicas"].as_u64().unwrap_or(1) as usize;
+        if kind(w) == "StatefulSet" {
+            // The overlay's own StatefulSet, as `kubectl apply` would create it: each replica
+            // reads its shard count from it (--shard-from-statefulset).
+            api.upsert_json(apiserver::Kind::StatefulSets, w.clone());
+        }
         let procs = start_workload(w, &api, &kc.to_string_lossy(), replicas, &nodes[0]);
         for p in &procs {
             wait_ready(p, &role).await;
@@ -189,19 +194,47 @@ async fn prove(overlay: &str) {
                 host_ip: String::new(),
             },
         );
-        let cluster = kind(w) == "Deployment";
+        let cluster = kind(w) != "DaemonSet";
         let elects = args.iter().any(|a| a == "--leader-elect=true");
+        let sharded = args.iter().any(|a| a == "--shard-from-statefulset");
+        if sharded {
+            // Each replica took its shard from its ordinal and the total from the StatefulSet.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            for (i, p) in procs.iter().enumerate() {
+                let want =
+                    format!("kube_prober_shard_info{{shard=\"{i}\",total=\"{replicas}\"}} 1");
+                loop {
+                    let (_, body) = get(&p.url("/metrics")).await;
+                    let infos: Vec<&str> = body
+                        .lines()
+                        .filter(|l| l.starts_with("kube_prober_shard_info{"))
+                        .collect();
+                    if infos == [want.as_str()] {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "{role}: replica {i}: want {want}, have {infos:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
         // Every probe of the role has run (the cluster role's probes are the ones that call the
-        // API server: metrics_server, apiserver_readyz), on every replica.
+        // API server: metrics_server, apiserver_readyz), on every replica; when sharded, the
+        // probe series come from shard 0 only.
+        let probes: &[&str] = if cluster {
+            &["metrics_server", "apiserver_readyz", "cluster_dns"]
+        } else {
+            &["kubelet_healthz", "addon_http"]
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
-        for p in &procs {
+        for (i, p) in procs.iter().enumerate() {
+            if sharded && i > 0 {
+                continue;
+            }
             loop {
                 let (_, body) = get(&p.url("/metrics")).await;
-                let probes: &[&str] = if cluster {
-                    &["metrics_server", "apiserver_readyz", "cluster_dns"]
-                } else {
-                    &["kubelet_healthz", "addon_http"]
-                };
                 if probes.iter().all(|probe| {
                     counter(&body, "kube_prober_probe_runs_total", ("probe", probe)) >= 1.0
                 }) {
@@ -212,6 +245,22 @@ async fn prove(overlay: &str) {
                     "{role}: probes did not all run:\n{body}"
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        if sharded {
+            // Shard 0 has run every probe (above) and every replica has its shard (further
+            // above): the other shards emit no probe series at all.
+            for (i, p) in procs.iter().enumerate().skip(1) {
+                let (_, body) = get(&p.url("/metrics")).await;
+                let probe_series: Vec<&str> = body
+                    .lines()
+                    .filter(|l| l.starts_with("kube_prober_probe_"))
+                    .collect();
+                assert!(
+                    probe_series.is_empty(),
+                    "{role}: shard {i} emits probe series:\n{}",
+                    probe_series.join("\n")
+                );
             }
         }
         if elects {
@@ -254,6 +303,18 @@ async fn prove(overlay: &str) {
             );
         }
         let requests = attributes(&api);
+        if sharded {
+            // The StatefulSet was listed and watched in the pods' namespace.
+            for verb in ["list", "watch"] {
+                assert!(
+                    requests.iter().any(|a| a.verb == verb
+                        && a.group == "apps"
+                        && a.resource == "statefulsets"
+                        && a.namespace == namespace(w)),
+                    "{role}: no {verb} of the StatefulSet: {requests:#?}"
+                );
+            }
+        }
         check(&role, &grants, &requests);
         eprintln!(
             "{role}: {} distinct requests allowed by {} rules, every rule used",
@@ -274,6 +335,14 @@ async fn cluster_role_with_leader_election_and_node_role_use_exactly_their_rbac(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_role_without_a_sink_uses_exactly_its_rbac() {
     prove("cluster").await;
+}
+
+/// The cluster role as the sharded overlay's StatefulSet: every replica (`<sts>-<ordinal>`,
+/// `--shard-from-statefulset`) reads its StatefulSet, takes its shard, and together they use
+/// exactly the ClusterRole and the Role on statefulsets; probe series come from shard 0 only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_statefulset_replicas_use_exactly_their_rbac() {
+    prove("sharded").await;
 }
 
 /// The checker itself: a request outside the rules is denied, and a rule nothing uses is found.

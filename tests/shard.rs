@@ -418,3 +418,68 @@ async fn metric_lists_remove_families_and_bad_lists_exit_2() {
         assert!(err.contains(words), "{args:?}: {err}");
     }
 }
+
+/// An HTTP target that answers `200 ok` and counts the requests it got.
+async fn counting_target() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/probe", listener.local_addr().unwrap());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                if conn.read(&mut buf).await.is_ok_and(|n| n > 0) {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let _ = conn
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                        )
+                        .await;
+                }
+            });
+        }
+    });
+    (url, hits)
+}
+
+/// Probe series come from shard 0 only, so shards above 0 do not run the probes at all (no
+/// requests to their targets), while shard 0 runs them; both still serve their share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_shard_0_runs_the_probes() {
+    use std::sync::atomic::Ordering;
+    let c = cluster(3).await;
+    let (url1, hits1) = counting_target().await;
+    let (url0, hits0) = counting_target().await;
+    let common = ["--total-shards", "2", "--probe-interval", "1s"];
+    let start = |shard: &str, url: &str| {
+        let mut args = common.to_vec();
+        args.extend(["--shard", shard, "--probe-urls", url]);
+        c.start(&args, &[])
+    };
+    // Shard 1 first: by the time shard 0 has probed twice, shard 1 has had as long to probe.
+    let shard1 = start("1", &url1);
+    wait_ready(&shard1).await;
+    let shard0 = start("0", &url0);
+    wait_ready(&shard0).await;
+    metrics_until(&shard0, "shard 0 runs its probes", |m| {
+        m.keys().any(|k| {
+            k.starts_with("kube_prober_probe_runs_total{") && k.contains("probe=\"http_get\"")
+        }) && hits0.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert_eq!(
+        hits1.load(Ordering::SeqCst),
+        0,
+        "shard 1 ran the http_get probe it never emits"
+    );
+    let m1 = metrics(&shard1).await;
+    assert!(m1.contains_key("kube_prober_shard_info{shard=\"1\",total=\"2\"}"));
+    assert!(!m1.keys().any(|k| k.starts_with("kube_prober_probe_")));
+    assert_eq!(shard1.terminate(), 0);
+    assert_eq!(shard0.terminate(), 0);
+}

@@ -380,12 +380,12 @@ mod counts {
         pub software: bool,
     }
 
-    fn stats(limited: bool, numa: usize) -> CgroupStats {
+    fn stats(limited: bool, cpu_stat: bool, numa: usize) -> CgroupStats {
         CgroupStats {
             cpu_seconds: Some(1.0),
-            cpu_periods: limited.then_some(10),
-            cpu_throttled_periods: limited.then_some(1),
-            cpu_throttled_seconds: limited.then_some(0.1),
+            cpu_periods: cpu_stat.then_some(10),
+            cpu_throttled_periods: cpu_stat.then_some(1),
+            cpu_throttled_seconds: cpu_stat.then_some(0.1),
             memory_usage_bytes: Some(1e6),
             memory_working_set_bytes: Some(9e5),
             memory_rss_bytes: Some(5e5),
@@ -654,11 +654,13 @@ mod counts {
         let mut tasks = vec![];
         let mut perf = vec![];
         let (mut measured, mut containers) = (0, 0);
-        let (mut cpu_limited, mut mem_limited) = (0, 0);
-        let (mut cpu_limited_c, mut mem_limited_c) = (0, 0);
+        let (mut cpu_stat_pods, mut mem_limited) = (0, 0);
+        let (mut cpu_stat_c, mut mem_limited_c) = (0, 0);
         let (mut requests, mut limits) = (0, 0);
         for p in 0..s.pods {
             let limited = p % 2 == 1;
+            // Every third pod's cpu.stat has no CFS period counters.
+            let cpu_stat = p % 3 != 2;
             let pod = Arc::new(TaskPod {
                 uid: format!("uid-{p}"),
                 namespace: "shop".into(),
@@ -690,10 +692,10 @@ mod counts {
             let started = p != 0;
             if started {
                 measured += 1;
-                cpu_limited += usize::from(limited);
+                cpu_stat_pods += usize::from(cpu_stat);
                 mem_limited += usize::from(limited);
                 containers += s.containers_per_pod;
-                cpu_limited_c += usize::from(limited) * s.containers_per_pod;
+                cpu_stat_c += usize::from(cpu_stat) * s.containers_per_pod;
                 mem_limited_c += usize::from(limited) * s.containers_per_pod;
                 // Perf counters for started pods; with the hardware set only pod 1 had
                 // cycles this interval.
@@ -724,12 +726,12 @@ mod counts {
             }
             tasks.push(TaskSample {
                 pod,
-                stats: started.then(|| stats(limited, s.numa_nodes)),
+                stats: started.then(|| stats(limited, cpu_stat, s.numa_nodes)),
                 containers: if started {
                     (0..s.containers_per_pod)
                         .map(|c| ContainerSample {
                             name: format!("c{c}"),
-                            stats: stats(limited, s.numa_nodes),
+                            stats: stats(limited, cpu_stat, s.numa_nodes),
                         })
                         .collect()
                 } else {
@@ -740,9 +742,9 @@ mod counts {
         v.insert("pods", s.pods as f64);
         v.insert("measured_pods", measured as f64);
         v.insert("containers", containers as f64);
-        v.insert("cpu_limited_pods", cpu_limited as f64);
+        v.insert("cpu_stat_pods", cpu_stat_pods as f64);
         v.insert("memory_limited_pods", mem_limited as f64);
-        v.insert("cpu_limited_containers", cpu_limited_c as f64);
+        v.insert("cpu_stat_containers", cpu_stat_c as f64);
         v.insert("memory_limited_containers", mem_limited_c as f64);
         v.insert("pod_requests", requests as f64);
         v.insert("pod_limits", limits as f64);

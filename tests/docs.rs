@@ -200,9 +200,9 @@ mod counts {
         Addon, AddonExpected, AddonOnNode, BackendStat, BackendValue, CgroupStats, ClusterState,
         ContainerRestarts, ContainerSample, Controller, CpuMem, Leadership, MetricType,
         NodeCapacity, NodeFacts, NodeLoad, NodePods, NumaMemory, Operator, PROBE_BUCKETS,
-        PerfCounts, PerfEventSet, Placement, PodRestarts, Platform, Pressure, ProbeState,
-        Resource, Selection, Shard, SinkStatus, Snapshot, SourceStatus, Stat, TaskContainer,
-        TaskPerfSample, TaskPerfSet, TaskPod, TaskSample, TaskSet, Window, WindowStats,
+        PerfCounts, PerfEventSet, Placement, Platform, PodRestarts, Pressure, ProbeState, Resource,
+        Selection, Shard, SinkStatus, Snapshot, SourceStatus, Stat, TaskContainer, TaskPerfSample,
+        TaskPerfSet, TaskPod, TaskSample, TaskSet, Window, WindowStats,
     };
     use kube_prober::sink::names::{self, Family, Kind};
     use kube_prober::sink::prometheus::{Format, render, render_families, render_tail};
@@ -352,7 +352,10 @@ mod counts {
             }
         }
         let mut out = BTreeMap::new();
-        for line in body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for line in body
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             let name = line.split(['{', ' ']).next().unwrap_or_default();
             let family = by_sample
                 .get(name)
@@ -909,9 +912,15 @@ fn every_family_has_a_documented_series_count_that_matches_the_exposition() {
         .collect();
     let in_table: BTreeSet<String> = formulas.keys().cloned().collect();
     let missing: Vec<_> = code.difference(&in_table).collect();
-    assert!(missing.is_empty(), "no series count documented for {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "no series count documented for {missing:?}"
+    );
     let stale: Vec<_> = in_table.difference(&code).collect();
-    assert!(stale.is_empty(), "series table names unknown families {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "series table names unknown families {stale:?}"
+    );
 
     let shapes = [
         Shape {
@@ -970,7 +979,9 @@ fn every_family_has_a_documented_series_count_that_matches_the_exposition() {
     // perf event sets are one per fixture), and the two sizes differ where the formulas scale.
     for family in &code {
         assert!(
-            by_size.iter().any(|m| m.get(family).copied().unwrap_or(0) > 0),
+            by_size
+                .iter()
+                .any(|m| m.get(family).copied().unwrap_or(0) > 0),
             "{family} has no series in either fixture"
         );
     }

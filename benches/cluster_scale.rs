@@ -656,9 +656,18 @@ fn run(report: &mut Report) -> Result<(), String> {
         None,
     );
 
-    // 4. /watcher with gzip vs static bytes.
+    // 4. /watcher with gzip vs static bytes. A client that does not decompress (reqwest's gzip
+    // feature is on in the dependency tree and would hand back the decoded body without its
+    // Content-Encoding), so the static server serves exactly the bytes kube-prober sent.
+    let raw = reqwest::Client::builder()
+        .no_proxy()
+        .http1_only()
+        .no_gzip()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .map_err(|e| format!("reqwest client: {e}"))?;
     let (status, took, head, body) = rt.block_on(get(
-        &client,
+        &raw,
         &format!("{base}/watcher"),
         &[("accept-encoding", "gzip")],
     ))?;

@@ -11,48 +11,11 @@ mod kubelet;
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
-use support::{Prober, get, promtool_check, wait_ready};
+use kube_prober::task::fixture::{self, Layout, Values};
+use support::{Prober, promtool_check, wait_ready};
 
 const NODE: &str = "worker-7";
-
-fn task_pod(name: &str, uid: &str, container_id: &str) -> Pod {
-    let mut p = apiserver::pod("shop", name, NODE);
-    p.metadata.uid = Some(uid.to_string());
-    let status = p.status.as_mut().unwrap();
-    status.qos_class = Some("Burstable".into());
-    if let Some(cs) = status.container_statuses.as_mut() {
-        cs[0].container_id = Some(format!("containerd://{container_id}"));
-    }
-    p
-}
-
-fn write_pod(root: &Path, uid: &str, container_id: &str, seed: u64) {
-    let pdir = fixture::pod_dir(Driver::Systemd, "burstable", uid);
-    fixture::write_cgroup(root, Layout::V2, &pdir, &Values::seeded(seed)).unwrap();
-    let c = pdir.join(fixture::container_dir(
-        Driver::Systemd,
-        Runtime::Containerd,
-        container_id,
-    ));
-    fixture::write_cgroup(root, Layout::V2, &c, &Values::seeded(seed + 1)).unwrap();
-}
-
-/// Polls /metrics until `ok` holds for the body (at most 20 s).
-async fn wait_metrics(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, body) = get(&p.url("/metrics")).await;
-        if status == 200 && ok(&body) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "{what}: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_role_takes_task_pods_from_the_kubelet() {
@@ -62,18 +25,18 @@ async fn node_role_takes_task_pods_from_the_kubelet() {
     let uid_b = "bbbbbbbb-1111-2222-3333-444444444444";
     let uid_api = "dddddddd-1111-2222-3333-444444444444";
     // Known to the API server only: with --kubelet-url the pod watch feeds no tasks.
-    api.upsert(&task_pod("api-only", uid_api, "c0ffee04"));
+    api.upsert(&apiserver::task_pod("api-only", uid_api, "c0ffee04", NODE));
 
     let k = kubelet::FakeKubelet::start("node-token").await;
-    k.set_pods(vec![task_pod("web-a", uid_a, "c0ffee01")]);
+    k.set_pods(vec![apiserver::task_pod("web-a", uid_a, "c0ffee01", NODE)]);
 
     let dir = tempfile::tempdir().unwrap();
     let files = k.write_files(dir.path());
     let cg = dir.path().join("cgroup");
     fixture::init(&cg, Layout::V2).unwrap();
-    write_pod(&cg, uid_a, "c0ffee01", 1);
-    write_pod(&cg, uid_b, "c0ffee02", 3);
-    write_pod(&cg, uid_api, "c0ffee04", 5);
+    support::write_task_cgroups(&cg, uid_a, "c0ffee01", 1);
+    support::write_task_cgroups(&cg, uid_b, "c0ffee02", 3);
+    support::write_task_cgroups(&cg, uid_api, "c0ffee04", 5);
     let kc = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kc).unwrap();
     let s = |p: &Path| p.to_string_lossy().into_owned();
@@ -108,7 +71,7 @@ async fn node_role_takes_task_pods_from_the_kubelet() {
         "kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\",namespace=\"shop\",pod=\"web-a\",task_name=\"shop/web-a\",task_id=\"{uid_a}\",qos=\"burstable\",ready=\"true\"}} {}",
         v.cpu_usec as f64 / 1e6
     );
-    let body = wait_metrics(&p, "task series of web-a", |b| b.contains(&cpu_a)).await;
+    let body = support::wait_metrics(&p, "task series of web-a", |b| b.contains(&cpu_a)).await;
     assert!(
         !body.contains(uid_api),
         "a pod the kubelet does not list is no task"
@@ -130,8 +93,8 @@ async fn node_role_takes_task_pods_from_the_kubelet() {
     assert_eq!(code, 0, "promtool: {out}");
 
     // The kubelet's list changes between polls: web-b arrives, web-a leaves.
-    k.set_pods(vec![task_pod("web-b", uid_b, "c0ffee02")]);
-    let body = wait_metrics(&p, "web-b replaces web-a", |b| {
+    k.set_pods(vec![apiserver::task_pod("web-b", uid_b, "c0ffee02", NODE)]);
+    let body = support::wait_metrics(&p, "web-b replaces web-a", |b| {
         b.contains(&format!("task_id=\"{uid_b}\"")) && !b.contains(&format!("task_id=\"{uid_a}\""))
     })
     .await;
@@ -139,12 +102,12 @@ async fn node_role_takes_task_pods_from_the_kubelet() {
 
     // Oversized and invalid answers are counted; the last pods stay.
     k.set_answer(kubelet::Answer::Huge(256 * 1024));
-    wait_metrics(&p, "too_large counted", |b| {
+    support::wait_metrics(&p, "too_large counted", |b| {
         b.contains("kube_prober_source_errors_total{source=\"kubelet_pods\",reason=\"too_large\"}")
     })
     .await;
     k.set_answer(kubelet::Answer::Invalid);
-    let body = wait_metrics(&p, "parse counted", |b| {
+    let body = support::wait_metrics(&p, "parse counted", |b| {
         b.contains("kube_prober_source_errors_total{source=\"kubelet_pods\",reason=\"parse\"}")
     })
     .await;

@@ -9,9 +9,8 @@ mod apiserver;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
-use support::{Prober, get, run_binary, wait_ready};
+use support::{Prober, run_binary, wait_ready};
 
 const NODES: usize = 3;
 const PODS_PER_NODE: usize = 8;
@@ -72,19 +71,6 @@ fn start(kubeconfig: &str, args: &[&str], node: Option<&str>) -> Prober {
     Prober::start_with_env(args, &env)
 }
 
-/// Scrapes until `ok` holds (at most 30 s).
-async fn scrape_until(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = get(&p.url("/metrics")).await;
-        if status == 200 && ok(&body) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "{what}: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
     let api = apiserver::start().await;
@@ -130,7 +116,8 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
     // Today: the cluster role alone, every pod watched.
     let today = start(&kc, &cluster_args("all"), None);
     wait_ready(&today).await;
-    let today_body = scrape_until(&today, "all: every node's pod sums", every_node(POD_SUMS)).await;
+    let today_body =
+        support::wait_metrics(&today, "all: every node's pod sums", every_node(POD_SUMS)).await;
     let want = series(&today_body, PER_NODE);
     assert_eq!(
         want.keys()
@@ -162,7 +149,7 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
     for (n, p) in nodes.iter().zip(&node_probers) {
         wait_ready(p).await;
         let mine = format!("kube_prober_node_pods{{node=\"{n}\"}}");
-        let body = scrape_until(p, "node role: its pod sums", |b| b.contains(&mine)).await;
+        let body = support::wait_metrics(p, "node role: its pod sums", |b| b.contains(&mine)).await;
         let s = series(&body, PER_NODE);
         assert!(
             s.keys()
@@ -176,7 +163,7 @@ async fn narrowed_cluster_role_plus_node_roles_serve_todays_per_node_series() {
         api.clear_requests();
         let narrowed = start(&kc, &cluster_args(scope), None);
         wait_ready(&narrowed).await;
-        let body = scrape_until(
+        let body = support::wait_metrics(
             &narrowed,
             scope,
             every_node(&["kube_prober_node_available"]),

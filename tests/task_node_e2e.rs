@@ -8,35 +8,12 @@ mod apiserver;
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
-use support::{Prober, get, promtool_check, wait_ready};
+use kube_prober::task::fixture::{self, Layout, Values};
+use support::{Prober, promtool_check, wait_ready};
 
 const NODE: &str = "worker-7";
-
-fn task_pod(name: &str, uid: &str, container_id: &str, node: &str) -> Pod {
-    let mut p = apiserver::pod("shop", name, node);
-    p.metadata.uid = Some(uid.to_string());
-    let status = p.status.as_mut().unwrap();
-    status.qos_class = Some("Burstable".into());
-    if let Some(cs) = status.container_statuses.as_mut() {
-        cs[0].container_id = Some(format!("containerd://{container_id}"));
-    }
-    p
-}
-
-fn write_pod(root: &Path, uid: &str, container_id: &str, seed: u64) {
-    let pdir = fixture::pod_dir(Driver::Systemd, "burstable", uid);
-    fixture::write_cgroup(root, Layout::V2, &pdir, &Values::seeded(seed)).unwrap();
-    let c = pdir.join(fixture::container_dir(
-        Driver::Systemd,
-        Runtime::Containerd,
-        container_id,
-    ));
-    fixture::write_cgroup(root, Layout::V2, &c, &Values::seeded(seed + 1)).unwrap();
-}
 
 fn write_sysfs(sys: &Path) {
     let cpu = sys.join("devices/system/cpu");
@@ -57,19 +34,6 @@ fn write_sysfs(sys: &Path) {
     .unwrap();
 }
 
-/// Polls /metrics until `ok` holds for the body (at most 20 s).
-async fn wait_metrics(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, body) = get(&p.url("/metrics")).await;
-        if status == 200 && ok(&body) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "{what}: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_role_serves_task_metrics_that_follow_the_pods() {
     let api = apiserver::start().await;
@@ -77,16 +41,21 @@ async fn node_role_serves_task_metrics_that_follow_the_pods() {
     let uid_a = "aaaaaaaa-1111-2222-3333-444444444444";
     let uid_b = "bbbbbbbb-1111-2222-3333-444444444444";
     let uid_other = "cccccccc-1111-2222-3333-444444444444";
-    api.upsert(&task_pod("web-a", uid_a, "c0ffee01", NODE));
-    api.upsert(&task_pod("elsewhere", uid_other, "c0ffee09", "worker-8"));
+    api.upsert(&apiserver::task_pod("web-a", uid_a, "c0ffee01", NODE));
+    api.upsert(&apiserver::task_pod(
+        "elsewhere",
+        uid_other,
+        "c0ffee09",
+        "worker-8",
+    ));
 
     let dir = tempfile::tempdir().unwrap();
     let cg = dir.path().join("cgroup");
     let sys = dir.path().join("sys");
     fixture::init(&cg, Layout::V2).unwrap();
-    write_pod(&cg, uid_a, "c0ffee01", 1);
-    write_pod(&cg, uid_b, "c0ffee02", 3);
-    write_pod(&cg, uid_other, "c0ffee09", 5);
+    support::write_task_cgroups(&cg, uid_a, "c0ffee01", 1);
+    support::write_task_cgroups(&cg, uid_b, "c0ffee02", 3);
+    support::write_task_cgroups(&cg, uid_other, "c0ffee09", 5);
     write_sysfs(&sys);
     let kc = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kc).unwrap();
@@ -119,7 +88,7 @@ async fn node_role_serves_task_metrics_that_follow_the_pods() {
         "kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\",namespace=\"shop\",pod=\"web-a\",task_name=\"shop/web-a\",task_id=\"{uid_a}\",qos=\"burstable\",ready=\"true\",app=\"web-a\"}} {}",
         v.cpu_usec as f64 / 1e6
     );
-    let body = wait_metrics(&p, "task series of web-a", |b| b.contains(&cpu_a)).await;
+    let body = support::wait_metrics(&p, "task series of web-a", |b| b.contains(&cpu_a)).await;
     assert!(
         !body.contains(uid_other),
         "a pod on another node is no task"
@@ -148,13 +117,13 @@ async fn node_role_serves_task_metrics_that_follow_the_pods() {
     assert_eq!(code, 0, "promtool: {out}");
 
     // A new pod appears, a deleted one leaves.
-    api.upsert(&task_pod("web-b", uid_b, "c0ffee02", NODE));
-    wait_metrics(&p, "web-b appears", |b| {
+    api.upsert(&apiserver::task_pod("web-b", uid_b, "c0ffee02", NODE));
+    support::wait_metrics(&p, "web-b appears", |b| {
         b.contains(&format!("task_id=\"{uid_b}\"")) && b.contains("container=\"main\"")
     })
     .await;
     assert!(api.delete::<Pod>("shop", "web-a"));
-    let body = wait_metrics(&p, "web-a leaves", |b| {
+    let body = support::wait_metrics(&p, "web-a leaves", |b| {
         !b.contains(&format!("task_id=\"{uid_a}\""))
     })
     .await;

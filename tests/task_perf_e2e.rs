@@ -9,41 +9,18 @@ mod apiserver;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
-use support::{Prober, get, promtool_check, wait_ready};
+use support::{Prober, promtool_check, wait_ready};
 
 const NODE: &str = "worker-7";
-
-fn task_pod(name: &str, uid: &str, container_id: &str) -> Pod {
-    let mut p = apiserver::pod("shop", name, NODE);
-    p.metadata.uid = Some(uid.to_string());
-    let status = p.status.as_mut().unwrap();
-    status.qos_class = Some("Burstable".into());
-    if let Some(cs) = status.container_statuses.as_mut() {
-        cs[0].container_id = Some(format!("containerd://{container_id}"));
-    }
-    p
-}
 
 fn write_sysfs(sys: &Path) {
     let cpu = sys.join("devices/system/cpu");
     std::fs::create_dir_all(&cpu).unwrap();
     std::fs::write(cpu.join("online"), "0-1\n").unwrap();
-}
-
-async fn wait_metrics(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, body) = get(&p.url("/metrics")).await;
-        if status == 200 && ok(&body) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "{what}: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Starts the node role against the stand-in API server with one pod, cgroups under `cg`.
@@ -84,7 +61,7 @@ async fn perf_families_only_with_the_flag_and_a_documented_state_where_counters_
     let api = apiserver::start().await;
     api.set_nodes(vec![apiserver::node(NODE, ("4", "8Gi"), ("4", "8Gi"))]);
     let uid = "aaaaaaaa-1111-2222-3333-444444444444";
-    api.upsert(&task_pod("web-a", uid, "c0ffee01"));
+    api.upsert(&apiserver::task_pod("web-a", uid, "c0ffee01", NODE));
     let dir = tempfile::tempdir().unwrap();
     let cg = dir.path().join("cgroup");
     let sys = dir.path().join("sys");
@@ -101,7 +78,7 @@ async fn perf_families_only_with_the_flag_and_a_documented_state_where_counters_
 
     // Without the flag: task families, no perf family at all.
     let p = start(&api, dir.path(), &cg, &sys, &[]).await;
-    let body = wait_metrics(&p, "task series", |b| {
+    let body = support::wait_metrics(&p, "task series", |b| {
         b.contains(&format!(
             "kube_prober_task_cpu_usage_seconds_total{{node=\"{NODE}\""
         ))
@@ -114,7 +91,7 @@ async fn perf_families_only_with_the_flag_and_a_documented_state_where_counters_
     // the state and the counted failure on /metrics (the start-up warning is logged before
     // `listening`, which the harness skips; tests/task_perf_kernel.rs checks its text).
     let p = start(&api, dir.path(), &cg, &sys, &["--task-perf-events"]).await;
-    let body = wait_metrics(&p, "perf state", |b| {
+    let body = support::wait_metrics(&p, "perf state", |b| {
         b.contains("kube_prober_task_perf_event_set{")
     })
     .await;
@@ -210,7 +187,7 @@ async fn real_cgroups_get_software_counters_per_pod() {
     }
     let api = apiserver::start().await;
     api.set_nodes(vec![apiserver::node(NODE, ("4", "8Gi"), ("4", "8Gi"))]);
-    api.upsert(&task_pod("real", &uid, "c0ffee01"));
+    api.upsert(&apiserver::task_pod("real", &uid, "c0ffee01", NODE));
     let dir = tempfile::tempdir().unwrap();
     let prober = start(
         &api,
@@ -223,7 +200,7 @@ async fn real_cgroups_get_software_counters_per_pod() {
     let series = format!(
         "kube_prober_task_perf_task_clock_seconds_total{{node=\"{NODE}\",namespace=\"shop\",pod=\"real\",task_name=\"shop/real\",task_id=\"{uid}\",qos=\"burstable\",ready=\"true\"}} "
     );
-    let body = wait_metrics(&prober, "task-clock of the real pod", |b| {
+    let body = support::wait_metrics(&prober, "task-clock of the real pod", |b| {
         b.contains(&series)
     })
     .await;
@@ -246,7 +223,7 @@ async fn real_cgroups_get_software_counters_per_pod() {
     let (code, out) = promtool_check(&body);
     assert_eq!(code, 0, "promtool: {out}");
     assert!(api.delete::<Pod>("shop", "real"));
-    let body = wait_metrics(&prober, "the pod's counters close", |b| {
+    let body = support::wait_metrics(&prober, "the pod's counters close", |b| {
         !b.contains(&series)
             && b.contains(&format!(
                 "kube_prober_task_perf_open_counters{{node=\"{NODE}\"}} 0"

@@ -3894,6 +3894,20 @@ pub fn pod_metrics(
 
 /// A Running, Ready pod on `node_name` (empty: unscheduled, Pending) with one container
 /// requesting 100m/128Mi, labelled `app: <name>`.
+/// A Burstable pod of namespace `shop` on `node` with uid `uid` whose first container runs
+/// as containerd container `container_id` (the node-role task tests).
+pub fn task_pod(name: &str, uid: &str, container_id: &str, node: &str) -> Pod {
+    let mut p = pod("shop", name, node);
+    p.metadata.uid = Some(uid.to_string());
+    if let Some(status) = p.status.as_mut() {
+        status.qos_class = Some("Burstable".into());
+        if let Some(cs) = status.container_statuses.as_mut() {
+            cs[0].container_id = Some(format!("containerd://{container_id}"));
+        }
+    }
+    p
+}
+
 pub fn pod(namespace: &str, name: &str, node_name: &str) -> Pod {
     let scheduled = !node_name.is_empty();
     let started = api_time(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));

@@ -242,3 +242,31 @@ pub async fn wait_ready(p: &Prober) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Polls `p`'s /metrics until `ok` holds for the body (at most 30 s), else panics with `what`
+/// and the last body.
+pub async fn wait_metrics(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = get(&p.url("/metrics")).await;
+        if status == 200 && ok(&body) {
+            return body;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A Burstable pod's cgroup and its containerd container's cgroup (cgroup v2, systemd driver)
+/// under the fixture root `root`, with values seeded from `seed` and `seed + 1`.
+pub fn write_task_cgroups(root: &Path, uid: &str, container_id: &str, seed: u64) {
+    use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
+    let pdir = fixture::pod_dir(Driver::Systemd, "burstable", uid);
+    fixture::write_cgroup(root, Layout::V2, &pdir, &Values::seeded(seed)).unwrap();
+    let c = pdir.join(fixture::container_dir(
+        Driver::Systemd,
+        Runtime::Containerd,
+        container_id,
+    ));
+    fixture::write_cgroup(root, Layout::V2, &c, &Values::seeded(seed + 1)).unwrap();
+}

@@ -12,6 +12,10 @@
 //! a counter, so parallel runs never meet. Skips (with the reason printed) only where cgroups
 //! cannot be created (not root, read-only or absent mounts).
 
+#[path = "support/cgroup_guard.rs"]
+mod cgroup_guard;
+use cgroup_guard::CgroupGuard;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -77,52 +81,6 @@ fn child_worker() {
     drop(keep);
 }
 
-/// Cgroups and children made by the test; removed on drop, children first.
-struct Guard {
-    dirs: Vec<PathBuf>,
-    children: Vec<Child>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // Deepest first.
-        let mut dirs = self.dirs.clone();
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for d in dirs {
-            for _ in 0..50 {
-                if std::fs::remove_dir(&d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if d.exists() {
-                eprintln!("could not remove {}", d.display());
-            }
-        }
-    }
-}
-
-impl Guard {
-    /// Makes `rel` (and its parents) in every hierarchy root.
-    fn mkdirs(&mut self, roots: &[PathBuf], rel: &Path) -> std::io::Result<()> {
-        for root in roots {
-            let mut p = root.clone();
-            for comp in rel.components() {
-                p.push(comp);
-                if !p.exists() {
-                    std::fs::create_dir(&p)?;
-                    self.dirs.push(p.clone());
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 fn spawn_worker(role: &str) -> (Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
@@ -134,19 +92,6 @@ fn spawn_worker(role: &str) -> (Child, BufReader<std::process::ChildStdout>) {
         .unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
     (child, out)
-}
-
-/// Waits for the worker's `done` line (the harness prints its own lines too).
-fn wait_done(out: &mut BufReader<std::process::ChildStdout>) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "worker exited before it was done");
-        if line.trim_end().ends_with("done") {
-            return;
-        }
-    }
 }
 
 fn read_u64(p: &Path) -> u64 {
@@ -229,12 +174,9 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
     let (burn_id, mem_id) = (format!("{pid:x}b{n:x}"), format!("{pid:x}a{n:x}"));
     let burn_rel = pod_rel.join(format!("cri-containerd-{burn_id}.scope"));
     let mem_rel = pod_rel.join(format!("cri-containerd-{mem_id}.scope"));
-    let mut guard = Guard {
-        dirs: Vec::new(),
-        children: Vec::new(),
-    };
+    let mut guard = CgroupGuard::default();
     for rel in [&burn_rel, &mem_rel] {
-        if let Err(e) = guard.mkdirs(&roots, rel) {
+        if let Err(e) = guard.mkdirs(&roots.iter().map(PathBuf::as_path).collect::<Vec<_>>(), rel) {
             println!(
                 "SKIPPED: cannot create cgroups under {} ({e}); needs root and writable cgroup mounts",
                 root.display()
@@ -297,7 +239,7 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         outs.push((cpid, out));
     }
     for (_, out) in &mut outs {
-        wait_done(out);
+        cgroup_guard::wait_done(out);
     }
     let burn_pid = outs[0].0.clone();
     let burn_cpu = proc_cpu_seconds(&burn_pid).unwrap();

@@ -17,9 +17,13 @@
 //! Every cgroup is removed by a guard, also when an assertion fails. Skips (with the reason
 //! printed) only where cgroups cannot be created or perf counters need a root this run lacks.
 
+#[path = "support/cgroup_guard.rs"]
+mod cgroup_guard;
+use cgroup_guard::CgroupGuard;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,60 +67,6 @@ fn child_worker() {
     std::io::stdout().flush().unwrap();
     let mut rest = String::new();
     let _ = stdin.lock().read_line(&mut rest);
-}
-
-/// Cgroups and children made by the test; removed on drop, children first.
-struct Guard {
-    dirs: Vec<PathBuf>,
-    children: Vec<Child>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let mut dirs = self.dirs.clone();
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for d in dirs {
-            for _ in 0..50 {
-                if std::fs::remove_dir(&d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if d.exists() {
-                eprintln!("could not remove {}", d.display());
-            }
-        }
-    }
-}
-
-impl Guard {
-    fn mkdirs(&mut self, root: &Path, rel: &Path) -> std::io::Result<()> {
-        let mut p = root.to_path_buf();
-        for comp in rel.components() {
-            p.push(comp);
-            if !p.exists() {
-                std::fs::create_dir(&p)?;
-                self.dirs.push(p.clone());
-            }
-        }
-        Ok(())
-    }
-}
-
-fn wait_done(out: &mut BufReader<std::process::ChildStdout>) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "worker exited before it was done");
-        if line.trim_end().ends_with("done") {
-            return;
-        }
-    }
 }
 
 /// The cgroup's own CPU seconds: v2 `cpu.stat` usage_usec, or v1 `cpuacct.usage`.
@@ -172,11 +122,8 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
         uid.replace('-', "_")
     ));
-    let mut guard = Guard {
-        dirs: Vec::new(),
-        children: Vec::new(),
-    };
-    if let Err(e) = guard.mkdirs(&perf_dir, &pod_rel) {
+    let mut guard = CgroupGuard::default();
+    if let Err(e) = guard.mkdirs(&[perf_dir.as_path()], &pod_rel) {
         println!(
             "SKIPPED: cannot create cgroups under {} ({e}); needs root and a writable cgroup mount",
             perf_dir.display()
@@ -187,7 +134,7 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     let cpuacct = cgroup_root.join("cpuacct");
     let v1_usage = perf_dir.ends_with("perf_event") && cpuacct.is_dir();
     if v1_usage {
-        guard.mkdirs(&cpuacct, &pod_rel).unwrap();
+        guard.mkdirs(&[cpuacct.as_path()], &pod_rel).unwrap();
     }
     let pod = Arc::new(TaskPod {
         uid: uid.clone(),
@@ -254,7 +201,7 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     }
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     guard.children.push(child);
-    wait_done(&mut out);
+    cgroup_guard::wait_done(&mut out);
 
     let second = sw.collect(std::slice::from_ref(&pod));
     let usage = cgroup_cpu_seconds(cgroup_root, &perf_dir, &pod_rel) - usage0;

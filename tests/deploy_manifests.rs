@@ -46,36 +46,7 @@ fn every_overlay_renders_and_validates_strictly() {
         let (crds, core): (Vec<Value>, Vec<Value>) =
             objs.into_iter().partition(is_prometheus_operator);
         crd_objects.extend(crds);
-        let file = dir.path().join(format!("{overlay}.yaml"));
-        let text: String = core
-            .iter()
-            .map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap()))
-            .collect();
-        std::fs::write(&file, text).unwrap();
-        let out = Command::new(&validate)
-            .arg("--strict")
-            .arg(&file)
-            .output()
-            .expect("running kubernetes-validate");
-        let report = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "{overlay}: kubernetes-validate failed:\n{report}"
-        );
-        let passed = report.matches(" passed for resource ").count();
-        assert_eq!(
-            passed,
-            core.len(),
-            "{overlay}: every object must pass against a known schema (none skipped):\n{report}"
-        );
-        assert!(
-            !report.contains("WARN") && !report.contains("ERROR"),
-            "{overlay}: {report}"
-        );
+        validate_strictly(&validate, dir.path(), &overlay, &core);
     }
     // The Prometheus Operator objects against their CRD schemas.
     assert!(
@@ -108,6 +79,121 @@ fn every_overlay_renders_and_validates_strictly() {
     );
     assert!(out.status.success(), "CRD validation failed:\n{report}");
     assert_eq!(report.matches("ok ").count(), crd_objects.len(), "{report}");
+}
+
+/// `kubernetes-validate --strict` on `objs` (written under `dir` as `NAME.yaml`): every object
+/// passes against a known schema, none skipped, no warning.
+fn validate_strictly(validate: &Path, dir: &Path, name: &str, objs: &[Value]) {
+    let file = dir.join(format!("{name}.yaml"));
+    let text: String = objs
+        .iter()
+        .map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap()))
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(validate)
+        .arg("--strict")
+        .arg(&file)
+        .output()
+        .expect("running kubernetes-validate");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{name}: kubernetes-validate failed:\n{report}"
+    );
+    let passed = report.matches(" passed for resource ").count();
+    assert_eq!(
+        passed,
+        objs.len(),
+        "{name}: every object must pass against a known schema (none skipped):\n{report}"
+    );
+    assert!(
+        !report.contains("WARN") && !report.contains("ERROR"),
+        "{name}: {report}"
+    );
+}
+
+/// The opt-in components no overlay includes (`kubelet-pods`, `node-perf`) render on top of the
+/// `cluster-node` overlay, validate strictly, and make the change they document on the node
+/// DaemonSet.
+#[test]
+fn opt_in_components_render_on_the_node_overlay_and_validate_strictly() {
+    let validate = on_path("kubernetes-validate").expect(
+        "kubernetes-validate not found on PATH: run `bash .ci/test`, which installs it from PyPI",
+    );
+    let repo = deploy::repo();
+    let used: String = deploy::overlays()
+        .iter()
+        .map(|o| {
+            std::fs::read_to_string(
+                repo.join("manifests/overlays")
+                    .join(o)
+                    .join("kustomization.yaml"),
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut opt_in: Vec<String> = std::fs::read_dir(repo.join("manifests/components"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|c| !used.contains(&format!("components/{c}")))
+        .collect();
+    opt_in.sort();
+    assert_eq!(
+        opt_in,
+        ["kubelet-pods", "node-perf"],
+        "components in no overlay"
+    );
+    let expected_arg = |c: &str| match c {
+        "kubelet-pods" => "--kubelet-url=https://$(NODE_IP):10250",
+        _ => "--task-perf-events=auto",
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for c in &opt_in {
+        // kustomize takes bases and components only by relative path; a kustomization in a
+        // temp dir that climbs to `/` and down to the repository keeps the repository untouched.
+        let k = dir.path().join(c);
+        std::fs::create_dir(&k).unwrap();
+        let up = "../".repeat(k.components().count() - 1);
+        let rel = |p: PathBuf| format!("{up}{}", p.strip_prefix("/").unwrap().display());
+        std::fs::write(
+            k.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+                rel(repo.join("manifests/overlays/cluster-node")),
+                rel(repo.join("manifests/components").join(c))
+            ),
+        )
+        .unwrap();
+        let out = Command::new(deploy::kubectl())
+            .arg("kustomize")
+            .arg(&k)
+            .output()
+            .expect("running kubectl kustomize");
+        assert!(
+            out.status.success(),
+            "{c}: kubectl kustomize: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let objs = deploy::yaml_docs(&String::from_utf8(out.stdout).unwrap());
+        let (_, core): (Vec<Value>, Vec<Value>) =
+            objs.into_iter().partition(is_prometheus_operator);
+        let ds = core
+            .iter()
+            .find(|o| kind(o) == "DaemonSet")
+            .unwrap_or_else(|| panic!("{c}: no node DaemonSet"));
+        let args = &ds["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert!(
+            args.as_array()
+                .is_some_and(|a| a.iter().any(|v| v == expected_arg(c))),
+            "{c}: the node container gets {}: {args}",
+            expected_arg(c)
+        );
+        validate_strictly(&validate, dir.path(), c, &core);
+    }
 }
 
 /// The validating models of npm's `@kubernetes-models/prometheus-operator`, installed once into

@@ -1,4 +1,4 @@
-//! Pods as the pod watchers decode them: only the fields [`super::derive`] and
+//! Pods and Nodes as the watchers decode them. Pods: only the fields [`super::derive`] and
 //! [`super::task_pods`] read, with the same names and shapes as k8s-openapi's `Pod` so the
 //! derivation reads either. Everything else in the JSON (managedFields, env, volumes, probes,
 //! images, most annotations' neighbours...) is skipped by the parser without being allocated,
@@ -8,10 +8,11 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
 /// A pod with the fields we use.
@@ -225,6 +226,247 @@ impl AsLeanPod for Pod {
 
 impl<T: AsLeanPod + ?Sized> AsLeanPod for &T {
     fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
+        (**self).lean()
+    }
+}
+
+/// A Node with only what [`super::derive::node_facts`], [`super::cluster::Stores::node_addresses`]
+/// and the metrics-server backend read: name, uid, resourceVersion (the watcher resumes from
+/// it) and creation time; labels; `spec.unschedulable` and taint keys; condition types and
+/// statuses; cpu and memory of capacity and allocatable; addresses. Everything else
+/// (`status.images`, managedFields, annotations, nodeInfo, condition messages, unknown fields)
+/// is skipped by the parser without being allocated. A missing or `null` field reads as
+/// absent; a field of the wrong type is a decode error, as with k8s-openapi's `Node`.
+///
+/// The shared strings are `Arc<str>` so the node watcher can intern them
+/// ([`super::cluster::trim_node`]): 65,000 nodes hold one copy of "Ready", "True" and each pool
+/// and zone name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeanNode {
+    /// Name, uid, resourceVersion and creationTimestamp; labels are in [`LeanNode::labels`].
+    pub metadata: ObjectMeta,
+    /// Labels as (key, value), sorted by key. The node watcher keeps only the pool and zone
+    /// keys derive reads.
+    pub labels: Vec<(Arc<str>, Arc<str>)>,
+    pub spec: Option<NodeSpec>,
+    pub status: Option<NodeStatus>,
+}
+
+impl LeanNode {
+    /// The value of label `key`, if present.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.labels[i].1)
+    }
+}
+
+impl k8s_openapi::Resource for LeanNode {
+    const API_VERSION: &'static str = <Node as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Node as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Node as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Node as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::Metadata for LeanNode {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct NodeSpec {
+    #[serde(default)]
+    pub unschedulable: Option<bool>,
+    #[serde(default)]
+    pub taints: Option<Vec<Taint>>,
+}
+
+/// A taint's key (the rest is skipped).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Taint {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeStatus {
+    pub conditions: Option<Vec<NodeCondition>>,
+    pub capacity: Option<Resources>,
+    pub allocatable: Option<Resources>,
+    pub addresses: Option<Vec<NodeAddress>>,
+}
+
+/// A condition's type and status (reason, message and times are skipped: nothing reads them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeCondition {
+    pub type_: Arc<str>,
+    pub status: Arc<str>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeAddress {
+    pub type_: Arc<str>,
+    pub address: Box<str>,
+}
+
+/// The cpu and memory quantities of a resource list (capacity, allocatable); the other
+/// resources (pods, ephemeral-storage, hugepages, devices) are skipped.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Resources {
+    #[serde(default)]
+    pub cpu: Option<Quantity>,
+    #[serde(default)]
+    pub memory: Option<Quantity>,
+}
+
+impl Resources {
+    /// The quantity of `resource` (`cpu` or `memory`; anything else is not kept).
+    pub fn get(&self, resource: &str) -> Option<&Quantity> {
+        match resource {
+            "cpu" => self.cpu.as_ref(),
+            "memory" => self.memory.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawNodeMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawNodeStatus {
+    #[serde(default)]
+    conditions: Option<Vec<RawPair>>,
+    #[serde(default)]
+    capacity: Option<Resources>,
+    #[serde(default)]
+    allocatable: Option<Resources>,
+    #[serde(default)]
+    addresses: Option<Vec<RawAddress>>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawPair {
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
+    type_: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    status: String,
+}
+
+#[derive(Deserialize, Default)]
+struct RawAddress {
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
+    type_: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    address: String,
+}
+
+#[derive(Deserialize, Default)]
+struct RawNode {
+    #[serde(default, deserialize_with = "null_as_default")]
+    metadata: RawNodeMeta,
+    #[serde(default)]
+    spec: Option<NodeSpec>,
+    #[serde(default)]
+    status: Option<RawNodeStatus>,
+}
+
+impl<'de> Deserialize<'de> for LeanNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawNode::deserialize(d)?;
+        let m = raw.metadata;
+        let mut labels: Vec<(Arc<str>, Arc<str>)> = m
+            .labels
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (Arc::from(k), Arc::from(v)))
+            .collect();
+        labels.shrink_to_fit();
+        Ok(LeanNode {
+            metadata: ObjectMeta {
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                creation_timestamp: m.creation_timestamp,
+                ..ObjectMeta::default()
+            },
+            labels,
+            spec: raw.spec,
+            status: raw.status.map(|s| NodeStatus {
+                conditions: s.conditions.map(|c| {
+                    c.into_iter()
+                        .map(|c| NodeCondition {
+                            type_: c.type_.into(),
+                            status: c.status.into(),
+                        })
+                        .collect()
+                }),
+                capacity: s.capacity,
+                allocatable: s.allocatable,
+                addresses: s.addresses.map(|a| {
+                    a.into_iter()
+                        .map(|a| NodeAddress {
+                            type_: a.type_.into(),
+                            address: a.address.into(),
+                        })
+                        .collect()
+                }),
+            }),
+        })
+    }
+}
+
+/// A node in either shape, seen as a [`LeanNode`]: borrowed as is, or converted from a whole
+/// k8s-openapi `Node` (tests and callers holding whole objects) through its JSON, the same
+/// parser the watcher uses.
+pub trait AsLeanNode {
+    fn lean(&self) -> Result<Cow<'_, LeanNode>, String>;
+}
+
+impl AsLeanNode for LeanNode {
+    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+impl AsLeanNode for Node {
+    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
+        serde_json::to_value(self)
+            .and_then(serde_json::from_value)
+            .map(Cow::Owned)
+            .map_err(|e| format!("node does not convert: {e}"))
+    }
+}
+
+impl<T: AsLeanNode + ?Sized> AsLeanNode for &T {
+    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
+        (**self).lean()
+    }
+}
+
+impl<T: AsLeanNode + ?Sized> AsLeanNode for Arc<T> {
+    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
         (**self).lean()
     }
 }

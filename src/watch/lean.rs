@@ -585,4 +585,147 @@ mod tests {
         assert_eq!(lean, from_json);
         assert_eq!(lean.spec.unwrap().node_name.as_deref(), Some("n"));
     }
+
+    /// A Node as a GKE kubelet and the control plane write it, with everything we skip.
+    fn full_node_json() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "gke-c-pool-1-abcd", "uid": "u-1", "resourceVersion": "42",
+                "creationTimestamp": "2025-01-01T00:00:00Z",
+                "labels": {"cloud.google.com/gke-nodepool": "pool-1",
+                    "topology.kubernetes.io/zone": "us-central1-a",
+                    "kubernetes.io/hostname": "gke-c-pool-1-abcd"},
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update",
+                    "fieldsV1": {"f:status": {"f:images": {}}}}],
+                "finalizers": ["x"],
+            },
+            "spec": {
+                "podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24"],
+                "providerID": "gce://p/z/n", "unschedulable": true,
+                "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
+                    "timeAdded": "2025-01-01T00:00:00Z"}],
+                "someFutureField": {"a": [1, 2]},
+            },
+            "status": {
+                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110",
+                    "ephemeral-storage": "100Gi", "nvidia.com/gpu": "1"},
+                "allocatable": {"cpu": "3920m", "memory": "14Gi", "pods": "110"},
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                        "message": "kubelet has sufficient memory available",
+                        "lastHeartbeatTime": "2025-01-01T00:00:00Z",
+                        "lastTransitionTime": "2025-01-01T00:00:00Z"},
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status"},
+                ],
+                "addresses": [{"type": "InternalIP", "address": "10.128.0.7"},
+                    {"type": "Hostname", "address": "gke-c-pool-1-abcd"}],
+                "images": (0..50).map(|i| serde_json::json!({
+                    "names": [format!("registry.example/image-{i}@sha256:0123"), format!("registry.example/image-{i}:v1")],
+                    "sizeBytes": 123456789})).collect::<Vec<_>>(),
+                "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "COS", "machineID": "m"},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "volumesInUse": ["v"], "config": {}, "features": {}, "runtimeHandlers": [],
+                "someFutureStatus": [{"x": null}],
+            },
+        })
+    }
+
+    #[test]
+    fn a_node_with_everything_decodes_to_what_derive_reads() {
+        let n: LeanNode = serde_json::from_value(full_node_json()).unwrap();
+        let m = &n.metadata;
+        assert_eq!(m.name.as_deref(), Some("gke-c-pool-1-abcd"));
+        assert_eq!(m.uid.as_deref(), Some("u-1"));
+        assert_eq!(m.resource_version.as_deref(), Some("42"));
+        assert!(m.creation_timestamp.is_some());
+        assert!(m.labels.is_none() && m.annotations.is_none() && m.managed_fields.is_none());
+        assert!(m.finalizers.is_none());
+        assert_eq!(n.label("cloud.google.com/gke-nodepool"), Some("pool-1"));
+        assert_eq!(n.label("topology.kubernetes.io/zone"), Some("us-central1-a"));
+        assert_eq!(n.label("missing"), None);
+        assert_eq!(n.labels.len(), 3, "sorted, all labels until the watcher trims them");
+        let spec = n.spec.as_ref().unwrap();
+        assert_eq!(spec.unschedulable, Some(true));
+        assert_eq!(
+            spec.taints.as_ref().unwrap()[0].key,
+            "node.kubernetes.io/unschedulable"
+        );
+        let st = n.status.as_ref().unwrap();
+        let cap = st.capacity.as_ref().unwrap();
+        assert_eq!(cap.get("cpu").unwrap().0, "4");
+        assert_eq!(cap.get("memory").unwrap().0, "16Gi");
+        assert!(cap.get("pods").is_none(), "only cpu and memory are kept");
+        assert_eq!(st.allocatable.as_ref().unwrap().cpu.as_ref().unwrap().0, "3920m");
+        let conds: Vec<_> = st
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (&*c.type_, &*c.status))
+            .collect();
+        assert_eq!(conds, [("MemoryPressure", "False"), ("Ready", "True")]);
+        let addrs: Vec<_> = st
+            .addresses
+            .iter()
+            .flatten()
+            .map(|a| (&*a.type_, &*a.address))
+            .collect();
+        assert_eq!(
+            addrs,
+            [("InternalIP", "10.128.0.7"), ("Hostname", "gke-c-pool-1-abcd")]
+        );
+    }
+
+    #[test]
+    fn a_whole_node_converts_to_the_same_lean_node_as_its_json() {
+        let whole: Node = serde_json::from_value(full_node_json()).unwrap();
+        let lean = whole.lean().unwrap().into_owned();
+        let from_json: LeanNode = serde_json::from_value(full_node_json()).unwrap();
+        assert_eq!(lean, from_json);
+    }
+
+    #[test]
+    fn missing_and_null_node_fields_read_as_absent() {
+        for json in [
+            serde_json::json!({}),
+            serde_json::json!({"metadata": null, "spec": null, "status": null}),
+            serde_json::json!({"metadata": {"labels": null, "name": null},
+                "spec": {"taints": [{}], "unschedulable": null},
+                "status": {"conditions": [{}, {"type": null, "status": null}],
+                    "capacity": {"cpu": null}, "allocatable": null, "addresses": [{}]}}),
+        ] {
+            let n: LeanNode = serde_json::from_value(json.clone()).unwrap();
+            assert!(n.metadata.name.is_none(), "{json}");
+        }
+    }
+
+    #[test]
+    fn malformed_node_fields_are_clear_decode_errors() {
+        for (json, field) in [
+            (serde_json::json!({"metadata": {"name": 5}}), "integer"),
+            (serde_json::json!({"metadata": {"creationTimestamp": "yesterday"}}), "year"),
+            (serde_json::json!({"metadata": {"labels": ["a"]}}), "sequence"),
+            (serde_json::json!({"spec": {"unschedulable": "yes"}}), "yes"),
+            (serde_json::json!({"status": {"capacity": "4"}}), "string"),
+            (serde_json::json!({"status": {"conditions": {"type": "Ready"}}}), "map"),
+            (serde_json::json!({"status": {"addresses": [{"address": false}]}}), "boolean"),
+            (serde_json::json!("node"), "string"),
+        ] {
+            let e = serde_json::from_value::<LeanNode>(json.clone()).unwrap_err();
+            assert!(e.to_string().contains(field), "{json}: {e}");
+        }
+        // Fields nobody reads cannot fail the decode, whatever they hold.
+        let n: LeanNode = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "annotations": 7, "managedFields": "x"},
+            "spec": {"podCIDR": [1], "taints": [{"key": "k", "effect": 3}]},
+            "status": {"images": {"not": "a list"}, "nodeInfo": 1,
+                "capacity": {"pods": [1], "cpu": "1"},
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": 5}]},
+        }))
+        .unwrap();
+        assert_eq!(n.metadata.name.as_deref(), Some("n"));
+    }
+
 }

@@ -18,11 +18,11 @@ use kube_prober::fetch::prometheus::{parse_vector, strip_port};
 use kube_prober::fetch::signalfx::{parse_metadata, parse_window};
 use kube_prober::quantity::{MAX_MAGNITUDE, parse_quantity};
 use kube_prober::task::cgroup;
+use kube_prober::watch::cluster::{Interner, node_label_keys, trim_node};
 use kube_prober::watch::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
     pod_facts,
 };
-use kube_prober::watch::cluster::{Interner, node_label_keys, trim_node};
 use kube_prober::watch::lean::{LeanNode, LeanPod};
 use kube_prober::watch::task_pods::{TaskPodConfig, task_pod};
 use proptest::prelude::*;

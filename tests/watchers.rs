@@ -366,9 +366,11 @@ fn a_watched_node_costs_a_fraction_of_a_whole_node() {
             })
             .collect();
         v["metadata"]["managedFields"] = (0..5)
-            .map(|i| serde_json::json!({"manager": format!("m{i}"), "operation": "Update",
+            .map(|i| {
+                serde_json::json!({"manager": format!("m{i}"), "operation": "Update",
                 "apiVersion": "v1", "time": "2025-01-01T00:00:00Z", "fieldsType": "FieldsV1",
-                "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}}}}}}))
+                "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}}}}}})
+            })
             .collect();
         v
     };
@@ -440,7 +442,10 @@ fn a_watched_node_costs_a_fraction_of_a_whole_node() {
             json[0].len()
         );
         assert!(lean_bytes <= 2000, "{what}: {lean_bytes} B per lean node");
-        assert!(lean_bytes * 3 <= trimmed_bytes, "{what}: {lean_bytes} vs {trimmed_bytes}");
+        assert!(
+            lean_bytes * 3 <= trimmed_bytes,
+            "{what}: {lean_bytes} vs {trimmed_bytes}"
+        );
         drop((lean, interner));
     }
 }

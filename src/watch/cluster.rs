@@ -795,12 +795,19 @@ mod tests {
                 ("topology.kubernetes.io/zone", "zone-a")
             ]
         );
-        assert!(Arc::ptr_eq(&a.labels[0].1, &b.labels[0].1), "one copy of the pool name");
-        let cond = |n: &LeanNode| n.status.as_ref().unwrap().conditions.as_ref().unwrap()[0].clone();
+        assert!(
+            Arc::ptr_eq(&a.labels[0].1, &b.labels[0].1),
+            "one copy of the pool name"
+        );
+        let cond =
+            |n: &LeanNode| n.status.as_ref().unwrap().conditions.as_ref().unwrap()[0].clone();
         assert!(Arc::ptr_eq(&cond(&a).status, &cond(&b).status));
         let f = super::super::derive::node_facts(&a, SystemTime::now(), &DeriveConfig::default())
             .unwrap();
-        assert_eq!((f.placement.pool.as_str(), f.placement.zone.as_str()), ("pool-1", "zone-a"));
+        assert_eq!(
+            (f.placement.pool.as_str(), f.placement.zone.as_str()),
+            ("pool-1", "zone-a")
+        );
         assert!(f.ready);
     }
 }

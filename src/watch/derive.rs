@@ -496,8 +496,8 @@ mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::{DaemonSetSpec, DaemonSetStatus, DeploymentSpec};
     use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateTerminated, ContainerStatus, Node,
-        NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
+        Container, ContainerState, ContainerStateTerminated, ContainerStatus, Node, NodeCondition,
+        NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
         ResourceRequirements, Taint,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

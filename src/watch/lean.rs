@@ -644,9 +644,16 @@ mod tests {
         assert!(m.labels.is_none() && m.annotations.is_none() && m.managed_fields.is_none());
         assert!(m.finalizers.is_none());
         assert_eq!(n.label("cloud.google.com/gke-nodepool"), Some("pool-1"));
-        assert_eq!(n.label("topology.kubernetes.io/zone"), Some("us-central1-a"));
+        assert_eq!(
+            n.label("topology.kubernetes.io/zone"),
+            Some("us-central1-a")
+        );
         assert_eq!(n.label("missing"), None);
-        assert_eq!(n.labels.len(), 3, "sorted, all labels until the watcher trims them");
+        assert_eq!(
+            n.labels.len(),
+            3,
+            "sorted, all labels until the watcher trims them"
+        );
         let spec = n.spec.as_ref().unwrap();
         assert_eq!(spec.unschedulable, Some(true));
         assert_eq!(
@@ -658,7 +665,10 @@ mod tests {
         assert_eq!(cap.get("cpu").unwrap().0, "4");
         assert_eq!(cap.get("memory").unwrap().0, "16Gi");
         assert!(cap.get("pods").is_none(), "only cpu and memory are kept");
-        assert_eq!(st.allocatable.as_ref().unwrap().cpu.as_ref().unwrap().0, "3920m");
+        assert_eq!(
+            st.allocatable.as_ref().unwrap().cpu.as_ref().unwrap().0,
+            "3920m"
+        );
         let conds: Vec<_> = st
             .conditions
             .iter()
@@ -674,7 +684,10 @@ mod tests {
             .collect();
         assert_eq!(
             addrs,
-            [("InternalIP", "10.128.0.7"), ("Hostname", "gke-c-pool-1-abcd")]
+            [
+                ("InternalIP", "10.128.0.7"),
+                ("Hostname", "gke-c-pool-1-abcd")
+            ]
         );
     }
 
@@ -705,12 +718,24 @@ mod tests {
     fn malformed_node_fields_are_clear_decode_errors() {
         for (json, field) in [
             (serde_json::json!({"metadata": {"name": 5}}), "integer"),
-            (serde_json::json!({"metadata": {"creationTimestamp": "yesterday"}}), "year"),
-            (serde_json::json!({"metadata": {"labels": ["a"]}}), "sequence"),
+            (
+                serde_json::json!({"metadata": {"creationTimestamp": "yesterday"}}),
+                "year",
+            ),
+            (
+                serde_json::json!({"metadata": {"labels": ["a"]}}),
+                "sequence",
+            ),
             (serde_json::json!({"spec": {"unschedulable": "yes"}}), "yes"),
             (serde_json::json!({"status": {"capacity": "4"}}), "string"),
-            (serde_json::json!({"status": {"conditions": {"type": "Ready"}}}), "map"),
-            (serde_json::json!({"status": {"addresses": [{"address": false}]}}), "boolean"),
+            (
+                serde_json::json!({"status": {"conditions": {"type": "Ready"}}}),
+                "map",
+            ),
+            (
+                serde_json::json!({"status": {"addresses": [{"address": false}]}}),
+                "boolean",
+            ),
             (serde_json::json!("node"), "string"),
         ] {
             let e = serde_json::from_value::<LeanNode>(json.clone()).unwrap_err();
@@ -727,5 +752,4 @@ mod tests {
         .unwrap();
         assert_eq!(n.metadata.name.as_deref(), Some("n"));
     }
-
 }

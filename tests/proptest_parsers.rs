@@ -18,11 +18,12 @@ use kube_prober::fetch::prometheus::{parse_vector, strip_port};
 use kube_prober::fetch::signalfx::{parse_metadata, parse_window};
 use kube_prober::quantity::{MAX_MAGNITUDE, parse_quantity};
 use kube_prober::task::cgroup;
+use kube_prober::watch::cluster::{Interner, node_label_keys, trim_node};
 use kube_prober::watch::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
     pod_facts,
 };
-use kube_prober::watch::lean::LeanPod;
+use kube_prober::watch::lean::{LeanNode, LeanPod};
 use kube_prober::watch::task_pods::{TaskPodConfig, task_pod};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
@@ -467,9 +468,20 @@ proptest! {
 
     #[test]
     fn nodes_with_missing_or_absurd_fields(node in node_json()) {
-        let Ok(node) = serde_json::from_value::<Node>(node) else { return Ok(()) };
+        // The watcher's lean decoding: never a panic; it reads whatever a whole Node reads.
+        let lean = serde_json::from_value::<LeanNode>(node.clone());
+        let Ok(whole) = serde_json::from_value::<Node>(node) else { return Ok(()) };
+        let Ok(mut lean) = lean else {
+            return Err(TestCaseError::fail(format!("a Node that decodes whole fails lean: {lean:?}")));
+        };
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        if let Ok(f) = node_facts(&node, now, &DeriveConfig::default()) {
+        let cfg = DeriveConfig::default();
+        let facts = node_facts(&whole, now, &cfg);
+        prop_assert_eq!(&facts, &node_facts(&lean, now, &cfg));
+        // Trimmed as the node store keeps it: the same facts.
+        trim_node(&mut lean, &node_label_keys(&cfg), &mut Interner::default());
+        prop_assert_eq!(&facts, &node_facts(&lean, now, &cfg));
+        if let Ok(f) = facts {
             prop_assert!(!f.name.is_empty());
             for c in [f.capacity, f.allocatable].into_iter().flatten() {
                 prop_assert!(c.cpu_cores.is_finite() && c.memory_bytes.is_finite());

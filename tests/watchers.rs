@@ -21,6 +21,72 @@ use kube_prober::watch::cluster::{PodScope, Scope, WatchConfig, spawn};
 use kube_prober::watch::derive::DeriveConfig;
 use tokio_util::sync::CancellationToken;
 
+/// Counts this thread's live heap bytes as glibc's malloc spends them (16-byte chunks with an
+/// 8-byte header, 32 at least), for the node store's cost per node.
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    thread_local! {
+        static LIVE: Cell<i64> = const { Cell::new(0) };
+    }
+
+    fn chunk(size: usize) -> i64 {
+        ((size + 8).div_ceil(16) * 16).max(32) as i64
+    }
+
+    fn note(delta: i64) {
+        let _ = LIVE.try_with(|l| l.set(l.get() + delta));
+    }
+
+    /// Live bytes allocated by this thread (and not freed) so far.
+    pub fn live() -> i64 {
+        LIVE.with(Cell::get)
+    }
+
+    // SAFETY: every call is passed to `System` unchanged; the counter is a const thread-local
+    // without a destructor, so updating it never allocates.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: same contract as the caller's.
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                note(chunk(layout.size()));
+            }
+            p
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: same contract as the caller's.
+            let p = unsafe { System.alloc_zeroed(layout) };
+            if !p.is_null() {
+                note(chunk(layout.size()));
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: same contract as the caller's.
+            unsafe { System.dealloc(ptr, layout) };
+            note(-chunk(layout.size()));
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: same contract as the caller's.
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                note(chunk(new_size) - chunk(layout.size()));
+            }
+            p
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOC: heap::Counting = heap::Counting;
+
 fn map(kv: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
     Some(
         kv.iter()
@@ -277,4 +343,109 @@ async fn node_scope_sees_only_its_node_and_pods() {
         "field selector sent: {requests:?}"
     );
     cancel.cancel();
+}
+
+/// What the node store holds per node, measured with the counting allocator: the object behind
+/// its `Arc` and the store's key, for 1,000 of the stand-in's nodes (what `cluster_scale`
+/// measures) and for the same nodes as a real kubelet reports them (40 images, managedFields).
+/// Before lean decoding the store held whole `Node`s trimmed after decoding (images,
+/// managedFields, annotations, nodeInfo... dropped; every label kept).
+#[test]
+fn a_watched_node_costs_a_fraction_of_a_whole_node() {
+    use kube::runtime::reflector::ObjectRef;
+    use kube_prober::watch::cluster::{Interner, node_label_keys, trim_node};
+    use kube_prober::watch::lean::LeanNode;
+    const N: usize = 1000;
+    let real = |mut v: serde_json::Value| {
+        v["status"]["images"] = (0..40)
+            .map(|i| {
+                serde_json::json!({"names": [
+                    format!("us-docker.pkg.dev/project/repo/image-{i}@sha256:{:064x}", i),
+                    format!("us-docker.pkg.dev/project/repo/image-{i}:v1.2.3"),
+                ], "sizeBytes": 123_456_789})
+            })
+            .collect();
+        v["metadata"]["managedFields"] = (0..5)
+            .map(|i| {
+                serde_json::json!({"manager": format!("m{i}"), "operation": "Update",
+                "apiVersion": "v1", "time": "2025-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}}}}}})
+            })
+            .collect();
+        v
+    };
+    let standin: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let n = apiserver::standin_node(i, &format!("gke-standin-node-{i:05}"));
+            serde_json::to_vec(&n).unwrap()
+        })
+        .collect();
+    let gke: Vec<Vec<u8>> = standin
+        .iter()
+        .map(|j| serde_json::to_vec(&real(serde_json::from_slice(j).unwrap())).unwrap())
+        .collect();
+    for (what, json) in [("stand-in", &standin), ("with images", &gke)] {
+        let before = heap::live();
+        let whole: Vec<(ObjectRef<Node>, Arc<Node>)> = json
+            .iter()
+            .map(|j| {
+                let n: Node = serde_json::from_slice(j).unwrap();
+                (ObjectRef::from_obj(&n), Arc::new(n))
+            })
+            .collect();
+        let whole_bytes = (heap::live() - before) / N as i64;
+        drop(whole);
+        // Trimmed as the node watcher did before LeanNode.
+        let before = heap::live();
+        let trimmed: Vec<(ObjectRef<Node>, Arc<Node>)> = json
+            .iter()
+            .map(|j| {
+                let mut n: Node = serde_json::from_slice(j).unwrap();
+                n.metadata.managed_fields = None;
+                n.metadata.annotations = None;
+                if let Some(s) = n.spec.as_mut() {
+                    (s.pod_cidr, s.pod_cidrs, s.provider_id) = (None, None, None);
+                }
+                if let Some(s) = n.status.as_mut() {
+                    (s.images, s.node_info, s.daemon_endpoints) = (None, None, None);
+                    for c in s.conditions.iter_mut().flatten() {
+                        (c.message, c.last_heartbeat_time) = (None, None);
+                    }
+                }
+                (ObjectRef::from_obj(&n), Arc::new(n))
+            })
+            .collect();
+        let trimmed_bytes = (heap::live() - before) / N as i64;
+        drop(trimmed);
+        let keys = node_label_keys(&DeriveConfig::default());
+        let before = heap::live();
+        let mut interner = Interner::default();
+        let lean: Vec<(ObjectRef<LeanNode>, Arc<LeanNode>)> = json
+            .iter()
+            .map(|j| {
+                let mut n: LeanNode = serde_json::from_slice(j).unwrap();
+                trim_node(&mut n, &keys, &mut interner);
+                (ObjectRef::from_obj(&n), Arc::new(n))
+            })
+            .collect();
+        let lean_bytes = (heap::live() - before) / N as i64;
+        println!(
+            "inline sizes: LeanNode {}, ObjectMeta {}, ObjectRef {}; whole Node {}",
+            std::mem::size_of::<LeanNode>(),
+            std::mem::size_of::<ObjectMeta>(),
+            std::mem::size_of::<ObjectRef<LeanNode>>(),
+            std::mem::size_of::<Node>()
+        );
+        println!(
+            "{what}: bytes per node in the store: whole Node {whole_bytes}, trimmed Node \
+             {trimmed_bytes}, LeanNode {lean_bytes} (JSON {} B)",
+            json[0].len()
+        );
+        assert!(lean_bytes <= 2000, "{what}: {lean_bytes} B per lean node");
+        assert!(
+            lean_bytes * 3 <= trimmed_bytes,
+            "{what}: {lean_bytes} vs {trimmed_bytes}"
+        );
+        drop((lean, interner));
+    }
 }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_metrics::v1beta1::NodeMetrics;
-use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 
@@ -22,6 +21,7 @@ use super::{Dropped, Fetched, UsageFetcher};
 use crate::model::{NodeCapacity, Resource, UsageSample};
 use crate::provider::{DropReason, validate};
 use crate::quantity::parse_quantity;
+use crate::watch::lean::LeanNode;
 
 /// Settings of the metrics-server backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,7 +32,7 @@ pub struct MetricsServerConfig {
 }
 
 /// The Nodes the cluster role's watchers already hold (trimmed, with capacity and allocatable).
-pub type NodeSource = Arc<dyn Fn() -> Vec<Arc<Node>> + Send + Sync>;
+pub type NodeSource = Arc<dyn Fn() -> Vec<Arc<LeanNode>> + Send + Sync>;
 
 /// Reads node usage from the resource metrics API through the Kubernetes API server.
 pub struct MetricsServerFetcher {
@@ -79,7 +79,7 @@ impl UsageFetcher for MetricsServerFetcher {
         let metrics_api: Api<NodeMetrics> = Api::all(self.client.clone());
         let watched = self.nodes.as_ref().map(|f| f()).unwrap_or_default();
         let (metrics, nodes) = if watched.is_empty() {
-            let nodes_api: Api<Node> = Api::all(self.client.clone());
+            let nodes_api: Api<LeanNode> = Api::all(self.client.clone());
             let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
             (
                 metrics,
@@ -178,7 +178,7 @@ fn too_large(e: &kube::Error) -> bool {
 /// defaults to capacity, as the API documents, where a node does not report it). `Err` holds
 /// why it is unusable (the hub's rule in [`validate`]) and what to log.
 fn denominator(
-    node: &Node,
+    node: &LeanNode,
     cfg: &MetricsServerConfig,
     resource: &str,
 ) -> Result<f64, (DropReason, String)> {
@@ -229,7 +229,7 @@ struct FromLists {
     dropped: Vec<Dropped>,
 }
 
-fn samples_from<N: std::borrow::Borrow<Node>>(
+fn samples_from<N: std::borrow::Borrow<LeanNode>>(
     node_metrics: &[NodeMetrics],
     nodes: &[N],
     cfg: &MetricsServerConfig,
@@ -330,8 +330,9 @@ mod tests {
         ]))
     }
 
-    fn node(name: &str, capacity: (&str, &str), allocatable: Option<(&str, &str)>) -> Node {
-        Node {
+    fn node(name: &str, capacity: (&str, &str), allocatable: Option<(&str, &str)>) -> LeanNode {
+        use crate::watch::lean::AsLeanNode;
+        k8s_openapi::api::core::v1::Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 ..ObjectMeta::default()
@@ -341,8 +342,11 @@ mod tests {
                 allocatable: allocatable.and_then(|(c, m)| resources(c, m)),
                 ..NodeStatus::default()
             }),
-            ..Node::default()
+            ..Default::default()
         }
+        .lean()
+        .unwrap()
+        .into_owned()
     }
 
     const T: i64 = 1_760_000_000;

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
-use super::lean::LeanPod;
+use super::lean::{LeanNode, LeanPod};
 use super::task_pods::TaskPodIndex;
 use crate::model::{ClusterState, PodFacts};
 use crate::provider::{Provider, RunOutcome};
@@ -117,7 +116,8 @@ impl PodIndex {
 /// The reflector stores.
 #[derive(Clone)]
 pub struct Stores {
-    pub nodes: Store<Node>,
+    /// Nodes decoded lean ([`LeanNode`]) and trimmed by [`trim_node`].
+    pub nodes: Store<LeanNode>,
     /// One index per pod watch: every pod, the node's pods, or one per workload namespace
     /// (`--pod-scope workloads`); none with `--pod-scope none`.
     pub pods: Vec<PodIndex>,
@@ -164,11 +164,11 @@ impl Stores {
     pub fn node_addresses(&self) -> std::collections::HashMap<String, String> {
         let mut out = std::collections::HashMap::new();
         for n in self.nodes.state() {
-            let Some(name) = n.metadata.name.clone() else {
+            let Some(name) = n.metadata.name.as_deref() else {
                 continue;
             };
             for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
-                out.insert(a.address.clone(), name.clone());
+                out.insert(a.address.to_string(), name.to_string());
             }
         }
         out
@@ -222,28 +222,33 @@ fn trim_meta(meta: &mut ObjectMeta, keep_annotations: &[String], keep_labels: Op
     }
 }
 
-/// What `derive::node_facts` reads: name, labels, creation time, unschedulable and taints,
-/// condition types and statuses, capacity, allocatable, addresses.
-pub fn trim_node(n: &mut Node) {
-    trim_meta(&mut n.metadata, &[], None);
-    if let Some(s) = n.spec.as_mut() {
-        s.config_source = None;
-        s.pod_cidrs = None;
-        s.pod_cidr = None;
-        s.provider_id = None;
+/// The node label keys derive reads: the pool and zone labels.
+pub fn node_label_keys(cfg: &DeriveConfig) -> Vec<String> {
+    cfg.pool_labels
+        .iter()
+        .chain(&cfg.zone_labels)
+        .cloned()
+        .collect()
+}
+
+/// What the node store keeps of a [`LeanNode`] (which holds only what `derive::node_facts`,
+/// `node_addresses` and the metrics-server backend read): the labels in `keep` (the pool and
+/// zone keys, [`node_label_keys`]), and one shared copy of each label, condition type and
+/// status and address type, which most nodes have in common.
+pub fn trim_node(n: &mut LeanNode, keep: &[String], interner: &mut Interner) {
+    n.labels.retain(|(k, _)| keep.iter().any(|x| **x == **k));
+    n.labels.shrink_to_fit();
+    for (k, v) in &mut n.labels {
+        *k = interner.get(k);
+        *v = interner.get(v);
     }
     if let Some(s) = n.status.as_mut() {
-        s.images = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
-        s.node_info = None;
-        s.daemon_endpoints = None;
-        s.config = None;
-        s.features = None;
-        s.runtime_handlers = None;
         for c in s.conditions.iter_mut().flatten() {
-            c.message = None;
-            c.last_heartbeat_time = None;
+            c.type_ = interner.get(&c.type_);
+            c.status = interner.get(&c.status);
+        }
+        for a in s.addresses.iter_mut().flatten() {
+            a.type_ = interner.get(&a.type_);
         }
     }
 }
@@ -641,12 +646,14 @@ pub fn spawn_with_tasks(
         } => (PodScope::None, Vec::new()),
         _ => (PodScope::All, vec![None]),
     };
+    let node_keys = node_label_keys(&cfg.derive);
+    let mut node_strings = Interner::default();
     let (nodes, t) = reflect(
-        Api::<Node>::all,
+        Api::<LeanNode>::all,
         client.clone(),
         node_wc,
         ("watch_nodes", "nodes"),
-        trim_node,
+        move |n: &mut LeanNode| trim_node(n, &node_keys, &mut node_strings),
         provider.clone(),
         cancel.clone(),
     );
@@ -737,8 +744,6 @@ pub fn spawn_with_tasks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     #[test]
     fn interner_shares_one_copy_and_sweeps_unused_names() {
@@ -760,21 +765,49 @@ mod tests {
     }
 
     #[test]
-    fn trimming_keeps_what_derive_reads_and_drops_the_rest() {
-        let mut n = Node {
-            metadata: ObjectMeta {
-                name: Some("n".into()),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(NodeStatus {
-                images: Some(vec![Default::default(); 50]),
-                ..Default::default()
-            }),
+    fn trimming_keeps_the_pool_and_zone_labels_and_shares_strings() {
+        let json = |name: &str| {
+            serde_json::json!({
+                "metadata": {"name": name, "labels": {
+                    "cloud.google.com/gke-nodepool": "pool-1",
+                    "topology.kubernetes.io/zone": "zone-a",
+                    "kubernetes.io/hostname": name,
+                    "beta.kubernetes.io/arch": "amd64",
+                }},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{}", name.len())}],
+                },
+            })
         };
-        trim_node(&mut n);
-        assert!(n.status.as_ref().unwrap().images.is_none());
-        assert!(n.metadata.managed_fields.is_none());
+        let keys = node_label_keys(&DeriveConfig::default());
+        let mut interner = Interner::default();
+        let mut a: LeanNode = serde_json::from_value(json("a")).unwrap();
+        let mut b: LeanNode = serde_json::from_value(json("bb")).unwrap();
+        assert_eq!(a.labels.len(), 4);
+        trim_node(&mut a, &keys, &mut interner);
+        trim_node(&mut b, &keys, &mut interner);
+        let kept: Vec<_> = a.labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+        assert_eq!(
+            kept,
+            [
+                ("cloud.google.com/gke-nodepool", "pool-1"),
+                ("topology.kubernetes.io/zone", "zone-a")
+            ]
+        );
+        assert!(
+            Arc::ptr_eq(&a.labels[0].1, &b.labels[0].1),
+            "one copy of the pool name"
+        );
+        let cond =
+            |n: &LeanNode| n.status.as_ref().unwrap().conditions.as_ref().unwrap()[0].clone();
+        assert!(Arc::ptr_eq(&cond(&a).status, &cond(&b).status));
+        let f = super::super::derive::node_facts(&a, SystemTime::now(), &DeriveConfig::default())
+            .unwrap();
+        assert_eq!(
+            (f.placement.pool.as_str(), f.placement.zone.as_str()),
+            ("pool-1", "zone-a")
+        );
+        assert!(f.ready);
     }
 }

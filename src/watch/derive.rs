@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use crate::model::cluster::{Availability, node_availability_counts, node_condition_counts};
@@ -19,7 +17,7 @@ use crate::model::{
 };
 use crate::quantity::parse_quantity;
 
-use super::lean::{AsLeanPod, LeanPod};
+use super::lean::{AsLeanNode, AsLeanPod, LeanNode, LeanPod, Resources};
 
 /// A pair of keys naming an addon and its version, looked up in annotations, then labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,10 +81,26 @@ pub fn placement(meta: &ObjectMeta, cfg: &DeriveConfig) -> Placement {
     }
 }
 
-fn cpu_mem(map: Option<&BTreeMap<String, Quantity>>) -> Result<Option<CpuMem>, String> {
-    let Some(map) = map else { return Ok(None) };
+fn first_node_label(node: &LeanNode, keys: &[String]) -> String {
+    keys.iter()
+        .find_map(|k| node.label(k).filter(|v| !v.is_empty()))
+        .unwrap_or(UNKNOWN)
+        .to_string()
+}
+
+/// Pool and zone of a node from its labels, as [`placement`].
+pub fn node_placement(node: &LeanNode, cfg: &DeriveConfig) -> Placement {
+    Placement {
+        pool: first_node_label(node, &cfg.pool_labels),
+        zone: first_node_label(node, &cfg.zone_labels),
+    }
+}
+
+/// The cpu and memory of a node's resource list; a missing one is 0.
+fn node_cpu_mem(r: Option<&Resources>) -> Result<Option<CpuMem>, String> {
+    let Some(r) = r else { return Ok(None) };
     let get = |k: &str| -> Result<f64, String> {
-        map.get(k)
+        r.get(k)
             .map(|q| parse_quantity(&q.0).map_err(|e| format!("{k}: {e}")))
             .transpose()
             .map(|v| v.unwrap_or(0.0))
@@ -104,8 +118,15 @@ fn capacity(c: Option<CpuMem>) -> Option<NodeCapacity> {
     })
 }
 
-/// Facts of a node; `Err` only for an object with no name or unparsable quantities.
-pub fn node_facts(node: &Node, now: SystemTime, cfg: &DeriveConfig) -> Result<NodeFacts, String> {
+/// Facts of a node (a [`LeanNode`] as watched, or a whole `Node`); `Err` only for an object
+/// with no name or unparsable quantities.
+pub fn node_facts<N: AsLeanNode + ?Sized>(
+    node: &N,
+    now: SystemTime,
+    cfg: &DeriveConfig,
+) -> Result<NodeFacts, String> {
+    let node = node.lean()?;
+    let node = node.as_ref();
     let name = node
         .metadata
         .name
@@ -119,7 +140,7 @@ pub fn node_facts(node: &Node, now: SystemTime, cfg: &DeriveConfig) -> Result<No
         .into_iter()
         .flatten()
     {
-        conditions.insert(c.type_.clone(), c.status.clone());
+        conditions.insert(c.type_.to_string(), c.status.to_string());
     }
     let ready = conditions.get("Ready").is_some_and(|s| s == "True");
     let spec = node.spec.as_ref();
@@ -135,12 +156,12 @@ pub fn node_facts(node: &Node, now: SystemTime, cfg: &DeriveConfig) -> Result<No
         .map(|t| SystemTime::from(t.0));
     let done_warming =
         created.is_some_and(|c| now.duration_since(c).unwrap_or_default() >= cfg.warming);
-    let cap = cpu_mem(status.and_then(|s| s.capacity.as_ref()))
+    let cap = node_cpu_mem(status.and_then(|s| s.capacity.as_ref()))
         .map_err(|e| format!("node {name} capacity {e}"))?;
-    let alloc = cpu_mem(status.and_then(|s| s.allocatable.as_ref()))
+    let alloc = node_cpu_mem(status.and_then(|s| s.allocatable.as_ref()))
         .map_err(|e| format!("node {name} allocatable {e}"))?;
     Ok(NodeFacts {
-        placement: placement(&node.metadata, cfg),
+        placement: node_placement(node, cfg),
         name,
         conditions: conditions.into_iter().collect(),
         ready,
@@ -374,8 +395,8 @@ pub fn node_pod_sums<'a>(
 
 /// Everything the cluster metrics need, from the watchers' objects. Objects that cannot be
 /// used are skipped, logged and counted by reason; they never become a made-up number.
-pub fn cluster_state<'a, P: AsLeanPod + 'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
+pub fn cluster_state<'a, N: AsLeanNode + 'a, P: AsLeanPod + 'a>(
+    nodes: impl IntoIterator<Item = &'a N>,
     pods: impl IntoIterator<Item = &'a P>,
     daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
     deployments: impl IntoIterator<Item = &'a Deployment>,
@@ -398,8 +419,8 @@ pub fn cluster_state<'a, P: AsLeanPod + 'a>(
 
 /// As [`cluster_state`], from pod facts derived earlier (the watchers keep facts, not Pods);
 /// `bad_pods` is how many pods could not be used.
-pub fn cluster_state_from_facts<'a, 'p>(
-    nodes: impl IntoIterator<Item = &'a Node>,
+pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
+    nodes: impl IntoIterator<Item = &'a N>,
     pods: impl IntoIterator<Item = &'p PodFacts> + Clone,
     bad_pods: u64,
     daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
@@ -475,10 +496,11 @@ mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::{DaemonSetSpec, DaemonSetStatus, DeploymentSpec};
     use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateTerminated, ContainerStatus, NodeCondition,
+        Container, ContainerState, ContainerStateTerminated, ContainerStatus, Node, NodeCondition,
         NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec,
         ResourceRequirements, Taint,
     };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     fn map(kv: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {

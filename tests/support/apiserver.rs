@@ -3395,6 +3395,11 @@ fn node_ip(i: usize) -> String {
     format!("10.128.{}.{}", (i / 250) % 250, 2 + i % 250)
 }
 
+/// The `i`th node `generate_with` makes (named `name`): what the benchmarks' nodes look like.
+pub fn standin_node(i: usize, name: &str) -> Node {
+    generated_node(i, name)
+}
+
 fn generated_node(i: usize, name: &str) -> Node {
     let pool = NODE_POOLS[i % 2];
     let shape = &POOL_SHAPES[i % 2];

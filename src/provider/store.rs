@@ -83,6 +83,14 @@ impl NodeState {
 /// How long a node the cluster deleted is refused usage (a backend keeps reporting a gone host
 /// for up to its longest window: Prometheus' `avg_over_time(...[15m])`).
 const TOMBSTONE_FOR: Duration = Duration::from_secs(15 * 60);
+/// Whether usage of `node` is refused at `now`: the cluster deleted it less than
+/// [`TOMBSTONE_FOR`] ago. Checked against the clock, not only swept by the next cluster state:
+/// the watchers record a state only when something changed.
+fn tombstoned(gone: &HashMap<String, SystemTime>, node: &str, now: SystemTime) -> bool {
+    gone.get(node)
+        .is_some_and(|at| now.duration_since(*at).unwrap_or_default() < TOMBSTONE_FOR)
+}
+
 /// Per-node warnings about dropped values per source run; the rest are summed up in one line.
 const DROP_LOG_NODES: usize = 20;
 
@@ -342,7 +350,7 @@ impl ClusterRecorder for Store {
 impl NodeRecorder for Store {
     fn record_node_usage(&self, source: &str, sample: UsageSample) {
         let mut inner = self.lock();
-        if inner.gone.contains_key(&sample.node) {
+        if tombstoned(&inner.gone, &sample.node, SystemTime::now()) {
             tracing::debug!(source, node = %sample.node, "usage of a deleted node ignored");
             return;
         }
@@ -380,7 +388,7 @@ impl NodeRecorder for Store {
 
     fn record_node_window(&self, source: &str, w: BackendWindow) {
         let mut inner = self.lock();
-        if inner.gone.contains_key(&w.node) {
+        if tombstoned(&inner.gone, &w.node, SystemTime::now()) {
             tracing::debug!(source, node = %w.node, "usage of a deleted node ignored");
             return;
         }

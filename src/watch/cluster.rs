@@ -5,6 +5,7 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
@@ -125,9 +126,25 @@ pub struct Stores {
     pub pod_scope: PodScope,
     pub daemonsets: Vec<Store<DaemonSet>>,
     pub deployments: Vec<Store<Deployment>>,
+    /// Bumped after every event any watcher applied (node, pod, DaemonSet, Deployment, list
+    /// start and end): the derive loop derives again only when it moved (or the clock made a
+    /// node done warming).
+    changes: Arc<AtomicU64>,
+    /// Cluster states the derive loop derived (for tests: no events, no derivations).
+    derivations: Arc<AtomicU64>,
 }
 
 impl Stores {
+    /// How many events the watchers have applied so far (any kind, any watcher).
+    pub fn generation(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// How many cluster states the derive loop has derived so far.
+    pub fn derivations(&self) -> u64 {
+        self.derivations.load(Ordering::Relaxed)
+    }
+
     /// Derives the cluster state from what the stores hold now. Unless every pod is watched,
     /// the per-node pod sums are left out (a node's sums from some of its pods would be
     /// wrong); the node role serves them.
@@ -403,6 +420,7 @@ fn reflect<K>(
     trim: impl FnMut(&mut K) + Send + 'static,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
+    changes: Arc<AtomicU64>,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -421,6 +439,10 @@ where
                 _ = cancel.cancelled() => break,
                 ev = stream.next() => ev,
             };
+            // The reflector has applied the event to the store by now.
+            if matches!(ev, Some(Ok(_))) {
+                changes.fetch_add(1, Ordering::Release);
+            }
             match ev {
                 None => break,
                 Some(Ok(Event::Init)) => {
@@ -504,6 +526,7 @@ fn index_pods(
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
     tasks: Option<TaskPodIndex>,
+    changes: Arc<AtomicU64>,
 ) -> (PodIndex, JoinHandle<()>) {
     const SOURCE: &str = "watch_pods";
     let live = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
@@ -566,6 +589,7 @@ fn index_pods(
                     fresh.shrink_to_fit();
                     // Swap under the lock, drop the old map after it.
                     let old = std::mem::replace(&mut *lock(), fresh);
+                    changes.fetch_add(1, Ordering::Release);
                     drop(old);
                     tasks.iter().for_each(TaskPodIndex::end_relist);
                     let _ = synced_tx.send(true);
@@ -580,10 +604,12 @@ fn index_pods(
                     tasks.iter().for_each(|t| t.apply(&p));
                     let (k, v) = entry(&p, &mut interner);
                     lock().insert(k, v);
+                    changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Ok(Event::Delete(p))) => {
                     tasks.iter().for_each(|t| t.delete(&p));
                     lock().remove(&key(&p));
+                    changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Err(e)) => {
                     // A failed relist leaves the last complete map in place.
@@ -618,6 +644,7 @@ pub fn spawn_with_tasks(
     task_pods: Option<TaskPodIndex>,
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
+    let changes = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     let (node_wc, pod_wc) = match &cfg.scope {
         Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
@@ -649,6 +676,7 @@ pub fn spawn_with_tasks(
         trim_node,
         provider.clone(),
         cancel.clone(),
+        changes.clone(),
     );
     tasks.push(t);
     let mut pods = Vec::new();
@@ -661,6 +689,7 @@ pub fn spawn_with_tasks(
             provider.clone(),
             cancel.clone(),
             task_pods.clone(),
+            changes.clone(),
         );
         pods.push(index);
         tasks.push(t);
@@ -679,6 +708,7 @@ pub fn spawn_with_tasks(
                 },
                 provider.clone(),
                 cancel.clone(),
+                changes.clone(),
             );
             daemonsets.push(s);
             tasks.push(t);
@@ -693,6 +723,7 @@ pub fn spawn_with_tasks(
                 },
                 provider.clone(),
                 cancel.clone(),
+                changes.clone(),
             );
             deployments.push(s);
             tasks.push(t);
@@ -704,6 +735,8 @@ pub fn spawn_with_tasks(
         pod_scope,
         daemonsets,
         deployments,
+        changes,
+        derivations: Arc::new(AtomicU64::new(0)),
     };
     let loop_stores = stores.clone();
     tasks.push(tokio::spawn(async move {
@@ -720,11 +753,18 @@ pub fn spawn_with_tasks(
             pod_scope = loop_stores.pod_scope.as_str(),
             "Kubernetes caches synced"
         );
+        let mut last = DeriveSchedule::default();
         loop {
-            let started = Instant::now();
-            let state = loop_stores.derive(SystemTime::now(), &cfg.derive);
-            tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
-            provider.cluster().record_cluster_state(state);
+            let now = SystemTime::now();
+            let generation = loop_stores.generation();
+            if last.due(generation, now) {
+                let started = Instant::now();
+                let state = loop_stores.derive(now, &cfg.derive);
+                loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
+                last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
+                tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
+                provider.cluster().record_cluster_state(state);
+            }
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(cfg.interval) => {}
@@ -734,11 +774,101 @@ pub fn spawn_with_tasks(
     (stores, tasks)
 }
 
+/// When the derive loop derives again: after any watcher event, and when the clock reaches the
+/// next time a derived value depends on (a node done warming); never otherwise, so an idle
+/// cluster costs no per-node or per-pod work.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeriveSchedule {
+    /// The generation and time of the last derivation (`None`: never derived).
+    last: Option<(u64, SystemTime)>,
+    /// The earliest time a node of that state finishes warming.
+    next_warm: Option<SystemTime>,
+}
+
+impl DeriveSchedule {
+    /// The schedule after deriving `state` at `now` from the stores at `generation`.
+    pub fn after(
+        generation: u64,
+        now: SystemTime,
+        state: &ClusterState,
+        cfg: &DeriveConfig,
+    ) -> Self {
+        // `done_warming` is `now - created >= warming`: it flips at `created + warming`.
+        let next_warm = state
+            .nodes
+            .iter()
+            .filter(|n| !n.done_warming)
+            .filter_map(|n| n.created?.checked_add(cfg.warming))
+            .min();
+        DeriveSchedule {
+            last: Some((generation, now)),
+            next_warm,
+        }
+    }
+
+    /// Whether the stores at `generation` must be derived again at `now`.
+    pub fn due(&self, generation: u64, now: SystemTime) -> bool {
+        let Some((g, at)) = self.last else {
+            return true;
+        };
+        // A clock set back can make a node warming again: derive.
+        g != generation || now < at || self.next_warm.is_some_and(|w| now >= w)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    fn facts(name: &str, created: Option<u64>, done_warming: bool) -> crate::model::NodeFacts {
+        crate::model::NodeFacts {
+            name: name.into(),
+            placement: crate::model::Placement {
+                pool: "p".into(),
+                zone: "z".into(),
+            },
+            conditions: Vec::new(),
+            ready: true,
+            schedulable: true,
+            done_warming,
+            created: created.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+            capacity: None,
+            allocatable: None,
+        }
+    }
+
+    #[test]
+    fn derive_schedule_follows_events_and_the_warming_clock_only() {
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let cfg = DeriveConfig::default(); // 300 s warming
+        assert!(DeriveSchedule::default().due(0, t(0)), "never derived");
+        let st = ClusterState {
+            nodes: vec![
+                facts("old", Some(0), true),
+                facts("young", Some(1_000), false),
+                facts("younger", Some(1_100), false),
+                facts("no-time", None, false),
+            ],
+            ..Default::default()
+        };
+        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        // Nothing changed: no derivation, however many ticks, until "young" is done warming.
+        for now in [1_200, 1_210, 1_299] {
+            assert!(!s.due(7, t(now)), "idle at {now}");
+        }
+        assert!(s.due(7, t(1_300)), "young is done warming at created + 300 s");
+        assert!(s.due(8, t(1_201)), "an event");
+        assert!(s.due(7, t(1_199)), "the clock went back");
+        // Every node done warming (or without a creation time): only events count.
+        let st = ClusterState {
+            nodes: vec![facts("old", Some(0), true), facts("no-time", None, false)],
+            ..Default::default()
+        };
+        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        assert!(!s.due(7, t(1_000_000)));
+    }
 
     #[test]
     fn interner_shares_one_copy_and_sweeps_unused_names() {

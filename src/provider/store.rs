@@ -357,12 +357,18 @@ impl NodeRecorder for Store {
         let mut dropped: Vec<(Resource, f64, DropReason)> = Vec::new();
         let t = unix_seconds(sample.at);
         let horizon = Window::FifteenMinutes.duration();
-        let st = inner
-            .nodes
-            .entry(sample.node.clone())
-            .or_insert_with(|| NodeState::new(source, sample.at));
+        // Looked up by `&str` first: no copy of the name per sample for a known node.
+        if !inner.nodes.contains_key(&sample.node) {
+            let st = NodeState::new(source, sample.at);
+            inner.nodes.insert(sample.node.clone(), st);
+        }
+        let Some(st) = inner.nodes.get_mut(&sample.node) else {
+            return;
+        };
         st.dirty = true;
-        st.source = source.to_string();
+        if st.source != source {
+            st.source = source.to_string();
+        }
         st.latest_at = st.latest_at.max(sample.at);
         st.sampled_at = Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at)));
         for (resource, raw) in sample.values {
@@ -820,6 +826,17 @@ mod tests {
         s.cluster().record_cluster_state(state(&["a", "b", "new"]));
         s.node().record_node_usage("ms", sample("b", 15, 0.2, 0.2));
         assert_eq!(s.snapshot(at(16)).nodes["b"].latest[&Resource::Cpu], 0.2);
+    }
+
+    #[test]
+    fn tombstones_expire_by_the_clock_without_a_new_cluster_state() {
+        let mut gone = HashMap::new();
+        gone.insert("x".to_string(), at(1_000));
+        assert!(tombstoned(&gone, "x", at(1_000)));
+        assert!(tombstoned(&gone, "x", at(1_000 + 15 * 60 - 1)));
+        assert!(!tombstoned(&gone, "x", at(1_000 + 15 * 60)));
+        assert!(!tombstoned(&gone, "y", at(1_000)));
+        assert!(tombstoned(&gone, "x", at(999)), "a clock set back keeps it");
     }
 
     #[test]

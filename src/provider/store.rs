@@ -365,12 +365,20 @@ impl NodeRecorder for Store {
         let Some(st) = inner.nodes.get_mut(&sample.node) else {
             return;
         };
-        st.dirty = true;
+        // Dirty only when something the node's load is made of changed: a backend reporting
+        // the very same sample again (metrics-server between two of its scrapes) leaves the
+        // load, and the work of making it, as they were.
+        let mut changed = false;
         if st.source != source {
             st.source = source.to_string();
+            changed = true;
         }
-        st.latest_at = st.latest_at.max(sample.at);
-        st.sampled_at = Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at)));
+        let (latest_at, sampled_at) = (
+            st.latest_at.max(sample.at),
+            Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at))),
+        );
+        changed |= latest_at != st.latest_at || sampled_at != st.sampled_at;
+        (st.latest_at, st.sampled_at) = (latest_at, sampled_at);
         for (resource, raw) in sample.values {
             let value = match validate::usage(resource, raw) {
                 Ok(v) => v,
@@ -380,12 +388,15 @@ impl NodeRecorder for Store {
                 }
             };
             st.reported = true;
-            st.latest.insert(resource, value);
-            st.rings
+            let old = st.latest.insert(resource, value);
+            changed |= old.is_none_or(|o| o.to_bits() != value.to_bits());
+            changed |= st
+                .rings
                 .entry(resource)
                 .or_insert_with(|| Ring::new(horizon, DEFAULT_CAP))
                 .push(t, value);
         }
+        st.dirty |= changed;
         for (resource, value, reason) in dropped {
             let what = resource.as_str();
             count_dropped(&mut inner, source, &sample.node, what, Some(value), reason);
@@ -441,8 +452,9 @@ impl NodeRecorder for Store {
         };
         let ok = check_capacity(&mut inner, &source, node, capacity);
         if let Some(st) = inner.nodes.get_mut(node) {
-            st.dirty = true;
-            st.capacity = ok.then_some(capacity);
+            let capacity = ok.then_some(capacity);
+            st.dirty |= st.capacity != capacity;
+            st.capacity = capacity;
         }
     }
 
@@ -929,6 +941,33 @@ mod tests {
         assert!(Arc::ptr_eq(&first.nodes["b"], &fourth.nodes["b"]));
         s.cluster().record_cluster_state(state(&["a", "b", "c"]));
         assert!(!Arc::ptr_eq(&cs(&first), &cs(&s.snapshot(at(22)))));
+    }
+
+    #[test]
+    fn a_repeated_sample_or_capacity_makes_no_work_but_a_new_equal_value_does() {
+        let s = Store::new();
+        let cap = NodeCapacity {
+            cpu_cores: 4.0,
+            memory_bytes: 8e9,
+        };
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.node().record_node_capacity("a", cap);
+        let first = s.snapshot(at(11));
+        let dirty = |s: &Store| s.lock().nodes["a"].dirty;
+        assert!(!dirty(&s));
+        // metrics-server between two of its scrapes: the same sample and capacity again.
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.node().record_node_capacity("a", cap);
+        assert!(!dirty(&s), "nothing of the node's load changed");
+        assert!(Arc::ptr_eq(&first.nodes["a"], &s.snapshot(at(12)).nodes["a"]));
+        // A newer sample with equal values is still a sample of the windows.
+        s.node().record_node_usage("ms", sample("a", 25, 0.1, 0.2));
+        assert!(dirty(&s));
+        let next = s.snapshot(at(26));
+        let w = &next.nodes["a"].windows[0];
+        assert_eq!(w.stats[&Resource::Cpu].samples, 2);
+        s.node().record_node_capacity("a", NodeCapacity { cpu_cores: 8.0, ..cap });
+        assert!(dirty(&s), "a new capacity");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::aggregate::PodAggregates;
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
 use super::lean::LeanPod;
@@ -87,25 +88,49 @@ pub struct WatchConfig {
 /// a power of two, doubled while a list arrives) stay 24 bytes instead of a few hundred.
 type PodMap = std::collections::HashMap<Box<str>, Option<Box<PodFacts>>>;
 
+/// The pods of one watch and what they add up to per node, kept together under one lock so
+/// the sums always match the pods.
+#[derive(Default)]
+pub(crate) struct PodTable {
+    map: PodMap,
+    agg: PodAggregates,
+}
+
+impl PodTable {
+    /// Adds or replaces a pod: its old facts leave the sums, its new ones enter them.
+    pub(crate) fn insert(&mut self, key: Box<str>, facts: Option<Box<PodFacts>>) {
+        self.agg.add(facts.as_deref());
+        if let Some(old) = self.map.insert(key, facts) {
+            self.agg.remove(old.as_deref());
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        if let Some(old) = self.map.remove(key) {
+            self.agg.remove(old.as_deref());
+        }
+    }
+}
+
 /// Pods as facts, keyed by namespace and name: a pod is turned into [`PodFacts`] when its
 /// event arrives and the object is dropped, so memory follows the facts (a few hundred bytes
 /// a pod), not the objects. `None` marks a pod that could not be used.
 #[derive(Clone)]
 pub struct PodIndex {
-    live: Arc<std::sync::Mutex<PodMap>>,
+    live: Arc<std::sync::Mutex<PodTable>>,
     synced: tokio::sync::watch::Receiver<bool>,
 }
 
 impl PodIndex {
     pub fn len(&self) -> usize {
-        self.live.lock().map(|m| m.len()).unwrap_or(0)
+        self.live.lock().map(|m| m.map.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, PodMap> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PodTable> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -153,26 +178,37 @@ impl Stores {
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
         let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
-        let bad = guards
-            .iter()
-            .map(|g| g.values().filter(|v| v.is_none()).count() as u64)
-            .sum();
-        let pods = guards
-            .iter()
-            .flat_map(|g| g.values().flatten().map(AsRef::as_ref));
+        let bad = guards.iter().map(|g| g.agg.bad()).sum();
+        // Nodes and workloads here; what comes of the pods from the per-node sums the pod
+        // watchers keep up to date: one entry per node, not a visit of every pod.
         let mut st = cluster_state_from_facts(
             nodes.iter().map(AsRef::as_ref),
-            pods,
+            std::iter::empty::<&PodFacts>(),
             bad,
             ds.iter().map(AsRef::as_ref),
             deps.iter().map(AsRef::as_ref),
             now,
             cfg,
         );
+        st.node_pods = match (&guards[..], self.pod_scope) {
+            ([one], PodScope::All) => one.agg.node_pods(),
+            _ => Default::default(),
+        };
+        st.addons = PodAggregates::addons_on_nodes(guards.iter().map(|g| &g.agg));
+        // Restart series: addon pods only, in the order the pods are held (as before).
+        st.restarts = guards
+            .iter()
+            .flat_map(|g| g.map.values().flatten())
+            .filter(|f| f.addon.is_some())
+            .map(|f| crate::model::PodRestarts {
+                namespace: f.namespace.to_string(),
+                pod: f.name.clone(),
+                node: f.node.as_deref().map(String::from),
+                addon: f.addon.clone(),
+                containers: f.containers.clone(),
+            })
+            .collect();
         drop(guards);
-        if self.pod_scope != PodScope::All {
-            st.node_pods.clear();
-        }
         st.addons_elsewhere = self.pod_scope == PodScope::None;
         st
     }
@@ -529,7 +565,7 @@ fn index_pods(
     changes: Arc<AtomicU64>,
 ) -> (PodIndex, JoinHandle<()>) {
     const SOURCE: &str = "watch_pods";
-    let live = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let live = Arc::new(std::sync::Mutex::new(PodTable::default()));
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let index = PodIndex {
         live: live.clone(),
@@ -544,7 +580,7 @@ fn index_pods(
     let stream = watcher::watcher(api, wc);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
-        let mut building: Option<PodMap> = None;
+        let mut building: Option<PodTable> = None;
         let mut listing = Instant::now();
         let key = |p: &LeanPod| -> Box<str> {
             format!(
@@ -573,7 +609,7 @@ fn index_pods(
                 Some(Ok(Event::Init)) => {
                     book.on_init();
                     listing = Instant::now();
-                    building = Some(std::collections::HashMap::new());
+                    building = Some(PodTable::default());
                     // Names no pod uses any more go with the old map.
                     interner = Interner::default();
                     tasks.iter().for_each(TaskPodIndex::begin_relist);
@@ -586,7 +622,7 @@ fn index_pods(
                 Some(Ok(Event::InitDone)) => {
                     book.on_listed();
                     let mut fresh = building.take().unwrap_or_default();
-                    fresh.shrink_to_fit();
+                    fresh.map.shrink_to_fit();
                     // Swap under the lock, drop the old map after it.
                     let old = std::mem::replace(&mut *lock(), fresh);
                     changes.fetch_add(1, Ordering::Release);
@@ -836,6 +872,69 @@ mod tests {
             created: created.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
             capacity: None,
             allocatable: None,
+        }
+    }
+
+    /// The derivation from the per-node sums equals the one from every pod's facts, after
+    /// random applies and deletes, for every pod scope.
+    #[test]
+    fn derive_from_kept_sums_equals_derive_from_every_pod() {
+        use crate::watch::aggregate::tests::{Rng, random_facts};
+        let cfg = DeriveConfig::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for scope in [PodScope::All, PodScope::Workloads] {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+            let indexes = if scope == PodScope::All { 1 } else { 3 };
+            let (_tx, synced) = tokio::sync::watch::channel(true);
+            let pods: Vec<PodIndex> = (0..indexes)
+                .map(|_| PodIndex {
+                    live: Default::default(),
+                    synced: synced.clone(),
+                })
+                .collect();
+            let stores = Stores {
+                nodes: reflector::store::<Node>().0,
+                pods: pods.clone(),
+                pod_scope: scope,
+                daemonsets: Vec::new(),
+                deployments: Vec::new(),
+                changes: Default::default(),
+                derivations: Default::default(),
+            };
+            for step in 0..300 {
+                let index = &pods[rng.below(indexes) as usize];
+                let key = format!("ns/p{}", rng.below(30));
+                if rng.below(4) == 0 {
+                    index.lock().remove(&key);
+                } else {
+                    let f = (rng.below(10) != 0)
+                        .then(|| Box::new(random_facts(&mut rng, key.clone())));
+                    index.lock().insert(key.into(), f);
+                }
+                let got = stores.derive(now, &cfg);
+                let guards: Vec<_> = pods.iter().map(PodIndex::lock).collect();
+                let bad = guards
+                    .iter()
+                    .map(|g| g.map.values().filter(|v| v.is_none()).count() as u64)
+                    .sum();
+                let facts = guards
+                    .iter()
+                    .flat_map(|g| g.map.values().flatten().map(AsRef::as_ref));
+                let mut want = cluster_state_from_facts(
+                    std::iter::empty(),
+                    facts,
+                    bad,
+                    std::iter::empty(),
+                    std::iter::empty(),
+                    now,
+                    &cfg,
+                );
+                if scope != PodScope::All {
+                    want.node_pods.clear();
+                }
+                want.addons_elsewhere = scope == PodScope::None;
+                assert_eq!(got, want, "{scope:?} step {step}");
+            }
         }
     }
 

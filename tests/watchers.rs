@@ -305,14 +305,21 @@ async fn idle_stores_are_not_derived_again_until_an_event() {
     // Fifty intervals and a bookmark or more without a change: nothing derived, the hub keeps
     // the very same state.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert_eq!(stores.derivations(), derived, "derived with nothing changed");
+    assert_eq!(
+        stores.derivations(),
+        derived,
+        "derived with nothing changed"
+    );
     let same = store.snapshot(SystemTime::now()).cluster_state.unwrap();
     assert!(Arc::ptr_eq(&first, &same));
 
     // One pod event: derived again, and the state follows it.
     let generation = stores.generation();
     api.upsert(&addon_pod("fb-1", "n1", 4));
-    until(&store, "the restart", |cs| restarts_of(cs, "fb-1") == Some(4)).await;
+    until(&store, "the restart", |cs| {
+        restarts_of(cs, "fb-1") == Some(4)
+    })
+    .await;
     assert!(stores.generation() > generation);
     let after = stores.derivations();
     assert!(after > derived);

@@ -17,9 +17,9 @@ use k8s_metrics::v1beta1::NodeMetrics;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use serde::{Deserialize, Deserializer};
 use kube::Api;
 use kube::api::ListParams;
+use serde::{Deserialize, Deserializer};
 
 use super::{Dropped, Fetched, UsageFetcher};
 use crate::model::{NodeCapacity, Resource, UsageSample};
@@ -108,8 +108,7 @@ impl k8s_openapi::Resource for LeanNodeMetrics {
     const GROUP: &'static str = <NodeMetrics as k8s_openapi::Resource>::GROUP;
     const KIND: &'static str = <NodeMetrics as k8s_openapi::Resource>::KIND;
     const VERSION: &'static str = <NodeMetrics as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str =
-        <NodeMetrics as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    const URL_PATH_SEGMENT: &'static str = <NodeMetrics as k8s_openapi::Resource>::URL_PATH_SEGMENT;
     type Scope = k8s_openapi::ClusterResourceScope;
 }
 
@@ -435,8 +434,14 @@ mod tests {
         // What the full type requires, the lean one requires too: such an item fails the LIST.
         for missing in ["\"timestamp\"", "\"window\"", "\"usage\""] {
             let broken = json.replacen(missing, "\"x\"", 1);
-            assert!(serde_json::from_str::<NodeMetrics>(&broken).is_err(), "{missing}");
-            assert!(serde_json::from_str::<LeanNodeMetrics>(&broken).is_err(), "{missing}");
+            assert!(
+                serde_json::from_str::<NodeMetrics>(&broken).is_err(),
+                "{missing}"
+            );
+            assert!(
+                serde_json::from_str::<LeanNodeMetrics>(&broken).is_err(),
+                "{missing}"
+            );
         }
     }
 

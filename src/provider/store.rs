@@ -959,14 +959,23 @@ mod tests {
         s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
         s.node().record_node_capacity("a", cap);
         assert!(!dirty(&s), "nothing of the node's load changed");
-        assert!(Arc::ptr_eq(&first.nodes["a"], &s.snapshot(at(12)).nodes["a"]));
+        assert!(Arc::ptr_eq(
+            &first.nodes["a"],
+            &s.snapshot(at(12)).nodes["a"]
+        ));
         // A newer sample with equal values is still a sample of the windows.
         s.node().record_node_usage("ms", sample("a", 25, 0.1, 0.2));
         assert!(dirty(&s));
         let next = s.snapshot(at(26));
         let w = &next.nodes["a"].windows[0];
         assert_eq!(w.stats[&Resource::Cpu].samples, 2);
-        s.node().record_node_capacity("a", NodeCapacity { cpu_cores: 8.0, ..cap });
+        s.node().record_node_capacity(
+            "a",
+            NodeCapacity {
+                cpu_cores: 8.0,
+                ..cap
+            },
+        );
         assert!(dirty(&s), "a new capacity");
     }
 

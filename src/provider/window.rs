@@ -124,15 +124,24 @@ mod tests {
         let mut r = ring();
         assert!(r.push(100.0, 0.5), "first sample");
         assert!(!r.push(100.0, 0.5), "the same sample again");
-        assert!(r.push(100.0, 0.6), "a new value at the same time replaces it");
-        assert!(r.push(110.0, 0.6), "a newer sample, equal value: still a sample");
+        assert!(
+            r.push(100.0, 0.6),
+            "a new value at the same time replaces it"
+        );
+        assert!(
+            r.push(110.0, 0.6),
+            "a newer sample, equal value: still a sample"
+        );
         assert!(!r.push(100.0, 0.6), "an older one equal to the one held");
         assert!(r.push(105.0, 0.6), "an older one between two");
         assert_eq!(r.len(), 3);
         let mut small = Ring::new(Duration::from_secs(15 * 60), 2);
         small.push(1.0, 1.0);
         small.push(2.0, 1.0);
-        assert!(small.push(0.5, 1.0), "inserted, then dropped by the cap: changed anyway");
+        assert!(
+            small.push(0.5, 1.0),
+            "inserted, then dropped by the cap: changed anyway"
+        );
     }
 
     #[test]

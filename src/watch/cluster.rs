@@ -446,6 +446,14 @@ async fn pause_or_cancel(pause: Duration, cancel: &CancellationToken) -> bool {
     }
 }
 
+/// What every watcher shares: the hub, the stop signal and the change counter.
+#[derive(Clone)]
+struct Shared {
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+    changes: Arc<AtomicU64>,
+}
+
 /// Starts one reflector; each completed (re)list counts as a run of `source`, each watch error
 /// as a failed run, followed by client-go's pause (see [`super::backoff`]).
 fn reflect<K>(
@@ -454,14 +462,17 @@ fn reflect<K>(
     wc: watcher::Config,
     (source, resource): (&'static str, &'static str),
     trim: impl FnMut(&mut K) + Send + 'static,
-    provider: Arc<dyn Provider>,
-    cancel: CancellationToken,
-    changes: Arc<AtomicU64>,
+    shared: Shared,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    let Shared {
+        provider,
+        cancel,
+        changes,
+    } = shared;
     let (reader, writer) = reflector::store();
     let book = WatchBook::new(source, resource, provider.clone());
     let stream = watcher::watcher(api(book.client(client)), wc)
@@ -559,11 +570,14 @@ fn index_pods(
     namespace: Option<&str>,
     wc: watcher::Config,
     derive: DeriveConfig,
-    provider: Arc<dyn Provider>,
-    cancel: CancellationToken,
+    shared: Shared,
     tasks: Option<TaskPodIndex>,
-    changes: Arc<AtomicU64>,
 ) -> (PodIndex, JoinHandle<()>) {
+    let Shared {
+        provider,
+        cancel,
+        changes,
+    } = shared;
     const SOURCE: &str = "watch_pods";
     let live = Arc::new(std::sync::Mutex::new(PodTable::default()));
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
@@ -681,6 +695,11 @@ pub fn spawn_with_tasks(
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
     let changes = Arc::new(AtomicU64::new(0));
+    let shared = Shared {
+        provider: provider.clone(),
+        cancel: cancel.clone(),
+        changes: changes.clone(),
+    };
     let mut tasks = Vec::new();
     let (node_wc, pod_wc) = match &cfg.scope {
         Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
@@ -710,9 +729,7 @@ pub fn spawn_with_tasks(
         node_wc,
         ("watch_nodes", "nodes"),
         trim_node,
-        provider.clone(),
-        cancel.clone(),
-        changes.clone(),
+        shared.clone(),
     );
     tasks.push(t);
     let mut pods = Vec::new();
@@ -722,10 +739,8 @@ pub fn spawn_with_tasks(
             ns,
             pod_wc.clone(),
             cfg.derive.clone(),
-            provider.clone(),
-            cancel.clone(),
+            shared.clone(),
             task_pods.clone(),
-            changes.clone(),
         );
         pods.push(index);
         tasks.push(t);
@@ -742,9 +757,7 @@ pub fn spawn_with_tasks(
                     let keys = keys.clone();
                     move |d: &mut DaemonSet| trim_daemonset(d, &keys)
                 },
-                provider.clone(),
-                cancel.clone(),
-                changes.clone(),
+                shared.clone(),
             );
             daemonsets.push(s);
             tasks.push(t);
@@ -757,9 +770,7 @@ pub fn spawn_with_tasks(
                     let keys = keys.clone();
                     move |d: &mut Deployment| trim_deployment(d, &keys)
                 },
-                provider.clone(),
-                cancel.clone(),
-                changes.clone(),
+                shared.clone(),
             );
             deployments.push(s);
             tasks.push(t);
@@ -907,8 +918,8 @@ mod tests {
                 if rng.below(4) == 0 {
                     index.lock().remove(&key);
                 } else {
-                    let f = (rng.below(10) != 0)
-                        .then(|| Box::new(random_facts(&mut rng, key.clone())));
+                    let f =
+                        (rng.below(10) != 0).then(|| Box::new(random_facts(&mut rng, key.clone())));
                     index.lock().insert(key.into(), f);
                 }
                 let got = stores.derive(now, &cfg);
@@ -957,7 +968,10 @@ mod tests {
         for now in [1_200, 1_210, 1_299] {
             assert!(!s.due(7, t(now)), "idle at {now}");
         }
-        assert!(s.due(7, t(1_300)), "young is done warming at created + 300 s");
+        assert!(
+            s.due(7, t(1_300)),
+            "young is done warming at created + 300 s"
+        );
         assert!(s.due(8, t(1_201)), "an event");
         assert!(s.due(7, t(1_199)), "the clock went back");
         // Every node done warming (or without a creation time): only events count.

@@ -449,3 +449,59 @@ fn a_watched_node_costs_a_fraction_of_a_whole_node() {
         drop((lean, interner));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_stores_are_not_derived_again_until_an_event() {
+    // Bookmarks every second (the default) keep arriving while idle: they are no change.
+    let api = apiserver::start().await;
+    for n in ["n1", "n2"] {
+        api.upsert(&node(n, "True"));
+    }
+    api.upsert(&addon_pod("fb-1", "n1", 0));
+    api.upsert(&daemonset(2));
+    let store = Arc::new(Store::new());
+    let cancel = CancellationToken::new();
+    let mut cfg = config(Scope::Cluster {
+        namespaces: vec!["kube-system".into()],
+        pods: PodScope::All,
+    });
+    cfg.interval = Duration::from_millis(20);
+    let (stores, tasks) = spawn(api.client(), cfg, store.clone(), cancel.clone());
+    let first = until(&store, "initial list", |cs| {
+        cs.nodes.len() == 2 && cs.restarts.len() == 1
+    })
+    .await;
+    let derived = stores.derivations();
+    assert!(derived >= 1);
+    // Fifty intervals and a bookmark or more without a change: nothing derived, the hub keeps
+    // the very same state.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(
+        stores.derivations(),
+        derived,
+        "derived with nothing changed"
+    );
+    let same = store.snapshot(SystemTime::now()).cluster_state.unwrap();
+    assert!(Arc::ptr_eq(&first, &same));
+
+    // One pod event: derived again, and the state follows it.
+    let generation = stores.generation();
+    api.upsert(&addon_pod("fb-1", "n1", 4));
+    until(&store, "the restart", |cs| {
+        restarts_of(cs, "fb-1") == Some(4)
+    })
+    .await;
+    assert!(stores.generation() > generation);
+    let after = stores.derivations();
+    assert!(after > derived);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stores.derivations(), after, "one event, then idle again");
+
+    cancel.cancel();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -14,8 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_metrics::v1beta1::NodeMetrics;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Api;
 use kube::api::ListParams;
+use serde::{Deserialize, Deserializer};
 
 use super::{Dropped, Fetched, UsageFetcher};
 use crate::model::{NodeCapacity, Resource, UsageSample};
@@ -67,6 +70,58 @@ impl MetricsServerFetcher {
     }
 }
 
+/// A NodeMetrics as each fetch decodes it: the name, the timestamp and the CPU and memory
+/// usage, in the shapes of `k8s_metrics`' `NodeMetrics`. The rest of the metadata (labels,
+/// creation time, managed fields) is skipped by the parser without being allocated, and the
+/// window (which the samples do not use) only has to be there, as before.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct LeanNodeMetrics {
+    #[serde(deserialize_with = "name_only")]
+    pub metadata: ObjectMeta,
+    pub timestamp: Time,
+    pub window: serde::de::IgnoredAny,
+    pub usage: LeanUsage,
+}
+
+/// The usage a NodeMetrics reports.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct LeanUsage {
+    pub cpu: Quantity,
+    pub memory: Quantity,
+}
+
+fn name_only<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    struct NameOnly {
+        #[serde(default)]
+        name: Option<String>,
+    }
+    let m = NameOnly::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        ..ObjectMeta::default()
+    })
+}
+
+impl k8s_openapi::Resource for LeanNodeMetrics {
+    const API_VERSION: &'static str = <NodeMetrics as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <NodeMetrics as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <NodeMetrics as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <NodeMetrics as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <NodeMetrics as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::Metadata for LeanNodeMetrics {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 const WHAT_METRICS: &str = "LIST metrics.k8s.io/v1beta1 NodeMetrics";
 const WHAT_NODES: &str = "LIST v1 Nodes";
 
@@ -76,7 +131,7 @@ impl UsageFetcher for MetricsServerFetcher {
     }
 
     async fn fetch(&mut self) -> Fetched {
-        let metrics_api: Api<NodeMetrics> = Api::all(self.client.clone());
+        let metrics_api: Api<LeanNodeMetrics> = Api::all(self.client.clone());
         let watched = self.nodes.as_ref().map(|f| f()).unwrap_or_default();
         let (metrics, nodes) = if watched.is_empty() {
             let nodes_api: Api<LeanNode> = Api::all(self.client.clone());
@@ -206,7 +261,7 @@ fn denominator(
 }
 
 /// The time the usage stands for; `now` where metrics-server left it unset (the zero time).
-fn sample_time(m: &NodeMetrics, now: SystemTime) -> SystemTime {
+fn sample_time(m: &LeanNodeMetrics, now: SystemTime) -> SystemTime {
     let ts = m.timestamp.0;
     let secs = ts.as_second();
     let nanos = ts.subsec_nanosecond();
@@ -230,7 +285,7 @@ struct FromLists {
 }
 
 fn samples_from<N: std::borrow::Borrow<LeanNode>>(
-    node_metrics: &[NodeMetrics],
+    node_metrics: &[LeanNodeMetrics],
     nodes: &[N],
     cfg: &MetricsServerConfig,
     now: SystemTime,
@@ -351,14 +406,47 @@ mod tests {
 
     const T: i64 = 1_760_000_000;
 
-    fn metrics(name: &str, cpu: &str, memory: &str, at: i64) -> NodeMetrics {
-        let mut m = NodeMetrics::default();
-        m.metadata.name = Some(name.into());
-        m.timestamp = Time(Timestamp::from_second(at).unwrap());
-        m.window = Duration::from_secs(20);
-        m.usage.cpu = Quantity(cpu.into());
-        m.usage.memory = Quantity(memory.into());
-        m
+    fn metrics(name: &str, cpu: &str, memory: &str, at: i64) -> LeanNodeMetrics {
+        LeanNodeMetrics {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            timestamp: Time(Timestamp::from_second(at).unwrap()),
+            window: serde::de::IgnoredAny,
+            usage: LeanUsage {
+                cpu: Quantity(cpu.into()),
+                memory: Quantity(memory.into()),
+            },
+        }
+    }
+
+    #[test]
+    fn lean_decoding_reads_what_the_full_type_reads_and_skips_the_rest() {
+        let json = r#"{"kind":"NodeMetrics","apiVersion":"metrics.k8s.io/v1beta1",
+            "metadata":{"name":"n1","creationTimestamp":"2025-01-01T00:00:00Z",
+              "labels":{"kubernetes.io/hostname":"n1"},"managedFields":[{"manager":"m"}]},
+            "timestamp":"2025-10-09T08:26:40.25Z","window":"20.035s",
+            "usage":{"cpu":"487558164n","memory":"732212Ki","extra":"1"}}"#;
+        let full: NodeMetrics = serde_json::from_str(json).unwrap();
+        let lean: LeanNodeMetrics = serde_json::from_str(json).unwrap();
+        assert_eq!(lean.metadata.name, full.metadata.name);
+        assert!(lean.metadata.labels.is_none(), "labels are not kept");
+        assert_eq!(lean.timestamp, full.timestamp);
+        assert_eq!(lean.usage.cpu, full.usage.cpu);
+        assert_eq!(lean.usage.memory, full.usage.memory);
+        // What the full type requires, the lean one requires too: such an item fails the LIST.
+        for missing in ["\"timestamp\"", "\"window\"", "\"usage\""] {
+            let broken = json.replacen(missing, "\"x\"", 1);
+            assert!(
+                serde_json::from_str::<NodeMetrics>(&broken).is_err(),
+                "{missing}"
+            );
+            assert!(
+                serde_json::from_str::<LeanNodeMetrics>(&broken).is_err(),
+                "{missing}"
+            );
+        }
     }
 
     fn at(s: i64) -> SystemTime {

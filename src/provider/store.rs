@@ -83,6 +83,14 @@ impl NodeState {
 /// How long a node the cluster deleted is refused usage (a backend keeps reporting a gone host
 /// for up to its longest window: Prometheus' `avg_over_time(...[15m])`).
 const TOMBSTONE_FOR: Duration = Duration::from_secs(15 * 60);
+/// Whether usage of `node` is refused at `now`: the cluster deleted it less than
+/// [`TOMBSTONE_FOR`] ago. Checked against the clock, not only swept by the next cluster state:
+/// the watchers record a state only when something changed.
+fn tombstoned(gone: &HashMap<String, SystemTime>, node: &str, now: SystemTime) -> bool {
+    gone.get(node)
+        .is_some_and(|at| now.duration_since(*at).unwrap_or_default() < TOMBSTONE_FOR)
+}
+
 /// Per-node warnings about dropped values per source run; the rest are summed up in one line.
 const DROP_LOG_NODES: usize = 20;
 
@@ -342,21 +350,35 @@ impl ClusterRecorder for Store {
 impl NodeRecorder for Store {
     fn record_node_usage(&self, source: &str, sample: UsageSample) {
         let mut inner = self.lock();
-        if inner.gone.contains_key(&sample.node) {
+        if tombstoned(&inner.gone, &sample.node, SystemTime::now()) {
             tracing::debug!(source, node = %sample.node, "usage of a deleted node ignored");
             return;
         }
         let mut dropped: Vec<(Resource, f64, DropReason)> = Vec::new();
         let t = unix_seconds(sample.at);
         let horizon = Window::FifteenMinutes.duration();
-        let st = inner
-            .nodes
-            .entry(sample.node.clone())
-            .or_insert_with(|| NodeState::new(source, sample.at));
-        st.dirty = true;
-        st.source = source.to_string();
-        st.latest_at = st.latest_at.max(sample.at);
-        st.sampled_at = Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at)));
+        // Looked up by `&str` first: no copy of the name per sample for a known node.
+        if !inner.nodes.contains_key(&sample.node) {
+            let st = NodeState::new(source, sample.at);
+            inner.nodes.insert(sample.node.clone(), st);
+        }
+        let Some(st) = inner.nodes.get_mut(&sample.node) else {
+            return;
+        };
+        // Dirty only when something the node's load is made of changed: a backend reporting
+        // the very same sample again (metrics-server between two of its scrapes) leaves the
+        // load, and the work of making it, as they were.
+        let mut changed = false;
+        if st.source != source {
+            st.source = source.to_string();
+            changed = true;
+        }
+        let (latest_at, sampled_at) = (
+            st.latest_at.max(sample.at),
+            Some(st.sampled_at.map_or(sample.at, |t| t.max(sample.at))),
+        );
+        changed |= latest_at != st.latest_at || sampled_at != st.sampled_at;
+        (st.latest_at, st.sampled_at) = (latest_at, sampled_at);
         for (resource, raw) in sample.values {
             let value = match validate::usage(resource, raw) {
                 Ok(v) => v,
@@ -366,12 +388,15 @@ impl NodeRecorder for Store {
                 }
             };
             st.reported = true;
-            st.latest.insert(resource, value);
-            st.rings
+            let old = st.latest.insert(resource, value);
+            changed |= old.is_none_or(|o| o.to_bits() != value.to_bits());
+            changed |= st
+                .rings
                 .entry(resource)
                 .or_insert_with(|| Ring::new(horizon, DEFAULT_CAP))
                 .push(t, value);
         }
+        st.dirty |= changed;
         for (resource, value, reason) in dropped {
             let what = resource.as_str();
             count_dropped(&mut inner, source, &sample.node, what, Some(value), reason);
@@ -380,7 +405,7 @@ impl NodeRecorder for Store {
 
     fn record_node_window(&self, source: &str, w: BackendWindow) {
         let mut inner = self.lock();
-        if inner.gone.contains_key(&w.node) {
+        if tombstoned(&inner.gone, &w.node, SystemTime::now()) {
             tracing::debug!(source, node = %w.node, "usage of a deleted node ignored");
             return;
         }
@@ -427,8 +452,9 @@ impl NodeRecorder for Store {
         };
         let ok = check_capacity(&mut inner, &source, node, capacity);
         if let Some(st) = inner.nodes.get_mut(node) {
-            st.dirty = true;
-            st.capacity = ok.then_some(capacity);
+            let capacity = ok.then_some(capacity);
+            st.dirty |= st.capacity != capacity;
+            st.capacity = capacity;
         }
     }
 
@@ -815,6 +841,17 @@ mod tests {
     }
 
     #[test]
+    fn tombstones_expire_by_the_clock_without_a_new_cluster_state() {
+        let mut gone = HashMap::new();
+        gone.insert("x".to_string(), at(1_000));
+        assert!(tombstoned(&gone, "x", at(1_000)));
+        assert!(tombstoned(&gone, "x", at(1_000 + 15 * 60 - 1)));
+        assert!(!tombstoned(&gone, "x", at(1_000 + 15 * 60)));
+        assert!(!tombstoned(&gone, "y", at(1_000)));
+        assert!(tombstoned(&gone, "x", at(999)), "a clock set back keeps it");
+    }
+
+    #[test]
     fn hosts_expire_after_successful_fetches_without_them() {
         let s = Store::new();
         let fetch = |hosts: &[&str], ok: bool| {
@@ -904,6 +941,42 @@ mod tests {
         assert!(Arc::ptr_eq(&first.nodes["b"], &fourth.nodes["b"]));
         s.cluster().record_cluster_state(state(&["a", "b", "c"]));
         assert!(!Arc::ptr_eq(&cs(&first), &cs(&s.snapshot(at(22)))));
+    }
+
+    #[test]
+    fn a_repeated_sample_or_capacity_makes_no_work_but_a_new_equal_value_does() {
+        let s = Store::new();
+        let cap = NodeCapacity {
+            cpu_cores: 4.0,
+            memory_bytes: 8e9,
+        };
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.node().record_node_capacity("a", cap);
+        let first = s.snapshot(at(11));
+        let dirty = |s: &Store| s.lock().nodes["a"].dirty;
+        assert!(!dirty(&s));
+        // metrics-server between two of its scrapes: the same sample and capacity again.
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.node().record_node_capacity("a", cap);
+        assert!(!dirty(&s), "nothing of the node's load changed");
+        assert!(Arc::ptr_eq(
+            &first.nodes["a"],
+            &s.snapshot(at(12)).nodes["a"]
+        ));
+        // A newer sample with equal values is still a sample of the windows.
+        s.node().record_node_usage("ms", sample("a", 25, 0.1, 0.2));
+        assert!(dirty(&s));
+        let next = s.snapshot(at(26));
+        let w = &next.nodes["a"].windows[0];
+        assert_eq!(w.stats[&Resource::Cpu].samples, 2);
+        s.node().record_node_capacity(
+            "a",
+            NodeCapacity {
+                cpu_cores: 8.0,
+                ..cap
+            },
+        );
+        assert!(dirty(&s), "a new capacity");
     }
 
     #[test]

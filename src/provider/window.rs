@@ -26,19 +26,25 @@ impl Ring {
     }
 
     /// Adds a sample at `t` (Unix seconds). A sample at the same time as an existing one replaces
-    /// it; an older one is put in its place in time order.
-    pub fn push(&mut self, t: f64, value: f64) {
+    /// it; an older one is put in its place in time order. Returns whether the ring changed (a
+    /// sample at the time of one already held with the same value leaves it as it was).
+    pub fn push(&mut self, t: f64, value: f64) -> bool {
+        let same = |&(_, v): &(f64, f64)| v.to_bits() == value.to_bits();
+        let mut changed = true;
         match self.samples.back() {
             Some(&(last, _)) if t < last => {
                 let pos = self.samples.partition_point(|&(ts, _)| ts < t);
-                if self.samples.get(pos).is_some_and(|&(ts, _)| ts == t) {
-                    self.samples[pos] = (t, value);
-                } else {
-                    self.samples.insert(pos, (t, value));
+                match self.samples.get_mut(pos) {
+                    Some(s) if s.0 == t => {
+                        changed = !same(s);
+                        *s = (t, value);
+                    }
+                    _ => self.samples.insert(pos, (t, value)),
                 }
             }
             Some(&(last, _)) if t == last => {
                 if let Some(back) = self.samples.back_mut() {
+                    changed = !same(back);
                     *back = (t, value);
                 }
             }
@@ -51,10 +57,13 @@ impl Ring {
             .is_some_and(|&(ts, _)| ts <= newest - self.horizon)
         {
             self.samples.pop_front();
+            changed = true;
         }
         while self.samples.len() > self.cap {
             self.samples.pop_front();
+            changed = true;
         }
+        changed
     }
 
     pub fn newest_time(&self) -> Option<f64> {
@@ -108,6 +117,31 @@ mod tests {
 
     fn ring() -> Ring {
         Ring::new(Duration::from_secs(15 * 60), DEFAULT_CAP)
+    }
+
+    #[test]
+    fn push_tells_whether_the_ring_changed() {
+        let mut r = ring();
+        assert!(r.push(100.0, 0.5), "first sample");
+        assert!(!r.push(100.0, 0.5), "the same sample again");
+        assert!(
+            r.push(100.0, 0.6),
+            "a new value at the same time replaces it"
+        );
+        assert!(
+            r.push(110.0, 0.6),
+            "a newer sample, equal value: still a sample"
+        );
+        assert!(!r.push(100.0, 0.6), "an older one equal to the one held");
+        assert!(r.push(105.0, 0.6), "an older one between two");
+        assert_eq!(r.len(), 3);
+        let mut small = Ring::new(Duration::from_secs(15 * 60), 2);
+        small.push(1.0, 1.0);
+        small.push(2.0, 1.0);
+        assert!(
+            small.push(0.5, 1.0),
+            "inserted, then dropped by the cap: changed anyway"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
@@ -18,6 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::aggregate::PodAggregates;
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
 use super::lean::{LeanNode, LeanPod};
@@ -85,25 +87,49 @@ pub struct WatchConfig {
 /// a power of two, doubled while a list arrives) stay 24 bytes instead of a few hundred.
 type PodMap = std::collections::HashMap<Box<str>, Option<Box<PodFacts>>>;
 
+/// The pods of one watch and what they add up to per node, kept together under one lock so
+/// the sums always match the pods.
+#[derive(Default)]
+pub(crate) struct PodTable {
+    map: PodMap,
+    agg: PodAggregates,
+}
+
+impl PodTable {
+    /// Adds or replaces a pod: its old facts leave the sums, its new ones enter them.
+    pub(crate) fn insert(&mut self, key: Box<str>, facts: Option<Box<PodFacts>>) {
+        self.agg.add(facts.as_deref());
+        if let Some(old) = self.map.insert(key, facts) {
+            self.agg.remove(old.as_deref());
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        if let Some(old) = self.map.remove(key) {
+            self.agg.remove(old.as_deref());
+        }
+    }
+}
+
 /// Pods as facts, keyed by namespace and name: a pod is turned into [`PodFacts`] when its
 /// event arrives and the object is dropped, so memory follows the facts (a few hundred bytes
 /// a pod), not the objects. `None` marks a pod that could not be used.
 #[derive(Clone)]
 pub struct PodIndex {
-    live: Arc<std::sync::Mutex<PodMap>>,
+    live: Arc<std::sync::Mutex<PodTable>>,
     synced: tokio::sync::watch::Receiver<bool>,
 }
 
 impl PodIndex {
     pub fn len(&self) -> usize {
-        self.live.lock().map(|m| m.len()).unwrap_or(0)
+        self.live.lock().map(|m| m.map.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, PodMap> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PodTable> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -125,9 +151,25 @@ pub struct Stores {
     pub pod_scope: PodScope,
     pub daemonsets: Vec<Store<DaemonSet>>,
     pub deployments: Vec<Store<Deployment>>,
+    /// Bumped after every event any watcher applied (node, pod, DaemonSet, Deployment, list
+    /// start and end): the derive loop derives again only when it moved (or the clock made a
+    /// node done warming).
+    changes: Arc<AtomicU64>,
+    /// Cluster states the derive loop derived (for tests: no events, no derivations).
+    derivations: Arc<AtomicU64>,
 }
 
 impl Stores {
+    /// How many events the watchers have applied so far (any kind, any watcher).
+    pub fn generation(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// How many cluster states the derive loop has derived so far.
+    pub fn derivations(&self) -> u64 {
+        self.derivations.load(Ordering::Relaxed)
+    }
+
     /// Derives the cluster state from what the stores hold now. Unless every pod is watched,
     /// the per-node pod sums are left out (a node's sums from some of its pods would be
     /// wrong); the node role serves them.
@@ -136,26 +178,37 @@ impl Stores {
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
         let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
-        let bad = guards
-            .iter()
-            .map(|g| g.values().filter(|v| v.is_none()).count() as u64)
-            .sum();
-        let pods = guards
-            .iter()
-            .flat_map(|g| g.values().flatten().map(AsRef::as_ref));
+        let bad = guards.iter().map(|g| g.agg.bad()).sum();
+        // Nodes and workloads here; what comes of the pods from the per-node sums the pod
+        // watchers keep up to date: one entry per node, not a visit of every pod.
         let mut st = cluster_state_from_facts(
             nodes.iter().map(AsRef::as_ref),
-            pods,
+            std::iter::empty::<&PodFacts>(),
             bad,
             ds.iter().map(AsRef::as_ref),
             deps.iter().map(AsRef::as_ref),
             now,
             cfg,
         );
+        st.node_pods = match (&guards[..], self.pod_scope) {
+            ([one], PodScope::All) => one.agg.node_pods(),
+            _ => Default::default(),
+        };
+        st.addons = PodAggregates::addons_on_nodes(guards.iter().map(|g| &g.agg));
+        // Restart series: addon pods only, in the order the pods are held (as before).
+        st.restarts = guards
+            .iter()
+            .flat_map(|g| g.map.values().flatten())
+            .filter(|f| f.addon.is_some())
+            .map(|f| crate::model::PodRestarts {
+                namespace: f.namespace.to_string(),
+                pod: f.name.clone(),
+                node: f.node.as_deref().map(String::from),
+                addon: f.addon.clone(),
+                containers: f.containers.clone(),
+            })
+            .collect();
         drop(guards);
-        if self.pod_scope != PodScope::All {
-            st.node_pods.clear();
-        }
         st.addons_elsewhere = self.pod_scope == PodScope::None;
         st
     }
@@ -398,6 +451,14 @@ async fn pause_or_cancel(pause: Duration, cancel: &CancellationToken) -> bool {
     }
 }
 
+/// What every watcher shares: the hub, the stop signal and the change counter.
+#[derive(Clone)]
+struct Shared {
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+    changes: Arc<AtomicU64>,
+}
+
 /// Starts one reflector; each completed (re)list counts as a run of `source`, each watch error
 /// as a failed run, followed by client-go's pause (see [`super::backoff`]).
 fn reflect<K>(
@@ -406,13 +467,17 @@ fn reflect<K>(
     wc: watcher::Config,
     (source, resource): (&'static str, &'static str),
     trim: impl FnMut(&mut K) + Send + 'static,
-    provider: Arc<dyn Provider>,
-    cancel: CancellationToken,
+    shared: Shared,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    let Shared {
+        provider,
+        cancel,
+        changes,
+    } = shared;
     let (reader, writer) = reflector::store();
     let book = WatchBook::new(source, resource, provider.clone());
     let stream = watcher::watcher(api(book.client(client)), wc)
@@ -426,6 +491,10 @@ where
                 _ = cancel.cancelled() => break,
                 ev = stream.next() => ev,
             };
+            // The reflector has applied the event to the store by now.
+            if matches!(ev, Some(Ok(_))) {
+                changes.fetch_add(1, Ordering::Release);
+            }
             match ev {
                 None => break,
                 Some(Ok(Event::Init)) => {
@@ -506,12 +575,16 @@ fn index_pods(
     namespace: Option<&str>,
     wc: watcher::Config,
     derive: DeriveConfig,
-    provider: Arc<dyn Provider>,
-    cancel: CancellationToken,
+    shared: Shared,
     tasks: Option<TaskPodIndex>,
 ) -> (PodIndex, JoinHandle<()>) {
+    let Shared {
+        provider,
+        cancel,
+        changes,
+    } = shared;
     const SOURCE: &str = "watch_pods";
-    let live = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let live = Arc::new(std::sync::Mutex::new(PodTable::default()));
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let index = PodIndex {
         live: live.clone(),
@@ -526,7 +599,7 @@ fn index_pods(
     let stream = watcher::watcher(api, wc);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
-        let mut building: Option<PodMap> = None;
+        let mut building: Option<PodTable> = None;
         let mut listing = Instant::now();
         let key = |p: &LeanPod| -> Box<str> {
             format!(
@@ -555,7 +628,7 @@ fn index_pods(
                 Some(Ok(Event::Init)) => {
                     book.on_init();
                     listing = Instant::now();
-                    building = Some(std::collections::HashMap::new());
+                    building = Some(PodTable::default());
                     // Names no pod uses any more go with the old map.
                     interner = Interner::default();
                     tasks.iter().for_each(TaskPodIndex::begin_relist);
@@ -568,9 +641,10 @@ fn index_pods(
                 Some(Ok(Event::InitDone)) => {
                     book.on_listed();
                     let mut fresh = building.take().unwrap_or_default();
-                    fresh.shrink_to_fit();
+                    fresh.map.shrink_to_fit();
                     // Swap under the lock, drop the old map after it.
                     let old = std::mem::replace(&mut *lock(), fresh);
+                    changes.fetch_add(1, Ordering::Release);
                     drop(old);
                     tasks.iter().for_each(TaskPodIndex::end_relist);
                     let _ = synced_tx.send(true);
@@ -585,10 +659,12 @@ fn index_pods(
                     tasks.iter().for_each(|t| t.apply(&p));
                     let (k, v) = entry(&p, &mut interner);
                     lock().insert(k, v);
+                    changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Ok(Event::Delete(p))) => {
                     tasks.iter().for_each(|t| t.delete(&p));
                     lock().remove(&key(&p));
+                    changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Err(e)) => {
                     // A failed relist leaves the last complete map in place.
@@ -623,6 +699,12 @@ pub fn spawn_with_tasks(
     task_pods: Option<TaskPodIndex>,
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
+    let changes = Arc::new(AtomicU64::new(0));
+    let shared = Shared {
+        provider: provider.clone(),
+        cancel: cancel.clone(),
+        changes: changes.clone(),
+    };
     let mut tasks = Vec::new();
     let (node_wc, pod_wc) = match &cfg.scope {
         Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
@@ -654,8 +736,7 @@ pub fn spawn_with_tasks(
         node_wc,
         ("watch_nodes", "nodes"),
         move |n: &mut LeanNode| trim_node(n, &node_keys, &mut node_strings),
-        provider.clone(),
-        cancel.clone(),
+        shared.clone(),
     );
     tasks.push(t);
     let mut pods = Vec::new();
@@ -665,8 +746,7 @@ pub fn spawn_with_tasks(
             ns,
             pod_wc.clone(),
             cfg.derive.clone(),
-            provider.clone(),
-            cancel.clone(),
+            shared.clone(),
             task_pods.clone(),
         );
         pods.push(index);
@@ -684,8 +764,7 @@ pub fn spawn_with_tasks(
                     let keys = keys.clone();
                     move |d: &mut DaemonSet| trim_daemonset(d, &keys)
                 },
-                provider.clone(),
-                cancel.clone(),
+                shared.clone(),
             );
             daemonsets.push(s);
             tasks.push(t);
@@ -698,8 +777,7 @@ pub fn spawn_with_tasks(
                     let keys = keys.clone();
                     move |d: &mut Deployment| trim_deployment(d, &keys)
                 },
-                provider.clone(),
-                cancel.clone(),
+                shared.clone(),
             );
             deployments.push(s);
             tasks.push(t);
@@ -711,6 +789,8 @@ pub fn spawn_with_tasks(
         pod_scope,
         daemonsets,
         deployments,
+        changes,
+        derivations: Arc::new(AtomicU64::new(0)),
     };
     let loop_stores = stores.clone();
     tasks.push(tokio::spawn(async move {
@@ -727,11 +807,18 @@ pub fn spawn_with_tasks(
             pod_scope = loop_stores.pod_scope.as_str(),
             "Kubernetes caches synced"
         );
+        let mut last = DeriveSchedule::default();
         loop {
-            let started = Instant::now();
-            let state = loop_stores.derive(SystemTime::now(), &cfg.derive);
-            tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
-            provider.cluster().record_cluster_state(state);
+            let now = SystemTime::now();
+            let generation = loop_stores.generation();
+            if last.due(generation, now) {
+                let started = Instant::now();
+                let state = loop_stores.derive(now, &cfg.derive);
+                loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
+                last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
+                tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
+                provider.cluster().record_cluster_state(state);
+            }
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(cfg.interval) => {}
@@ -741,9 +828,165 @@ pub fn spawn_with_tasks(
     (stores, tasks)
 }
 
+/// When the derive loop derives again: after any watcher event, and when the clock reaches the
+/// next time a derived value depends on (a node done warming); never otherwise, so an idle
+/// cluster costs no per-node or per-pod work.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeriveSchedule {
+    /// The generation and time of the last derivation (`None`: never derived).
+    last: Option<(u64, SystemTime)>,
+    /// The earliest time a node of that state finishes warming.
+    next_warm: Option<SystemTime>,
+}
+
+impl DeriveSchedule {
+    /// The schedule after deriving `state` at `now` from the stores at `generation`.
+    pub fn after(
+        generation: u64,
+        now: SystemTime,
+        state: &ClusterState,
+        cfg: &DeriveConfig,
+    ) -> Self {
+        // `done_warming` is `now - created >= warming`: it flips at `created + warming`.
+        let next_warm = state
+            .nodes
+            .iter()
+            .filter(|n| !n.done_warming)
+            .filter_map(|n| n.created?.checked_add(cfg.warming))
+            .min();
+        DeriveSchedule {
+            last: Some((generation, now)),
+            next_warm,
+        }
+    }
+
+    /// Whether the stores at `generation` must be derived again at `now`.
+    pub fn due(&self, generation: u64, now: SystemTime) -> bool {
+        let Some((g, at)) = self.last else {
+            return true;
+        };
+        // A clock set back can make a node warming again: derive.
+        g != generation || now < at || self.next_warm.is_some_and(|w| now >= w)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(name: &str, created: Option<u64>, done_warming: bool) -> crate::model::NodeFacts {
+        crate::model::NodeFacts {
+            name: name.into(),
+            placement: crate::model::Placement {
+                pool: "p".into(),
+                zone: "z".into(),
+            },
+            conditions: Vec::new(),
+            ready: true,
+            schedulable: true,
+            done_warming,
+            created: created.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+            capacity: None,
+            allocatable: None,
+        }
+    }
+
+    /// The derivation from the per-node sums equals the one from every pod's facts, after
+    /// random applies and deletes, for every pod scope.
+    #[test]
+    fn derive_from_kept_sums_equals_derive_from_every_pod() {
+        use crate::watch::aggregate::tests::{Rng, random_facts};
+        let cfg = DeriveConfig::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for scope in [PodScope::All, PodScope::Workloads] {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+            let indexes = if scope == PodScope::All { 1 } else { 3 };
+            let (_tx, synced) = tokio::sync::watch::channel(true);
+            let pods: Vec<PodIndex> = (0..indexes)
+                .map(|_| PodIndex {
+                    live: Default::default(),
+                    synced: synced.clone(),
+                })
+                .collect();
+            let stores = Stores {
+                nodes: reflector::store::<LeanNode>().0,
+                pods: pods.clone(),
+                pod_scope: scope,
+                daemonsets: Vec::new(),
+                deployments: Vec::new(),
+                changes: Default::default(),
+                derivations: Default::default(),
+            };
+            for step in 0..300 {
+                let index = &pods[rng.below(indexes) as usize];
+                let key = format!("ns/p{}", rng.below(30));
+                if rng.below(4) == 0 {
+                    index.lock().remove(&key);
+                } else {
+                    let f =
+                        (rng.below(10) != 0).then(|| Box::new(random_facts(&mut rng, key.clone())));
+                    index.lock().insert(key.into(), f);
+                }
+                let got = stores.derive(now, &cfg);
+                let guards: Vec<_> = pods.iter().map(PodIndex::lock).collect();
+                let bad = guards
+                    .iter()
+                    .map(|g| g.map.values().filter(|v| v.is_none()).count() as u64)
+                    .sum();
+                let facts = guards
+                    .iter()
+                    .flat_map(|g| g.map.values().flatten().map(AsRef::as_ref));
+                let mut want = cluster_state_from_facts(
+                    std::iter::empty::<&LeanNode>(),
+                    facts,
+                    bad,
+                    std::iter::empty(),
+                    std::iter::empty(),
+                    now,
+                    &cfg,
+                );
+                if scope != PodScope::All {
+                    want.node_pods.clear();
+                }
+                want.addons_elsewhere = scope == PodScope::None;
+                assert_eq!(got, want, "{scope:?} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn derive_schedule_follows_events_and_the_warming_clock_only() {
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let cfg = DeriveConfig::default(); // 300 s warming
+        assert!(DeriveSchedule::default().due(0, t(0)), "never derived");
+        let st = ClusterState {
+            nodes: vec![
+                facts("old", Some(0), true),
+                facts("young", Some(1_000), false),
+                facts("younger", Some(1_100), false),
+                facts("no-time", None, false),
+            ],
+            ..Default::default()
+        };
+        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        // Nothing changed: no derivation, however many ticks, until "young" is done warming.
+        for now in [1_200, 1_210, 1_299] {
+            assert!(!s.due(7, t(now)), "idle at {now}");
+        }
+        assert!(
+            s.due(7, t(1_300)),
+            "young is done warming at created + 300 s"
+        );
+        assert!(s.due(8, t(1_201)), "an event");
+        assert!(s.due(7, t(1_199)), "the clock went back");
+        // Every node done warming (or without a creation time): only events count.
+        let st = ClusterState {
+            nodes: vec![facts("old", Some(0), true), facts("no-time", None, false)],
+            ..Default::default()
+        };
+        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        assert!(!s.due(7, t(1_000_000)));
+    }
 
     #[test]
     fn interner_shares_one_copy_and_sweeps_unused_names() {

@@ -1,6 +1,7 @@
 //! Kubernetes sources: pure derivation of facts from API objects (`derive`); the reflectors
 //! that feed it come next.
 
+pub mod aggregate;
 pub mod backoff;
 pub mod cluster;
 pub mod derive;

@@ -153,7 +153,10 @@ fn dockerignore_keeps_the_build_inputs_only() {
     // The build script sets the binary's link flags (build.rs): without it the image's binary
     // would differ from the one the benches measure.
     if deploy::repo().join("build.rs").is_file() {
-        assert!(kept.contains(&"build.rs"), "build.rs must be in the build context");
+        assert!(
+            kept.contains(&"build.rs"),
+            "build.rs must be in the build context"
+        );
     }
     for never in ["target", ".git", "tests"] {
         assert!(

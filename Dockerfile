@@ -13,7 +13,9 @@
 
 # Builder: Rust 1.91 or newer, the real minimum (the 2024 edition's let chains need 1.88;
 # gcloud-sdk's google-cloud-auth 1.18 declares rust-version 1.91). aws-lc-sys needs only the C
-# compiler this image has; no protoc, no OpenSSL.
+# compiler this image has; no protoc, no OpenSSL. The release profile (Cargo.toml) and build.rs
+# set every flag: build.rs links with packed relative relocations (DT_RELR), which bookworm's
+# binutils 2.40 and the runtime's glibc 2.36 both support (issue #11: node-role RSS).
 FROM rust:1.91-bookworm AS build
 WORKDIR /src
 COPY . .

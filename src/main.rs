@@ -27,8 +27,130 @@ mod heap {
     }
 }
 
+/// Pages of the binary that only start-up used, handed back once (issue #11, node-role RSS).
+///
+/// A read fault on the binary maps up to 64 KiB of its neighbouring code (the kernel's
+/// `fault_around_bytes`), and start-up runs code all over it (flag and config parsing, the
+/// kubeconfig's YAML, TLS set-up), so after start most of the 20 MB of code and read-only data
+/// is resident although the steady state runs a fraction of it. `MADV_PAGEOUT` on the binary's
+/// read-only and executable mappings unmaps their pages and lets the kernel reclaim them; it
+/// never changes their contents (they are clean file pages: the writable and relocated
+/// mappings are left alone), and whatever runs later faults its pages back in from the file.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const AFTER_TICK: Option<fn()> = Some(heap::trim);
+mod code {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Ticks after which start-up is over: the first snapshots, the watches' initial lists and
+    /// the first task collection have run.
+    const AFTER_TICKS: u32 = 3;
+    static TICKS: AtomicU32 = AtomicU32::new(0);
+
+    /// Counts ticks; on the `AFTER_TICKS`th, pages out the binary's start-up code once.
+    pub fn after_tick() {
+        if TICKS.fetch_add(1, Ordering::Relaxed) + 1 == AFTER_TICKS {
+            release_startup_pages();
+        }
+    }
+
+    /// `MADV_PAGEOUT` on every mapping of our own executable that is not writable and has no
+    /// anonymous (copied-on-write) pages; returns the bytes the kernel accepted the advice
+    /// for. Best effort: an older kernel's EINVAL or an unreadable /proc only means the pages
+    /// stay.
+    pub fn release_startup_pages() -> usize {
+        let mut advised = 0;
+        let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+            return advised;
+        };
+        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+            return advised;
+        };
+        let exe = exe.to_string_lossy();
+        let mut current: Option<(usize, usize)> = None;
+        for line in smaps.lines() {
+            let mut f = line.split_whitespace();
+            let first = f.next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-')
+                && !first.ends_with(':')
+            {
+                let perms = f.next().unwrap_or("");
+                let path = f.nth(3).unwrap_or("");
+                current = match (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
+                    (Ok(lo), Ok(hi)) if path == exe && !perms.contains('w') && hi > lo => {
+                        Some((lo, hi))
+                    }
+                    _ => None,
+                };
+            } else if first == "Anonymous:"
+                && let Some((lo, hi)) = current.take()
+                && f.next() == Some("0")
+            {
+                // SAFETY: [lo, hi) is a whole mapping of our own executable, page-aligned as
+                // /proc reports it, read-only and without anonymous pages, i.e. clean pages of
+                // the file. MADV_PAGEOUT is advisory and non-destructive: it never changes
+                // what a later access reads, only whether the page is resident.
+                let rc =
+                    unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_PAGEOUT) };
+                if rc == 0 {
+                    advised += hi - lo;
+                }
+            }
+        }
+        advised
+    }
+
+    #[cfg(test)]
+    mod tests {
+        /// Resident KiB of this executable's executable mapping(s).
+        fn exe_text_rss_kib() -> u64 {
+            let exe = std::fs::read_link("/proc/self/exe").unwrap();
+            let exe = exe.to_string_lossy();
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let (mut ours, mut kib) = (false, 0);
+            for line in smaps.lines() {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.first()
+                    .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
+                {
+                    ours = f.get(1).is_some_and(|p| p.contains('x'))
+                        && f.get(5).is_some_and(|p| *p == exe);
+                } else if ours && f.first() == Some(&"Rss:") {
+                    kib += f.get(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                }
+            }
+            kib
+        }
+
+        /// The code pages go, the process keeps running the same code (the pages fault back
+        /// in from the file), and a second call is harmless.
+        #[test]
+        fn pages_out_the_clean_code_and_keeps_running() {
+            let before = exe_text_rss_kib();
+            let advised = super::release_startup_pages();
+            let after = exe_text_rss_kib();
+            if advised == 0 {
+                eprintln!("skipped: MADV_PAGEOUT refused (kernel older than 5.4?)");
+                return;
+            }
+            assert!(
+                after < before,
+                "resident code {before} KiB before, {after} KiB after"
+            );
+            // Code that ran before the page-out runs again, faulted back in from the file.
+            assert!(exe_text_rss_kib() > 0);
+            assert!(super::release_startup_pages() > 0);
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const AFTER_TICK: Option<fn()> = Some(after_tick);
+
+/// After each snapshot: the allocator's free pages back to the kernel; once, start-up code.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn after_tick() {
+    heap::trim();
+    code::after_tick();
+}
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 const AFTER_TICK: Option<fn()> = None;
 

@@ -150,6 +150,14 @@ fn dockerignore_keeps_the_build_inputs_only() {
     if deploy::repo().join("examples").is_dir() {
         assert!(kept.contains(&"examples/"));
     }
+    // The build script sets the binary's link flags (build.rs): without it the image's binary
+    // would differ from the one the benches measure.
+    if deploy::repo().join("build.rs").is_file() {
+        assert!(
+            kept.contains(&"build.rs"),
+            "build.rs must be in the build context"
+        );
+    }
     for never in ["target", ".git", "tests"] {
         assert!(
             !kept.iter().any(|k| k.starts_with(never)),

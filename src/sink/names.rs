@@ -236,7 +236,7 @@ pub const TASK_CPU_USAGE: Family = counter(
 );
 pub const TASK_CPU_PERIODS: Family = counter(
     "kube_prober_task_cpu_periods",
-    "CFS enforcement periods that elapsed (only with a CPU limit), of the pod cgroup (pause container and overhead included).",
+    "CFS bandwidth periods (cpu.cfs_period_us, usually 100 ms) that elapsed while the cgroup had a CPU quota of its own and used CPU (the kernel's nr_periods: 0 without a CPU limit on this cgroup), of the pod cgroup (pause container and overhead included).",
     None,
 );
 pub const TASK_CPU_THROTTLED_PERIODS: Family = counter(
@@ -383,7 +383,7 @@ pub const CONTAINER_CPU_USAGE: Family = counter(
 );
 pub const CONTAINER_CPU_PERIODS: Family = counter(
     "kube_prober_container_cpu_periods",
-    "CFS enforcement periods that elapsed (only with a CPU limit), of the container's cgroup.",
+    "CFS bandwidth periods (cpu.cfs_period_us, usually 100 ms) that elapsed while the cgroup had a CPU quota of its own and used CPU (the kernel's nr_periods: 0 without a CPU limit on this cgroup), of the container's cgroup.",
     None,
 );
 pub const CONTAINER_CPU_THROTTLED_PERIODS: Family = counter(

@@ -178,12 +178,7 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn measure(
-    hier: Hierarchies,
-    pods: &[Arc<TaskPod>],
-    n: usize,
-    every: u64,
-) -> (Measured, TaskSet) {
+fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize, every: u64) -> (Measured, TaskSet) {
     let mut reader = CgroupReader::new(hier, 4096).with_detail_every(every);
     let t0 = Instant::now();
     let first = reader.collect(pods);

@@ -884,9 +884,10 @@ impl Config {
         };
         let max = crate::task::cgroup::MAX_DETAIL_EVERY;
         let detail_every = match cli.task_detail_every.take() {
-            Some(s) => s.trim().parse::<u64>().map_err(|_| {
-                invalid("--task-detail-every", &s, format!("expected 1..={max}"))
-            })?,
+            Some(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| invalid("--task-detail-every", &s, format!("expected 1..={max}")))?,
             None => file
                 .task_detail_every
                 .take()
@@ -1894,7 +1895,10 @@ mod tests {
         let c = Config::resolve(flag("1"), file()).unwrap();
         assert_eq!(c.task.detail_every, 1, "flag over file");
         assert_eq!(
-            Config::resolve(flag("60"), file()).unwrap().task.detail_every,
+            Config::resolve(flag("60"), file())
+                .unwrap()
+                .task
+                .detail_every,
             60
         );
         for bad in ["0", "61", "-1", "x", ""] {

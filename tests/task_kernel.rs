@@ -411,7 +411,11 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         for k in 0..every {
             let d0 = reader.reads.detail_cgroups;
             let got = reader.collect(std::slice::from_ref(&pod_arc));
-            assert_eq!(reader.reads.detail_cgroups - d0, 1, "collection {k}: one cgroup's details");
+            assert_eq!(
+                reader.reads.detail_cgroups - d0,
+                1,
+                "collection {k}: one cgroup's details"
+            );
             last = Some(got[0].containers[1].stats.clone());
         }
         let counts1 = reader.detail_reads();
@@ -433,7 +437,10 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         );
         let ws = last.memory_working_set_bytes.expect("working set");
         let used = last.memory_usage_bytes.expect("usage");
-        assert!(ws >= rss * 0.95 && ws <= used + (1 << 20) as f64, "ws {ws} used {used}");
+        assert!(
+            ws >= rss * 0.95 && ws <= used + (1 << 20) as f64,
+            "ws {ws} used {used}"
+        );
         assert!(
             reader.kept_files() > 0,
             "files are kept open between collections"

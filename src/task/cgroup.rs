@@ -771,8 +771,8 @@ impl CgroupFiles {
         counts: &mut ReadCounts,
     ) -> CgroupStats {
         let mut s = CgroupStats::default();
-        let detail_now = self.detail_reads == 0
-            || collection % self.phase.load.len() as u64 == self.phase.phase;
+        let detail_now =
+            self.detail_reads == 0 || collection % self.phase.load.len() as u64 == self.phase.phase;
         let mut fresh = CgroupStats::default();
         let (mut tried, mut ok) = (0u32, 0u32);
         let mut usage = None;
@@ -1177,9 +1177,12 @@ impl CgroupReader {
         let stats = if paths.files.unlinked() {
             CgroupStats::default()
         } else {
-            paths
-                .files
-                .read(self.collections, self.page_size, &mut self.buf, &mut self.reads)
+            paths.files.read(
+                self.collections,
+                self.page_size,
+                &mut self.buf,
+                &mut self.reads,
+            )
         };
         if stats.is_empty() {
             // The pod cgroup went away: close its files, find it again next time.
@@ -1195,7 +1198,12 @@ impl CgroupReader {
             let Some(files) = c.id.as_deref().and_then(|id| paths.containers.get_mut(id)) else {
                 continue;
             };
-            let cs = files.read(self.collections, self.page_size, &mut self.buf, &mut self.reads);
+            let cs = files.read(
+                self.collections,
+                self.page_size,
+                &mut self.buf,
+                &mut self.reads,
+            );
             if !cs.is_empty() {
                 containers.push(ContainerSample {
                     name: c.name.clone(),
@@ -1396,9 +1404,17 @@ mod tests {
             for k in 0..3 * every {
                 let before = r.reads;
                 let got = r.collect(&pods);
-                assert_eq!(got, all.collect(&pods), "{layout:?}: same series and values");
+                assert_eq!(
+                    got,
+                    all.collect(&pods),
+                    "{layout:?}: same series and values"
+                );
                 let d = r.reads.detail_cgroups - before.detail_cgroups;
-                assert_eq!(d, cgroups / every, "{layout:?} collection {k}: 1/N of the cgroups");
+                assert_eq!(
+                    d,
+                    cgroups / every,
+                    "{layout:?} collection {k}: 1/N of the cgroups"
+                );
                 assert_eq!(
                     r.reads.detail_files - before.detail_files,
                     d * detail_per_cgroup,
@@ -1445,9 +1461,19 @@ mod tests {
         let before = r.reads.detail_cgroups;
         let got = r.collect(&now);
         assert_eq!(got.len(), 12);
-        assert!(got.iter().all(|t| t.stats.is_some() && t.containers.len() == 2));
-        assert!(got.iter().all(|t| t.pod.uid != pods[0].uid), "left with its pod");
-        assert_eq!(r.detail_reads().len(), 36, "files of the pods that left are closed");
+        assert!(
+            got.iter()
+                .all(|t| t.stats.is_some() && t.containers.len() == 2)
+        );
+        assert!(
+            got.iter().all(|t| t.pod.uid != pods[0].uid),
+            "left with its pod"
+        );
+        assert_eq!(
+            r.detail_reads().len(),
+            36,
+            "files of the pods that left are closed"
+        );
         // The 18 new cgroups are read fully, plus the old ones whose phase it is.
         assert!(r.reads.detail_cgroups - before >= 18);
         // Every new cgroup was read once, now; and the new details are complete.
@@ -1459,7 +1485,11 @@ mod tests {
         for _ in 0..every {
             let before = r.reads.detail_cgroups;
             r.collect(&now);
-            assert_eq!(r.reads.detail_cgroups - before, 36 / every, "balanced again");
+            assert_eq!(
+                r.reads.detail_cgroups - before,
+                36 / every,
+                "balanced again"
+            );
         }
     }
 

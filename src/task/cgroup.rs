@@ -679,6 +679,9 @@ pub struct ReadCounts {
 #[derive(Debug)]
 struct CgroupFiles {
     files: Vec<(Knob, Slot)>,
+    /// The files are on the kernel's cgroup filesystem (cgroup v1 or v2), where reading a
+    /// removed cgroup fails: no need to look for unlinked files.
+    on_cgroupfs: bool,
     phase: Phase,
     /// Detail reads so far (the first one when the cgroup is found).
     detail_reads: u64,
@@ -735,8 +738,15 @@ impl CgroupFiles {
             };
             files.push((*knob, slot));
         }
+        let on_cgroupfs = dir_fds.iter().flatten().flatten().next().is_some_and(|d| {
+            rustix::fs::fstatfs(d).is_ok_and(|st| {
+                // CGROUP_SUPER_MAGIC and CGROUP2_SUPER_MAGIC (linux/magic.h).
+                matches!(st.f_type as u64, 0x27e0eb | 0x6367_7270)
+            })
+        });
         CgroupFiles {
             files,
+            on_cgroupfs,
             phase,
             detail_reads: 0,
             detail: CgroupStats::default(),
@@ -753,6 +763,9 @@ impl CgroupFiles {
     /// True when the files were unlinked (a removed directory on an ordinary filesystem, as in
     /// the fixture trees; kernfs answers reads of a removed cgroup with an error instead).
     fn unlinked(&self) -> bool {
+        if self.on_cgroupfs {
+            return false;
+        }
         self.files.iter().find_map(|(_, s)| match s {
             Slot::Kept(k) => Some(k.file.metadata().is_ok_and(|m| m.nlink() == 0)),
             Slot::Path(_) => None,

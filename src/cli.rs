@@ -479,7 +479,7 @@ pub struct Cli {
     /// Node role: read each cgroup's detail files (memory.stat, NUMA stat, pressure, memory
     /// limit, cpuset) once every N collections, staggered over the cgroups (1..=60; 1: every
     /// collection). CPU, throttling, memory usage and OOM kills are read on every collection.
-    /// [default: 4]
+    /// [default: 12]
     #[arg(long, env = "KUBE_PROBER_TASK_DETAIL_EVERY", value_name = "N")]
     pub task_detail_every: Option<String>,
 

@@ -389,10 +389,11 @@ const MAX_FILE: usize = 1 << 20;
 
 /// Default of `--task-detail-every`: the detail files of each cgroup (`memory.stat`,
 /// `memory.numa_stat`, the `*.pressure` files, the memory limit, the effective cpuset) are read
-/// once every this many collections, staggered over the cgroups. The smallest value that keeps
-/// a collection of 110 pods × 2 containers within 5 ms of CPU on a cgroup v1 host
-/// (docs/benchmarks.md).
-pub const DEFAULT_DETAIL_EVERY: u64 = 4;
+/// once every this many collections, staggered over the cgroups. The smallest value that kept
+/// a collection of 110 pods × 2 containers within 5 ms of CPU on this project's cgroup v1 test
+/// host (docs/benchmarks.md: 4.85 ms at 12, 5.07 ms at 10; the every-collection files alone
+/// cost about 4 ms there).
+pub const DEFAULT_DETAIL_EVERY: u64 = 12;
 
 /// The largest accepted `--task-detail-every`.
 pub const MAX_DETAIL_EVERY: u64 = 60;

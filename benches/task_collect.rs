@@ -390,7 +390,11 @@ fn main() {
     let mut set = None;
     for every in detail_everys() {
         let (m, s) = measure(Hierarchies::detect(&root), &pods, n, every);
-        row("fixture (files in a temp dir, hybrid v1+unified)", every, &m);
+        row(
+            "fixture (files in a temp dir, hybrid v1+unified)",
+            every,
+            &m,
+        );
         if every == DEFAULT_DETAIL_EVERY {
             set = Some(s);
         }

@@ -663,6 +663,9 @@ impl Drop for Phase {
     }
 }
 
+/// Detail reads per cgroup: ((pod UID, container id or `None` for the pod cgroup), count).
+pub type DetailReads = Vec<((String, Option<String>), u64)>;
+
 /// Files read, counted by the reader (for tests and the bench: the read pattern, not timing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadCounts {
@@ -1043,7 +1046,7 @@ impl CgroupReader {
 
     /// Detail reads so far of each cgroup this reader has open: (pod UID, container id or
     /// `None` for the pod cgroup) and the count, the first one when the cgroup was found.
-    pub fn detail_reads(&self) -> Vec<((String, Option<String>), u64)> {
+    pub fn detail_reads(&self) -> DetailReads {
         let mut out = Vec::new();
         for (uid, p) in &self.cache {
             out.push(((uid.clone(), None), p.files.detail_reads));
@@ -1414,7 +1417,7 @@ mod tests {
             let detail_per_cgroup = r.reads.detail_files / cgroups;
             assert!(detail_per_cgroup >= 4, "{layout:?}: {:?}", r.reads);
             assert!(r.detail_reads().iter().all(|(_, n)| *n == 1));
-            let mut history: Vec<Vec<((String, Option<String>), u64)>> = vec![r.detail_reads()];
+            let mut history: Vec<DetailReads> = vec![r.detail_reads()];
             for k in 0..3 * every {
                 let before = r.reads;
                 let got = r.collect(&pods);

@@ -387,13 +387,13 @@ const US: f64 = 1e6;
 /// KiB); a longer one is taken as unreadable.
 const MAX_FILE: usize = 1 << 20;
 
-/// Default of `--task-detail-every`: the detail files of each cgroup (`memory.stat`,
-/// `memory.numa_stat`, the `*.pressure` files, the memory limit, the effective cpuset) are read
-/// once every this many collections, staggered over the cgroups. The smallest value that kept
-/// a collection of 110 pods × 2 containers within 5 ms of CPU on this project's cgroup v1 test
-/// host (docs/benchmarks.md: 4.85 ms at 12, 5.07 ms at 10; the every-collection files alone
-/// cost about 4 ms there).
-pub const DEFAULT_DETAIL_EVERY: u64 = 12;
+/// Default of `--task-detail-every`: the detail files of each cgroup (v1 `cpu.stat`, the OOM
+/// kill counters, `memory.stat`, `memory.numa_stat`, the `*.pressure` files, the memory limit,
+/// the effective cpuset) are read once every this many collections, staggered over the
+/// cgroups; CPU and memory usage on every collection. 4 keeps the detail series at most 3
+/// collections (45 s at the default 15 s interval) old; docs/benchmarks.md has the CPU per
+/// collection at each N.
+pub const DEFAULT_DETAIL_EVERY: u64 = 4;
 
 /// The largest accepted `--task-detail-every`.
 pub const MAX_DETAIL_EVERY: u64 = 60;
@@ -423,12 +423,19 @@ enum Knob {
 
 impl Knob {
     /// A detail file: read when the cgroup is found and then once every `detail_every`
-    /// collections (staggered over the cgroups, see [`Stagger`]); the others (CPU usage,
-    /// throttling, memory usage, OOM kills) are read on every collection.
+    /// collections (staggered over the cgroups, see [`Stagger`]); the others (CPU usage:
+    /// `cpuacct.usage` or the unified `cpu.stat`, which gives throttling in the same read;
+    /// memory usage: `memory.usage_in_bytes` or `memory.current`) are read on every
+    /// collection. The v1 `cpu.stat` (CFS throttling) and the OOM kill counters
+    /// (`memory.oom_control`, `memory.events`) are counters in their own files: a detail read
+    /// gives a later value of the same counter.
     fn detail(self) -> bool {
         matches!(
             self,
-            Knob::CpuPressure
+            Knob::CpuStatV1
+                | Knob::OomControlV1
+                | Knob::MemEvents
+                | Knob::CpuPressure
                 | Knob::MemoryPressure
                 | Knob::IoPressure
                 | Knob::MemLimitV1
@@ -669,9 +676,10 @@ pub type DetailReads = Vec<((String, Option<String>), u64)>;
 /// Files read, counted by the reader (for tests and the bench: the read pattern, not timing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadCounts {
-    /// Reads of the every-collection files (CPU usage, throttling, memory usage, OOM kills).
+    /// Reads of the every-collection files (CPU usage, memory usage).
     pub fast_files: u64,
-    /// Reads of detail files (`memory.stat`, NUMA stat, pressure, memory limit, cpuset).
+    /// Reads of detail files (v1 `cpu.stat`, OOM kills, `memory.stat`, NUMA stat, pressure,
+    /// memory limit, cpuset).
     pub detail_files: u64,
     /// Cgroups whose detail files were read (once per cgroup and detail read).
     pub detail_cgroups: u64,
@@ -689,8 +697,8 @@ struct CgroupFiles {
     phase: Phase,
     /// Detail reads so far (the first one when the cgroup is found).
     detail_reads: u64,
-    /// The detail values as last read (working set, RSS, cache, page faults, limit, pressure,
-    /// NUMA, cpuset); the other fields stay empty.
+    /// The detail values as last read (v1 throttling, OOM kills, working set, RSS, cache, page
+    /// faults, limit, pressure, NUMA, cpuset); the other fields stay empty.
     detail: CgroupStats,
 }
 
@@ -823,6 +831,14 @@ impl CgroupFiles {
             counts.detail_cgroups += 1;
         }
         let d = &self.detail;
+        // Throttling from the v1 `cpu.stat` (detail) where the cgroup has it, else what the
+        // unified `cpu.stat` (every collection) gave.
+        if d.cpu_periods.is_some() {
+            s.cpu_periods = d.cpu_periods;
+            s.cpu_throttled_periods = d.cpu_throttled_periods;
+            s.cpu_throttled_seconds = d.cpu_throttled_seconds;
+        }
+        s.oom_kills = d.oom_kills;
         s.memory_working_set_bytes = d.memory_working_set_bytes;
         s.memory_rss_bytes = d.memory_rss_bytes;
         s.memory_cache_bytes = d.memory_cache_bytes;

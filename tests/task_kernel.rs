@@ -369,7 +369,7 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
             "pod counts its containers"
         );
         assert!(mem.page_faults.unwrap_or(0) >= (MEM_BYTES / 4096) as u64 / 2);
-        assert_eq!(mem.oom_kills, Some(0));
+        assert_eq!(mem.oom_kills, Some(0), "OOM kills from the first (detail) read");
     } else {
         println!("no memory controller on this hierarchy: memory values must be absent");
         assert_eq!(mem.memory_usage_bytes, None);
@@ -410,11 +410,20 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         let mut last = None;
         for k in 0..every {
             let d0 = reader.reads.detail_cgroups;
+            let f0 = reader.reads.fast_files;
             let got = reader.collect(std::slice::from_ref(&pod_arc));
             assert_eq!(
                 reader.reads.detail_cgroups - d0,
                 1,
                 "collection {k}: one cgroup's details"
+            );
+            // Every collection reads CPU usage and memory usage of each cgroup, one file each
+            // (`cpuacct.usage` or the unified `cpu.stat`; `memory.usage_in_bytes` or
+            // `memory.current`); throttling (v1) and OOM kills are detail files.
+            assert_eq!(
+                reader.reads.fast_files - f0,
+                2 * 3,
+                "collection {k}: CPU and memory usage of the 3 cgroups"
             );
             last = Some(got[0].containers[1].stats.clone());
         }

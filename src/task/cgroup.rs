@@ -1430,6 +1430,9 @@ mod tests {
             assert_eq!(got, all.collect(&pods), "{layout:?}");
             assert_eq!(r.reads.detail_cgroups, cgroups, "{layout:?}");
             let fast_per_collection = r.reads.fast_files;
+            // Every collection: CPU usage and memory usage, one file each (v2: cpu.stat,
+            // memory.current; hybrid: cpuacct.usage, memory.usage_in_bytes).
+            assert_eq!(fast_per_collection, 2 * cgroups, "{layout:?}");
             let detail_per_cgroup = r.reads.detail_files / cgroups;
             assert!(detail_per_cgroup >= 4, "{layout:?}: {:?}", r.reads);
             assert!(r.detail_reads().iter().all(|(_, n)| *n == 1));
@@ -1526,9 +1529,11 @@ mod tests {
         }
     }
 
-    /// The detail values (limit, cpuset, memory.stat) change within N collections; usage is
-    /// read every collection; the working set always pairs a `memory.stat` with the usage of
-    /// the same read (never a fresh usage minus a stale inactive_file).
+    /// The detail values (limit, cpuset, memory.stat, OOM kills, v1 throttling) change within N
+    /// collections; CPU and memory usage are read every collection (and v2 throttling, which
+    /// comes in the same `cpu.stat` read as the usage); the working set always pairs a
+    /// `memory.stat` with the usage of the same read (never a fresh usage minus a stale
+    /// inactive_file).
     #[test]
     fn detail_changes_show_within_n_and_the_working_set_is_consistent() {
         for layout in [Layout::V2, Layout::Hybrid] {
@@ -1554,7 +1559,16 @@ mod tests {
                 assert_eq!(s.cpuset_cpus, Some(4));
                 let old_ws = (v.memory_usage - v.inactive_file) as f64;
                 assert_eq!(s.memory_working_set_bytes, Some(old_ws));
-                // Change the detail values and the usage after the first collection.
+                let old = v.clone();
+                assert_eq!(s.oom_kills, Some(old.oom_kill));
+                assert_eq!(s.cpu_throttled_periods, Some(old.throttled));
+                // Change the detail values, the counters and the usage after the first
+                // collection.
+                v.cpu_usec += 3_000_000;
+                v.periods += 50;
+                v.throttled += 7;
+                v.throttled_usec += 90_000;
+                v.oom_kill += 2;
                 v.memory_limit = Some(1 << 30);
                 v.cpuset_cpus = "0-1";
                 v.cpuset_mems = "0-1";
@@ -1572,7 +1586,32 @@ mod tests {
                         Some(v.memory_usage as f64),
                         "{ctx}: usage read every time"
                     );
+                    assert_eq!(
+                        s.cpu_seconds,
+                        Some(v.cpu_usec as f64 / 1e6),
+                        "{ctx}: CPU usage read every time"
+                    );
+                    // Throttling: v2 from the every-collection cpu.stat; v1 from its own
+                    // cpu.stat, a detail file.
+                    let throttling_fresh = layout == Layout::V2;
+                    let throttling = |v: &Values| {
+                        (
+                            Some(v.periods),
+                            Some(v.throttled),
+                            Some(v.throttled_usec as f64 / 1e6),
+                        )
+                    };
+                    let got_throttling = (
+                        s.cpu_periods,
+                        s.cpu_throttled_periods,
+                        s.cpu_throttled_seconds,
+                    );
+                    if throttling_fresh {
+                        assert_eq!(got_throttling, throttling(&v), "{ctx}: v2 throttling");
+                    }
                     if s.memory_limit_bytes == Some((1u64 << 30) as f64) {
+                        assert_eq!(s.oom_kills, Some(v.oom_kill), "{ctx}");
+                        assert_eq!(got_throttling, throttling(&v), "{ctx}");
                         assert_eq!(s.cpuset_cpus, Some(2), "{ctx}");
                         assert_eq!(s.cpuset_memory_nodes, Some(2), "{ctx}");
                         assert_eq!(s.memory_rss_bytes, Some(v.rss as f64), "{ctx}");
@@ -1580,6 +1619,10 @@ mod tests {
                         seen_at.get_or_insert(n);
                     } else {
                         assert!(seen_at.is_none(), "{ctx}: a new value does not flip back");
+                        assert_eq!(s.oom_kills, Some(old.oom_kill), "{ctx}: OOM kills detail");
+                        if !throttling_fresh {
+                            assert_eq!(got_throttling, throttling(&old), "{ctx}: v1 detail");
+                        }
                         assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64));
                         assert_eq!(s.cpuset_cpus, Some(4), "{ctx}");
                         assert_eq!(

@@ -1885,7 +1885,10 @@ mod tests {
             c.task.detail_every,
             crate::task::cgroup::DEFAULT_DETAIL_EVERY
         );
-        assert_eq!(c.task.detail_every, 4, "detail series at most 3 collections old");
+        assert_eq!(
+            c.task.detail_every, 4,
+            "detail series at most 3 collections old"
+        );
         let file = || FileConfig::parse("task_detail_every: 7\n").unwrap();
         let c = Config::resolve(Cli::default(), file()).unwrap();
         assert_eq!(c.task.detail_every, 7);

@@ -369,7 +369,11 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
             "pod counts its containers"
         );
         assert!(mem.page_faults.unwrap_or(0) >= (MEM_BYTES / 4096) as u64 / 2);
-        assert_eq!(mem.oom_kills, Some(0), "OOM kills from the first (detail) read");
+        assert_eq!(
+            mem.oom_kills,
+            Some(0),
+            "OOM kills from the first (detail) read"
+        );
     } else {
         println!("no memory controller on this hierarchy: memory values must be absent");
         assert_eq!(mem.memory_usage_bytes, None);

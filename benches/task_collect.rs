@@ -1,14 +1,18 @@
 //! Task collection at 110 pods of 2 containers each (the kubelet's default pod limit).
 //!
-//! Run with `cargo bench --bench task_collect` (env `COLLECTIONS`, default 500). Two parts:
+//! Run with `cargo bench --bench task_collect` (env `COLLECTIONS`, default 500; env
+//! `DETAIL_EVERY`, default `1,2,3,4,5,6`: the `--task-detail-every` values measured, the
+//! default always among them). Two parts:
 //!
 //! 1. In process, on a fixture cgroup tree shaped like this machine's (v1 cpu, cpuacct,
 //!    memory, cpuset plus the v2 `unified` tree; systemd driver, containerd scopes, a pause
 //!    scope per pod, a `system.slice` of 40 services to walk past) and, where this machine
 //!    lets us create them, the same 110 × 2 cgroups on the real kernel mounts (removed after):
-//!    the first collection (which walks the tree), then CPU time (utime+stime of this process)
-//!    and wall time per collection over `COLLECTIONS` collections; the series and bytes the
-//!    set renders to on `/metrics`.
+//!    the first collection (which walks the tree), then CPU time (this thread's, user + system,
+//!    so the kernel's time generating the files counts) per collection as the mean and the
+//!    maximum over `COLLECTIONS` collections (a spike shows in the maximum), wall time, and how
+//!    many cgroups' detail files each collection read; the series and bytes the set renders
+//!    to on `/metrics`.
 //! 2. The node-role binary against the stand-in API server with those 110 pods and the fixture
 //!    root: VmRSS and VmHWM after 15 s of 1 s collections, `/metrics` bytes and series.
 //!
@@ -23,10 +27,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{clk_tck, cpu_ticks, env_usize, loadavg, machine_info, mib, ms, rss_kib};
+use common::{env_usize, loadavg, machine_info, mib, ms, rss_kib};
 use kube_prober::model::{Snapshot, TaskContainer, TaskPod, TaskSet};
 use kube_prober::sink::prometheus::{Format, render};
-use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies};
+use kube_prober::task::cgroup::{CgroupReader, DEFAULT_DETAIL_EVERY, Hier, Hierarchies};
 use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
 
 const PODS: usize = 110;
@@ -153,11 +157,29 @@ fn real_tree(hier: &Hierarchies) -> Result<(RealTree, PathBuf), String> {
 struct Measured {
     first_ms: f64,
     cpu_ms: f64,
+    /// The most CPU one collection took (spikes show here).
+    max_cpu_ms: f64,
     wall_ms: f64,
+    /// Cgroups whose detail files one collection read: the fewest and the most.
+    detail_min: u64,
+    detail_max: u64,
 }
 
-fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize) -> (Measured, TaskSet) {
-    let mut reader = CgroupReader::new(hier, 4096);
+/// CPU time of this thread (the reader runs on it), user + system, precise to the
+/// nanosecond (clock ticks are 10 ms: too coarse for one collection).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to the valid pointer it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize, every: u64) -> (Measured, TaskSet) {
+    let mut reader = CgroupReader::new(hier, 4096).with_detail_every(every);
     let t0 = Instant::now();
     let first = reader.collect(pods);
     let first_ms = ms(t0.elapsed());
@@ -167,20 +189,30 @@ fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize) -> (Measured, Tas
             .all(|t| t.stats.is_some() && t.containers.len() == 2),
         "every pod and container found"
     );
-    let tck = clk_tck() as f64;
-    let c0 = cpu_ticks("self");
+    let c0 = thread_cpu();
     let w0 = Instant::now();
     let mut last = Vec::new();
+    let mut max_cpu = Duration::ZERO;
+    let (mut detail_min, mut detail_max) = (u64::MAX, 0);
     for _ in 0..n {
+        let d0 = reader.reads.detail_cgroups;
+        let c = thread_cpu();
         last = reader.collect(pods);
+        max_cpu = max_cpu.max(thread_cpu().saturating_sub(c));
+        let d = reader.reads.detail_cgroups - d0;
+        detail_min = detail_min.min(d);
+        detail_max = detail_max.max(d);
     }
     let wall = w0.elapsed();
-    let cpu = (cpu_ticks("self") - c0) as f64 / tck;
+    let cpu = thread_cpu().saturating_sub(c0);
     (
         Measured {
             first_ms,
-            cpu_ms: cpu * 1000.0 / n as f64,
+            cpu_ms: ms(cpu) / n as f64,
+            max_cpu_ms: ms(max_cpu),
             wall_ms: ms(wall) / n as f64,
+            detail_min,
+            detail_max,
         },
         TaskSet {
             node: NODE.into(),
@@ -188,6 +220,30 @@ fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize) -> (Measured, Tas
             collected_at: Some(SystemTime::now()),
         },
     )
+}
+
+/// `DETAIL_EVERY` (comma-separated, default `1,2,3,4,5,6` plus the default N).
+fn detail_everys() -> Vec<u64> {
+    let mut v: Vec<u64> = std::env::var("DETAIL_EVERY")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| (1..=6).collect());
+    v.push(DEFAULT_DETAIL_EVERY);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn row(tree: &str, every: u64, m: &Measured) {
+    let default = if every == DEFAULT_DETAIL_EVERY {
+        " (default)"
+    } else {
+        ""
+    };
+    println!(
+        "| {tree} | {every}{default} | {:.2} | {:.3} | {:.3} | {:.3} | {}–{} |",
+        m.first_ms, m.cpu_ms, m.max_cpu_ms, m.wall_ms, m.detail_min, m.detail_max
+    );
 }
 
 fn series_and_bytes(set: TaskSet) -> (usize, usize) {
@@ -327,30 +383,36 @@ fn main() {
         println!("- {k}: {v}");
     }
     println!("- load average before: {}\n", loadavg());
-    println!("| tree | first collection (walk) ms | CPU ms / collection | wall ms / collection |");
-    println!("|---|---|---|---|");
-    let (m, set) = measure(Hierarchies::detect(&root), &pods, n);
     println!(
-        "| fixture (tmpfs, hybrid v1+unified) | {:.2} | {:.3} | {:.3} |",
-        m.first_ms, m.cpu_ms, m.wall_ms
+        "| tree | N (`--task-detail-every`) | first collection (walk) ms | CPU ms / collection | max CPU ms of one collection | wall ms / collection | cgroups with detail read per collection |"
     );
+    println!("|---|---|---|---|---|---|---|");
+    let mut set = None;
+    for every in detail_everys() {
+        let (m, s) = measure(Hierarchies::detect(&root), &pods, n, every);
+        row(
+            "fixture (files in a temp dir, hybrid v1+unified)",
+            every,
+            &m,
+        );
+        if every == DEFAULT_DETAIL_EVERY {
+            set = Some(s);
+        }
+    }
     let real = Hierarchies::detect(Path::new("/sys/fs/cgroup"));
     match real_tree(&real) {
         Ok((guard, top)) => {
-            let real_pods: Vec<Arc<TaskPod>> = pods.clone();
-            let (m, _) = measure(real.clone(), &real_pods, n);
-            println!(
-                "| real kernel cgroups ({}) | {:.2} | {:.3} | {:.3} |",
-                real.describe(),
-                m.first_ms,
-                m.cpu_ms,
-                m.wall_ms
-            );
+            let tree = format!("real kernel cgroups ({})", real.describe());
+            for every in detail_everys() {
+                let (m, _) = measure(real.clone(), &pods, n, every);
+                row(&tree, every, &m);
+            }
             drop(guard);
             let _ = top;
         }
-        Err(e) => println!("| real kernel cgroups | skipped: {e} | | |"),
+        Err(e) => println!("| real kernel cgroups | skipped: {e} | | | | | |"),
     }
+    let Some(set) = set else { return };
     let (series, bytes) = series_and_bytes(set);
     println!("\nTask and container series on /metrics: {series}; whole body {bytes} bytes.\n");
 

@@ -539,6 +539,7 @@ fn spawn_tasks(
         sysfs: cfg.task.sysfs.clone(),
         procfs: cfg.procfs.clone(),
         interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+        detail_every: cfg.task.detail_every,
     };
     let pods: crate::task::PodList = Arc::new(move || index.pods());
     if cfg.task.perf_events == crate::model::PerfMode::Off {

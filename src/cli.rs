@@ -476,6 +476,13 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_TASK_PERF_EVENTS", value_name = "MODE", num_args = 0..=1, default_missing_value = "auto")]
     pub task_perf_events: Option<String>,
 
+    /// Node role: read each cgroup's detail files (v1 cpu.stat throttling, OOM kills,
+    /// memory.stat, NUMA stat, pressure, memory limit, cpuset) once every N collections,
+    /// staggered over the cgroups (1..=60; 1: every collection). CPU and memory usage are read
+    /// on every collection (and v2 throttling, from the same cpu.stat). [default: 4]
+    #[arg(long, env = "KUBE_PROBER_TASK_DETAIL_EVERY", value_name = "N")]
+    pub task_detail_every: Option<String>,
+
     /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,
     /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams. A larger
     /// answer is a `too_large` error. [default: 32Mi]

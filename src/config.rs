@@ -102,6 +102,7 @@ pub struct FileConfig {
     pub kubelet_insecure_skip_tls_verify: Option<bool>,
     pub pod_scope: Option<String>,
     pub task_perf_events: Option<String>,
+    pub task_detail_every: Option<u32>,
     pub shard: Option<u32>,
     pub total_shards: Option<u32>,
     pub shard_from_statefulset: Option<bool>,
@@ -135,6 +136,8 @@ pub struct TaskSettings {
     pub kubelet: Option<crate::watch::kubelet::KubeletSettings>,
     /// `--task-perf-events`.
     pub perf_events: crate::model::PerfMode,
+    /// `--task-detail-every`: collections between two reads of a cgroup's detail files.
+    pub detail_every: u64,
 }
 
 /// A push output.
@@ -879,6 +882,24 @@ impl Config {
                 )
             })?,
         };
+        let max = crate::task::cgroup::MAX_DETAIL_EVERY;
+        let detail_every = match cli.task_detail_every.take() {
+            Some(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| invalid("--task-detail-every", &s, format!("expected 1..={max}")))?,
+            None => file
+                .task_detail_every
+                .take()
+                .map_or(crate::task::cgroup::DEFAULT_DETAIL_EVERY, u64::from),
+        };
+        if !(1..=max).contains(&detail_every) {
+            return Err(invalid(
+                "--task-detail-every",
+                &detail_every.to_string(),
+                format!("expected 1..={max} collections"),
+            ));
+        }
         Ok(TaskSettings {
             cgroup_root,
             sysfs,
@@ -886,6 +907,7 @@ impl Config {
             label_allowlist,
             kubelet,
             perf_events,
+            detail_every,
         })
     }
 
@@ -1854,6 +1876,47 @@ mod tests {
             e.contains("--task-perf-events") && e.contains("cycles"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn task_detail_every() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(
+            c.task.detail_every,
+            crate::task::cgroup::DEFAULT_DETAIL_EVERY
+        );
+        assert_eq!(
+            c.task.detail_every, 4,
+            "detail series at most 3 collections old"
+        );
+        let file = || FileConfig::parse("task_detail_every: 7\n").unwrap();
+        let c = Config::resolve(Cli::default(), file()).unwrap();
+        assert_eq!(c.task.detail_every, 7);
+        let flag = |v: &str| Cli {
+            task_detail_every: Some(v.into()),
+            ..Cli::default()
+        };
+        let c = Config::resolve(flag("1"), file()).unwrap();
+        assert_eq!(c.task.detail_every, 1, "flag over file");
+        assert_eq!(
+            Config::resolve(flag("60"), file())
+                .unwrap()
+                .task
+                .detail_every,
+            60
+        );
+        for bad in ["0", "61", "-1", "x", ""] {
+            let e = err(flag(bad), FileConfig::default());
+            assert!(
+                e.contains("--task-detail-every") && e.contains("1..=60"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(
+            Cli::default(),
+            FileConfig::parse("task_detail_every: 0\n").unwrap(),
+        );
+        assert!(e.contains("--task-detail-every"), "{e}");
     }
 
     #[test]

@@ -284,3 +284,96 @@ fn unusable_files_are_config_errors_naming_the_flag() {
     };
     assert_eq!(option(s), "--kubelet-client-key-file");
 }
+
+/// A redirect from the kubelet is not followed: the poll fails with a clear, counted reason and
+/// the redirect's target (a second stand-in accepting the same token) gets no request.
+#[tokio::test]
+async fn a_redirect_is_a_failure_and_is_not_followed() {
+    let k = FakeKubelet::start(TOKEN).await;
+    let elsewhere = FakeKubelet::start(TOKEN).await;
+    elsewhere.set_pods(vec![pod("shop", "web", "Running")]);
+    let dir = tempfile::tempdir().unwrap();
+    let f = k.write_files(dir.path());
+    k.set_answer(Answer::Redirect(format!("{}/pods", elsewhere.url)));
+    let (idx, _) = index(&[]);
+    let mut src = source(token_settings(&k, &f));
+    let (reason, message) = failed(src.poll_into(&idx).await);
+    assert_eq!(reason, "http", "{message}");
+    assert!(
+        message.contains("302") && message.contains("redirect") && message.contains(&elsewhere.url),
+        "{message}"
+    );
+    assert!(idx.pods().is_empty());
+    assert_eq!(k.seen().len(), 1, "the kubelet was asked once");
+    assert!(
+        elsewhere.seen().is_empty(),
+        "the redirect target got a request: {:?}",
+        elsewhere.seen()
+    );
+}
+
+const PROXY_CHILD_ENV: &str = "KUBE_PROBER_KUBELET_PROXY_CHILD";
+
+/// Runs only as a child of `proxy_env_is_not_used` (which sets the proxy variables for this
+/// process alone): a poll of a stand-in kubelet must succeed directly.
+#[tokio::test]
+async fn proxy_child() {
+    if std::env::var(PROXY_CHILD_ENV).is_err() {
+        return;
+    }
+    let k = FakeKubelet::start(TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = k.write_files(dir.path());
+    k.set_pods(vec![pod("shop", "web", "Running")]);
+    let (idx, _) = index(&[]);
+    let mut src = source(token_settings(&k, &f));
+    let out = src.poll_into(&idx).await;
+    assert_eq!(out, RunOutcome::Ok);
+    assert_eq!(names(&idx), vec!["shop/web".to_string()]);
+}
+
+/// HTTPS_PROXY, HTTP_PROXY and ALL_PROXY (both cases) pointing at a listening socket on
+/// 127.0.0.1 are ignored: the kubelet is reached directly and the "proxy" gets no connection.
+/// The variables are set in a child process only (this test binary re-run for
+/// `proxy_child`), so no other test sees them.
+#[tokio::test]
+async fn proxy_env_is_not_used() {
+    if std::env::var(PROXY_CHILD_ENV).is_ok() {
+        return;
+    }
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = connections.clone();
+    let accept = tokio::spawn(async move {
+        while let Ok((conn, _)) = proxy.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let exe = std::env::current_exe().unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(["--exact", "proxy_child", "--nocapture", "--test-threads=1"])
+            .env(PROXY_CHILD_ENV, "1");
+        for v in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+            cmd.env(v, &proxy_url).env(v.to_lowercase(), &proxy_url);
+        }
+        cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+        cmd.output().unwrap()
+    })
+    .await
+    .unwrap();
+    accept.abort();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child poll failed: {text}");
+    assert!(
+        text.contains("proxy_child ... ok"),
+        "the child ran its test: {text}"
+    );
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy from the environment got a connection"
+    );
+}

@@ -27,6 +27,8 @@ use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies};
 
 const CHILD_ENV: &str = "KUBE_PROBER_TASK_KERNEL_CHILD";
 const MEM_BYTES: usize = 64 << 20;
+/// What the memory worker touches on `more`.
+const MORE_BYTES: usize = 16 << 20;
 const BURN_SECONDS: f64 = 1.0;
 
 /// Own CPU time (utime + stime) in seconds, from /proc/self/stat (USER_HZ = 100).
@@ -76,9 +78,25 @@ fn child_worker() {
     }
     println!("done");
     std::io::stdout().flush().unwrap();
-    let mut rest = String::new();
-    let _ = stdin.lock().read_line(&mut rest);
+    // `more`: touch MORE_BYTES more (a change in memory.stat), then `done` again; EOF ends.
+    let mut more: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut rest = String::new();
+        match stdin.lock().read_line(&mut rest) {
+            Ok(n) if n > 0 && rest.trim() == "more" => {
+                let mut m = vec![0u8; MORE_BYTES];
+                for i in (0..m.len()).step_by(4096) {
+                    m[i] = 1;
+                }
+                more.push(std::hint::black_box(m));
+                println!("done");
+                std::io::stdout().flush().unwrap();
+            }
+            _ => break,
+        }
+    }
     drop(keep);
+    drop(more);
 }
 
 fn spawn_worker(role: &str) -> (Child, BufReader<std::process::ChildStdout>) {
@@ -266,9 +284,12 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         requests: Default::default(),
         limits: Default::default(),
     });
-    let mut reader = CgroupReader::new(hier.clone(), 4096);
+    // Detail files every 3 collections: the pod and its two containers, one a collection.
+    let every = 3u64;
+    let mut reader = CgroupReader::new(hier.clone(), 4096).with_detail_every(every);
     let pod_arc = pod.clone();
     let got = reader.collect(&[pod]);
+    assert_eq!(reader.reads.detail_cgroups, 3, "read fully when found");
     let t = &got[0];
     let pod_stats = t
         .stats
@@ -348,7 +369,11 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
             "pod counts its containers"
         );
         assert!(mem.page_faults.unwrap_or(0) >= (MEM_BYTES / 4096) as u64 / 2);
-        assert_eq!(mem.oom_kills, Some(0));
+        assert_eq!(
+            mem.oom_kills,
+            Some(0),
+            "OOM kills from the first (detail) read"
+        );
     } else {
         println!("no memory controller on this hierarchy: memory values must be absent");
         assert_eq!(mem.memory_usage_bytes, None);
@@ -371,8 +396,9 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
             assert_eq!(pod_stats.cpuset_cpus, None);
         }
     }
-    // A limit set after the cgroup was found shows within SLOW_EVERY collections: the kept
-    // file is read again from offset 0 and the kernel regenerates it.
+    // A limit set and memory touched after the cgroup was found show within N collections:
+    // the kept file is read again from offset 0 and the kernel regenerates it. Each of the 3
+    // cgroups' detail files are read once in the N = 3 collections, one cgroup per collection.
     if has_memory {
         let new_limit: u64 = 128 << 20;
         std::fs::write(
@@ -380,15 +406,53 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
             new_limit.to_string(),
         )
         .unwrap();
+        let rss_before = mem.memory_rss_bytes.expect("rss");
+        let mem_child = guard.children[1].stdin.as_mut().expect("worker stdin");
+        mem_child.write_all(b"more\n").unwrap();
+        cgroup_guard::wait_done(&mut outs[1].1);
+        let counts0 = reader.detail_reads();
         let mut last = None;
-        for _ in 0..kube_prober::task::cgroup::SLOW_EVERY {
+        for k in 0..every {
+            let d0 = reader.reads.detail_cgroups;
+            let f0 = reader.reads.fast_files;
             let got = reader.collect(std::slice::from_ref(&pod_arc));
-            last = got[0].containers[1].stats.memory_limit_bytes;
+            assert_eq!(
+                reader.reads.detail_cgroups - d0,
+                1,
+                "collection {k}: one cgroup's details"
+            );
+            // Every collection reads CPU usage and memory usage of each cgroup, one file each
+            // (`cpuacct.usage` or the unified `cpu.stat`; `memory.usage_in_bytes` or
+            // `memory.current`); throttling (v1) and OOM kills are detail files.
+            assert_eq!(
+                reader.reads.fast_files - f0,
+                2 * 3,
+                "collection {k}: CPU and memory usage of the 3 cgroups"
+            );
+            last = Some(got[0].containers[1].stats.clone());
         }
+        let counts1 = reader.detail_reads();
+        assert_eq!(counts0.len(), 3);
+        for (a, b) in counts0.iter().zip(&counts1) {
+            assert_eq!(b.1 - a.1, 1, "{:?}: detail read once in N collections", a.0);
+        }
+        let last = last.expect("collected");
         assert_eq!(
-            last,
+            last.memory_limit_bytes,
             Some(new_limit as f64),
-            "limit change within SLOW_EVERY collections"
+            "limit change within N collections"
+        );
+        let rss = last.memory_rss_bytes.expect("rss");
+        println!("mem after `more`: rss {rss_before} -> {rss} B");
+        assert!(
+            rss >= rss_before + MORE_BYTES as f64 * 0.95,
+            "memory.stat change within N collections: {rss_before} -> {rss}"
+        );
+        let ws = last.memory_working_set_bytes.expect("working set");
+        let used = last.memory_usage_bytes.expect("usage");
+        assert!(
+            ws >= rss * 0.95 && ws <= used + (1 << 20) as f64,
+            "ws {ws} used {used}"
         );
         assert!(
             reader.kept_files() > 0,

@@ -236,7 +236,7 @@ pub const TASK_CPU_USAGE: Family = counter(
 );
 pub const TASK_CPU_PERIODS: Family = counter(
     "kube_prober_task_cpu_periods",
-    "CFS enforcement periods that elapsed (only with a CPU limit), of the pod cgroup (pause container and overhead included).",
+    "CFS bandwidth periods (cpu.cfs_period_us, usually 100 ms) that elapsed while the cgroup had a CPU quota of its own and used CPU (the kernel's nr_periods: 0 without a CPU limit on this cgroup), of the pod cgroup (pause container and overhead included).",
     None,
 );
 pub const TASK_CPU_THROTTLED_PERIODS: Family = counter(
@@ -301,12 +301,12 @@ pub const TASK_MEMORY_NUMA: Family = gauge(
 );
 pub const TASK_CPUSET_CPUS: Family = gauge(
     "kube_prober_task_cpuset_cpus",
-    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and every 10th collection), of the pod cgroup (pause container and overhead included).",
+    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and then once every --task-detail-every collections), of the pod cgroup (pause container and overhead included).",
     None,
 );
 pub const TASK_CPUSET_MEMORY_NODES: Family = gauge(
     "kube_prober_task_cpuset_memory_nodes",
-    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and every 10th collection), of the pod cgroup (pause container and overhead included).",
+    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and then once every --task-detail-every collections), of the pod cgroup (pause container and overhead included).",
     None,
 );
 // `--task-perf-events`: perf_event_open in cgroup mode on the pod cgroup, per CPU, scaled by
@@ -383,7 +383,7 @@ pub const CONTAINER_CPU_USAGE: Family = counter(
 );
 pub const CONTAINER_CPU_PERIODS: Family = counter(
     "kube_prober_container_cpu_periods",
-    "CFS enforcement periods that elapsed (only with a CPU limit), of the container's cgroup.",
+    "CFS bandwidth periods (cpu.cfs_period_us, usually 100 ms) that elapsed while the cgroup had a CPU quota of its own and used CPU (the kernel's nr_periods: 0 without a CPU limit on this cgroup), of the container's cgroup.",
     None,
 );
 pub const CONTAINER_CPU_THROTTLED_PERIODS: Family = counter(
@@ -448,12 +448,12 @@ pub const CONTAINER_MEMORY_NUMA: Family = gauge(
 );
 pub const CONTAINER_CPUSET_CPUS: Family = gauge(
     "kube_prober_container_cpuset_cpus",
-    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and every 10th collection), of the container's cgroup.",
+    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and then once every --task-detail-every collections), of the container's cgroup.",
     None,
 );
 pub const CONTAINER_CPUSET_MEMORY_NODES: Family = gauge(
     "kube_prober_container_cpuset_memory_nodes",
-    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and every 10th collection), of the container's cgroup.",
+    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and then once every --task-detail-every collections), of the container's cgroup.",
     None,
 );
 pub const PLATFORM_SOCKETS: Family = gauge(

@@ -387,10 +387,16 @@ const US: f64 = 1e6;
 /// KiB); a longer one is taken as unreadable.
 const MAX_FILE: usize = 1 << 20;
 
-/// Collections between reads of the values that change rarely: the memory limit and the
-/// effective cpuset. They are read when a cgroup is found and then every `SLOW_EVERY`
-/// collections, so a change shows within `SLOW_EVERY` collections.
-pub const SLOW_EVERY: u64 = 10;
+/// Default of `--task-detail-every`: the detail files of each cgroup (v1 `cpu.stat`, the OOM
+/// kill counters, `memory.stat`, `memory.numa_stat`, the `*.pressure` files, the memory limit,
+/// the effective cpuset) are read once every this many collections, staggered over the
+/// cgroups; CPU and memory usage on every collection. 4 keeps the detail series at most 3
+/// collections (45 s at the default 15 s interval) old; docs/benchmarks.md has the CPU per
+/// collection at each N.
+pub const DEFAULT_DETAIL_EVERY: u64 = 4;
+
+/// The largest accepted `--task-detail-every`.
+pub const MAX_DETAIL_EVERY: u64 = 60;
 
 /// Each cgroup file a collection reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,11 +422,30 @@ enum Knob {
 }
 
 impl Knob {
-    /// Read at discovery and every [`SLOW_EVERY`] collections only.
-    fn slow(self) -> bool {
+    /// A detail file: read when the cgroup is found and then once every `detail_every`
+    /// collections (staggered over the cgroups, see [`Stagger`]); the others (CPU usage:
+    /// `cpuacct.usage` or the unified `cpu.stat`, which gives throttling in the same read;
+    /// memory usage: `memory.usage_in_bytes` or `memory.current`) are read on every
+    /// collection. The v1 `cpu.stat` (CFS throttling) and the OOM kill counters
+    /// (`memory.oom_control`, `memory.events`) are counters in their own files: a detail read
+    /// gives a later value of the same counter.
+    fn detail(self) -> bool {
         matches!(
             self,
-            Knob::MemLimitV1 | Knob::MemMax | Knob::CpusetCpus | Knob::CpusetMems
+            Knob::CpuStatV1
+                | Knob::OomControlV1
+                | Knob::MemEvents
+                | Knob::CpuPressure
+                | Knob::MemoryPressure
+                | Knob::IoPressure
+                | Knob::MemLimitV1
+                | Knob::MemStatV1
+                | Knob::NumaStatV1
+                | Knob::MemMax
+                | Knob::MemStatV2
+                | Knob::NumaStatV2
+                | Knob::CpusetCpus
+                | Knob::CpusetMems
         )
     }
 }
@@ -588,12 +613,76 @@ impl Slot {
     }
 }
 
-/// The values read only every [`SLOW_EVERY`] collections, as last read.
-#[derive(Debug, Clone, Copy, Default)]
-struct Slow {
-    memory_limit: Option<f64>,
-    cpuset_cpus: Option<u32>,
-    cpuset_mems: Option<u32>,
+/// Spreads the detail reads of one reader's cgroups over `every` collections: each cgroup gets
+/// a phase (`0..every`) when it is found, the one fewest live cgroups have (ties: the phase of
+/// the current collection, so a cgroup found now is next read a full period later), and reads
+/// its detail files on the collections whose number is its phase modulo `every`. So every
+/// collection reads about 1/`every` of the cgroups' detail files, also as pods come and go.
+#[derive(Debug, Clone)]
+struct Stagger {
+    load: Arc<Vec<AtomicUsize>>,
+}
+
+impl Stagger {
+    fn new(every: u64) -> Self {
+        let n = usize::try_from(every.max(1)).unwrap_or(1);
+        Stagger {
+            load: Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect()),
+        }
+    }
+
+    fn every(&self) -> u64 {
+        self.load.len() as u64
+    }
+
+    /// The least used phase, searched from the phase of `collection` on.
+    fn assign(&self, collection: u64) -> Phase {
+        let n = self.load.len();
+        let start = (collection % n as u64) as usize;
+        let mut best = start;
+        for k in 1..n {
+            let i = (start + k) % n;
+            if self.load[i].load(Ordering::Relaxed) < self.load[best].load(Ordering::Relaxed) {
+                best = i;
+            }
+        }
+        self.load[best].fetch_add(1, Ordering::Relaxed);
+        Phase {
+            phase: best as u64,
+            load: self.load.clone(),
+        }
+    }
+}
+
+/// One cgroup's phase in its reader's [`Stagger`]; released when the cgroup's files are
+/// dropped (its pod left, or it is found again).
+#[derive(Debug)]
+struct Phase {
+    phase: u64,
+    load: Arc<Vec<AtomicUsize>>,
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        if let Some(l) = self.load.get(self.phase as usize) {
+            l.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Detail reads per cgroup: ((pod UID, container id or `None` for the pod cgroup), count).
+pub type DetailReads = Vec<((String, Option<String>), u64)>;
+
+/// Files read, counted by the reader (for tests and the bench: the read pattern, not timing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadCounts {
+    /// Reads of the every-collection files (CPU usage, memory usage).
+    pub fast_files: u64,
+    /// Reads of detail files (v1 `cpu.stat`, OOM kills, `memory.stat`, NUMA stat, pressure,
+    /// memory limit, cpuset).
+    pub detail_files: u64,
+    /// Cgroups whose detail files were read (once per cgroup and detail read).
+    pub detail_cgroups: u64,
 }
 
 /// The files one cgroup offers, found once (when the cgroup is found) and read every
@@ -602,16 +691,26 @@ struct Slow {
 #[derive(Debug)]
 struct CgroupFiles {
     files: Vec<(Knob, Slot)>,
-    /// Collections read so far: the slow values are read when this is a multiple of
-    /// [`SLOW_EVERY`].
-    reads: u64,
-    slow: Slow,
+    /// The files are on the kernel's cgroup filesystem (cgroup v1 or v2), where reading a
+    /// removed cgroup fails: no need to look for unlinked files.
+    on_cgroupfs: bool,
+    phase: Phase,
+    /// Detail reads so far (the first one when the cgroup is found).
+    detail_reads: u64,
+    /// The detail values as last read (v1 throttling, OOM kills, working set, RSS, cache, page
+    /// faults, limit, pressure, NUMA, cpuset); the other fields stay empty.
+    detail: CgroupStats,
 }
 
 impl CgroupFiles {
     /// Opens every file of `plan` this cgroup offers: each hierarchy's directory once, its
     /// files relative to it (`openat`), kept while `budget` allows.
-    fn open(dirs: &Dirs, plan: &[(Knob, Hier, &'static str)], budget: &FdBudget) -> Self {
+    fn open(
+        dirs: &Dirs,
+        plan: &[(Knob, Hier, &'static str)],
+        budget: &FdBudget,
+        phase: Phase,
+    ) -> Self {
         use rustix::fs::{Mode, OFlags, open, openat};
         let mut files: Vec<(Knob, Slot)> = Vec::with_capacity(plan.len());
         // Each hierarchy's directory, opened once when its first file is wanted.
@@ -623,8 +722,11 @@ impl CgroupFiles {
                 continue;
             };
             let has = |k: Knob| files.iter().any(|(f, _)| *f == k);
+            // One source per value: the unified cpu.stat gives usage and throttling only; on a
+            // hybrid host v1 `cpuacct.usage` and `cpu.stat` give both (and the unified file
+            // has no throttling without the v2 cpu controller).
             if *knob == Knob::CpuStatV2 && has(Knob::CpuacctUsage) && has(Knob::CpuStatV1) {
-                continue; // v1 gives all of it on this hybrid host
+                continue;
             }
             let dfd = dir_fds[h.index()].get_or_insert_with(|| {
                 open(
@@ -648,10 +750,18 @@ impl CgroupFiles {
             };
             files.push((*knob, slot));
         }
+        let on_cgroupfs = dir_fds.iter().flatten().flatten().next().is_some_and(|d| {
+            rustix::fs::fstatfs(d).is_ok_and(|st| {
+                // CGROUP_SUPER_MAGIC and CGROUP2_SUPER_MAGIC (linux/magic.h).
+                matches!(st.f_type as u64, 0x27e0eb | 0x6367_7270)
+            })
+        });
         CgroupFiles {
             files,
-            reads: 0,
-            slow: Slow::default(),
+            on_cgroupfs,
+            phase,
+            detail_reads: 0,
+            detail: CgroupStats::default(),
         }
     }
 
@@ -665,55 +775,91 @@ impl CgroupFiles {
     /// True when the files were unlinked (a removed directory on an ordinary filesystem, as in
     /// the fixture trees; kernfs answers reads of a removed cgroup with an error instead).
     fn unlinked(&self) -> bool {
+        if self.on_cgroupfs {
+            return false;
+        }
         self.files.iter().find_map(|(_, s)| match s {
             Slot::Kept(k) => Some(k.file.metadata().is_ok_and(|m| m.nlink() == 0)),
             Slot::Path(_) => None,
         }) == Some(true)
     }
 
-    /// Reads every file once: one `pread` each (slow values every [`SLOW_EVERY`] reads).
-    fn read(&mut self, page_size: u64, buf: &mut Vec<u8>) -> CgroupStats {
+    /// Reads the every-collection files, and the detail files when this is the cgroup's first
+    /// read or `collection` is its phase (one `pread` per file). The detail values of the
+    /// other collections are those of the last detail read. Empty when every file read failed
+    /// (the cgroup went away).
+    fn read(
+        &mut self,
+        collection: u64,
+        page_size: u64,
+        buf: &mut Vec<u8>,
+        counts: &mut ReadCounts,
+    ) -> CgroupStats {
         let mut s = CgroupStats::default();
-        let slow_now = self.reads.is_multiple_of(SLOW_EVERY);
-        self.reads += 1;
-        if slow_now {
-            self.slow = Slow::default();
-        }
+        let detail_now =
+            self.detail_reads == 0 || collection % self.phase.load.len() as u64 == self.phase.phase;
+        let mut fresh = CgroupStats::default();
+        let (mut tried, mut ok) = (0u32, 0u32);
         let mut usage = None;
         let mut inactive = None;
         for (knob, slot) in &self.files {
-            if knob.slow() && !slow_now {
+            let detail = knob.detail();
+            if detail && !detail_now {
                 continue;
             }
+            tried += 1;
             let Some(b) = slot.read(buf) else { continue };
-            apply(
-                *knob,
-                b,
-                page_size,
-                &mut s,
-                &mut self.slow,
-                &mut usage,
-                &mut inactive,
-            );
+            ok += 1;
+            if detail {
+                counts.detail_files += 1;
+            } else {
+                counts.fast_files += 1;
+            }
+            let target = if detail { &mut fresh } else { &mut s };
+            apply(*knob, b, page_size, target, &mut usage, &mut inactive);
         }
-        s.memory_limit_bytes = self.slow.memory_limit;
-        s.cpuset_cpus = self.slow.cpuset_cpus;
-        s.cpuset_memory_nodes = self.slow.cpuset_mems;
-        if let (Some(u), Some(i)) = (usage, inactive) {
-            s.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+        if tried > 0 && ok == 0 {
+            return CgroupStats::default();
         }
+        if detail_now {
+            // The working set from `memory.stat` and the usage of this same read.
+            if let (Some(u), Some(i)) = (usage, inactive) {
+                fresh.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+            }
+            self.detail = fresh;
+            self.detail_reads += 1;
+            counts.detail_cgroups += 1;
+        }
+        let d = &self.detail;
+        // Throttling from the v1 `cpu.stat` (detail) where the cgroup has it, else what the
+        // unified `cpu.stat` (every collection) gave.
+        if d.cpu_periods.is_some() {
+            s.cpu_periods = d.cpu_periods;
+            s.cpu_throttled_periods = d.cpu_throttled_periods;
+            s.cpu_throttled_seconds = d.cpu_throttled_seconds;
+        }
+        s.oom_kills = d.oom_kills;
+        s.memory_working_set_bytes = d.memory_working_set_bytes;
+        s.memory_rss_bytes = d.memory_rss_bytes;
+        s.memory_cache_bytes = d.memory_cache_bytes;
+        s.memory_limit_bytes = d.memory_limit_bytes;
+        s.page_faults = d.page_faults;
+        s.major_page_faults = d.major_page_faults;
+        s.pressure.clone_from(&d.pressure);
+        s.numa_bytes.clone_from(&d.numa_bytes);
+        s.cpuset_cpus = d.cpuset_cpus;
+        s.cpuset_memory_nodes = d.cpuset_memory_nodes;
         s
     }
 }
 
-/// Puts the values of one file into `s` (and `slow`); `usage` and `inactive` make the working
-/// set once every file is read.
+/// Puts the values of one file into `s`; `usage` and `inactive` make the working set once
+/// every file is read.
 fn apply(
     knob: Knob,
     b: &[u8],
     page_size: u64,
     s: &mut CgroupStats,
-    slow: &mut Slow,
     usage: &mut Option<u64>,
     inactive: &mut Option<u64>,
 ) {
@@ -761,9 +907,9 @@ fn apply(
             s.memory_usage_bytes = usage.map(|v| v as f64);
         }
         Knob::MemLimitV1 => {
-            slow.memory_limit = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
+            s.memory_limit_bytes = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
         }
-        Knob::MemMax => slow.memory_limit = parse_max(b).flatten().map(|v| v as f64),
+        Knob::MemMax => s.memory_limit_bytes = parse_max(b).flatten().map(|v| v as f64),
         Knob::MemStatV1 => {
             // The hierarchical totals count the children (a pod's containers) too.
             let keys = [
@@ -810,8 +956,8 @@ fn apply(
                 .map(|(n, v)| (n, v as f64))
                 .collect();
         }
-        Knob::CpusetCpus => slow.cpuset_cpus = parse_id_list_len(b),
-        Knob::CpusetMems => slow.cpuset_mems = parse_id_list_len(b),
+        Knob::CpusetCpus => s.cpuset_cpus = parse_id_list_len(b),
+        Knob::CpusetMems => s.cpuset_memory_nodes = parse_id_list_len(b),
     }
 }
 
@@ -824,7 +970,13 @@ pub fn read_stats(
     page_size: u64,
     buf: &mut Vec<u8>,
 ) -> CgroupStats {
-    CgroupFiles::open(dirs, &plan(hier), &FdBudget::new(0)).read(page_size, buf)
+    let phase = Stagger::new(1).assign(0);
+    CgroupFiles::open(dirs, &plan(hier), &FdBudget::new(0), phase).read(
+        0,
+        page_size,
+        buf,
+        &mut ReadCounts::default(),
+    )
 }
 
 // ---- resolution with a cache ----
@@ -863,6 +1015,12 @@ pub struct CgroupReader {
     /// Pods not found at the last walk, and collections since.
     missing: std::collections::HashSet<String>,
     since_walk: u64,
+    /// Collections made (numbers the current one from 1).
+    collections: u64,
+    /// Phases of the cgroups' detail reads (`--task-detail-every`).
+    stagger: Stagger,
+    /// Files read so far.
+    pub reads: ReadCounts,
 }
 
 impl CgroupReader {
@@ -883,7 +1041,37 @@ impl CgroupReader {
             walks: 0,
             missing: Default::default(),
             since_walk: 0,
+            collections: 0,
+            stagger: Stagger::new(DEFAULT_DETAIL_EVERY),
+            reads: ReadCounts::default(),
         }
+    }
+
+    /// Reads each cgroup's detail files once every `every` collections (1: every collection;
+    /// values above [`MAX_DETAIL_EVERY`] are taken as it). For a new reader: cgroups already
+    /// found keep the phases they got.
+    pub fn with_detail_every(mut self, every: u64) -> Self {
+        self.stagger = Stagger::new(every.clamp(1, MAX_DETAIL_EVERY));
+        self
+    }
+
+    /// Collections between two detail reads of a cgroup.
+    pub fn detail_every(&self) -> u64 {
+        self.stagger.every()
+    }
+
+    /// Detail reads so far of each cgroup this reader has open: (pod UID, container id or
+    /// `None` for the pod cgroup) and the count, the first one when the cgroup was found.
+    pub fn detail_reads(&self) -> DetailReads {
+        let mut out = Vec::new();
+        for (uid, p) in &self.cache {
+            out.push(((uid.clone(), None), p.files.detail_reads));
+            for (id, c) in &p.containers {
+                out.push(((uid.clone(), Some(id.clone())), c.detail_reads));
+            }
+        }
+        out.sort();
+        out
     }
 
     pub fn hierarchies(&self) -> &Hierarchies {
@@ -905,6 +1093,7 @@ impl CgroupReader {
     /// Resolves (where needed) and reads every pod; pods without a cgroup get `stats: None`.
     pub fn collect(&mut self, pods: &[std::sync::Arc<TaskPod>]) -> Vec<TaskSample> {
         // Forget pods that are gone (and close their files).
+        self.collections += 1;
         let live: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         self.cache.retain(|uid, _| live.contains(uid.as_str()));
         self.resolve_missing(pods);
@@ -965,7 +1154,8 @@ impl CgroupReader {
             .map(|p| p.uid.clone())
             .collect();
         for (uid, dirs) in found {
-            let files = CgroupFiles::open(&dirs, &self.plan, &self.budget);
+            let phase = self.stagger.assign(self.collections);
+            let files = CgroupFiles::open(&dirs, &self.plan, &self.budget, phase);
             self.cache.insert(
                 uid.to_string(),
                 PodPaths {
@@ -1012,14 +1202,20 @@ impl CgroupReader {
                 }
             }
             for (id, d) in dirs {
-                let files = CgroupFiles::open(&d, &self.plan, &self.budget);
+                let phase = self.stagger.assign(self.collections);
+                let files = CgroupFiles::open(&d, &self.plan, &self.budget, phase);
                 paths.containers.insert(id, files);
             }
         }
         let stats = if paths.files.unlinked() {
             CgroupStats::default()
         } else {
-            paths.files.read(self.page_size, &mut self.buf)
+            paths.files.read(
+                self.collections,
+                self.page_size,
+                &mut self.buf,
+                &mut self.reads,
+            )
         };
         if stats.is_empty() {
             // The pod cgroup went away: close its files, find it again next time.
@@ -1035,7 +1231,12 @@ impl CgroupReader {
             let Some(files) = c.id.as_deref().and_then(|id| paths.containers.get_mut(id)) else {
                 continue;
             };
-            let cs = files.read(self.page_size, &mut self.buf);
+            let cs = files.read(
+                self.collections,
+                self.page_size,
+                &mut self.buf,
+                &mut self.reads,
+            );
             if !cs.is_empty() {
                 containers.push(ContainerSample {
                     name: c.name.clone(),
@@ -1178,61 +1379,262 @@ mod tests {
         );
     }
 
-    /// The memory limit and the cpuset are read when the cgroup is found and then every
-    /// SLOW_EVERY collections: a change shows within SLOW_EVERY collections, and in between the
-    /// last value read stays (never absent).
+    /// A fixture tree of `pods` pods with two containers each; returns the pods and the
+    /// relative directories of every cgroup (pod first, then its containers).
+    fn staggered_tree(
+        root: &Path,
+        layout: Layout,
+        pods: usize,
+        first: usize,
+    ) -> (Vec<Arc<TaskPod>>, Vec<PathBuf>) {
+        let mut out = Vec::new();
+        let mut rels = Vec::new();
+        for i in first..first + pods {
+            let uid = format!("{i:08x}-1234-1234-1234-123456789abc");
+            let rel = fixture::pod_dir(Driver::Systemd, "burstable", &uid);
+            fixture::write_cgroup(root, layout, &rel, &Values::seeded(i as u64)).unwrap();
+            rels.push(rel.clone());
+            let ids = [format!("a{i:04x}0"), format!("a{i:04x}1")];
+            for (j, id) in ids.iter().enumerate() {
+                let c = rel.join(fixture::container_dir(
+                    Driver::Systemd,
+                    Runtime::Containerd,
+                    id,
+                ));
+                fixture::write_cgroup(root, layout, &c, &Values::seeded(100 + j as u64)).unwrap();
+                rels.push(c);
+            }
+            out.push(pod(&uid, "burstable", &[&ids[0], &ids[1]]));
+        }
+        (out, rels)
+    }
+
+    /// With N > 1 each cgroup's detail files are read when it is found and then exactly once
+    /// in every N consecutive collections, each collection reads the detail files of 1/N of
+    /// the cgroups (no spike), the every-collection files are read for all cgroups every
+    /// time, and on an unchanged tree the series and values are those of N = 1.
     #[test]
-    fn slow_values_follow_a_change_within_slow_every() {
-        for layout in [Layout::V2, Layout::Hybrid] {
+    fn detail_reads_are_staggered_over_n_collections() {
+        for layout in [Layout::Hybrid, Layout::V2] {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path();
             fixture::init(root, layout).unwrap();
-            let uid = "12345678-1234-1234-1234-123456789abc";
-            let rel = fixture::pod_dir(Driver::Systemd, "burstable", uid);
-            let mut v = Values::seeded(2);
-            fixture::write_cgroup(root, layout, &rel, &v).unwrap();
-            let p = pod(uid, "burstable", &[]);
-            let mut r = CgroupReader::new(Hierarchies::detect(root), 4096);
-            let s = r.collect(std::slice::from_ref(&p))[0]
-                .stats
-                .clone()
-                .unwrap();
-            assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64));
-            assert_eq!(s.cpuset_cpus, Some(4));
-            // Change the limit and the cpuset (and a fast value) after the first collection.
-            v.memory_limit = Some(1 << 30);
-            v.cpuset_cpus = "0-1";
-            v.cpuset_mems = "0-1";
-            v.memory_usage += 4096;
-            fixture::write_cgroup(root, layout, &rel, &v).unwrap();
-            let mut seen_at = None;
-            for n in 1..=SLOW_EVERY {
-                let s = r.collect(std::slice::from_ref(&p))[0]
-                    .stats
-                    .clone()
-                    .unwrap();
+            let (pods, _) = staggered_tree(root, layout, 12, 0);
+            let cgroups = 36u64;
+            let every = 4u64;
+            let mut r = CgroupReader::new(Hierarchies::detect(root), 4096).with_detail_every(every);
+            let mut all = CgroupReader::new(Hierarchies::detect(root), 4096).with_detail_every(1);
+            assert_eq!(r.detail_every(), every);
+            // The first collection reads every cgroup fully.
+            let got = r.collect(&pods);
+            assert_eq!(got, all.collect(&pods), "{layout:?}");
+            assert_eq!(r.reads.detail_cgroups, cgroups, "{layout:?}");
+            let fast_per_collection = r.reads.fast_files;
+            // Every collection: CPU usage and memory usage, one file each (v2: cpu.stat,
+            // memory.current; hybrid: cpuacct.usage, memory.usage_in_bytes).
+            assert_eq!(fast_per_collection, 2 * cgroups, "{layout:?}");
+            let detail_per_cgroup = r.reads.detail_files / cgroups;
+            assert!(detail_per_cgroup >= 4, "{layout:?}: {:?}", r.reads);
+            assert!(r.detail_reads().iter().all(|(_, n)| *n == 1));
+            let mut history: Vec<DetailReads> = vec![r.detail_reads()];
+            for k in 0..3 * every {
+                let before = r.reads;
+                let got = r.collect(&pods);
                 assert_eq!(
-                    s.memory_usage_bytes,
-                    Some(v.memory_usage as f64),
-                    "read every time"
+                    got,
+                    all.collect(&pods),
+                    "{layout:?}: same series and values"
                 );
-                assert!(s.memory_limit_bytes.is_some() && s.cpuset_cpus.is_some());
-                if s.memory_limit_bytes == Some((1u64 << 30) as f64) {
-                    assert_eq!(s.cpuset_cpus, Some(2), "{layout:?}");
-                    assert_eq!(s.cpuset_memory_nodes, Some(2), "{layout:?}");
-                    seen_at.get_or_insert(n);
-                } else {
-                    assert!(
-                        seen_at.is_none(),
-                        "{layout:?}: a new value does not flip back"
-                    );
+                let d = r.reads.detail_cgroups - before.detail_cgroups;
+                assert_eq!(
+                    d,
+                    cgroups / every,
+                    "{layout:?} collection {k}: 1/N of the cgroups"
+                );
+                assert_eq!(
+                    r.reads.detail_files - before.detail_files,
+                    d * detail_per_cgroup,
+                    "{layout:?}"
+                );
+                assert_eq!(
+                    r.reads.fast_files - before.fast_files,
+                    fast_per_collection,
+                    "{layout:?}: the fast files of every cgroup, every collection"
+                );
+                history.push(r.detail_reads());
+            }
+            // Any N consecutive collections read each cgroup's detail files exactly once.
+            for w in history.windows(every as usize + 1) {
+                let (a, b) = (&w[0], &w[every as usize]);
+                assert_eq!(a.len(), cgroups as usize);
+                for (x, y) in a.iter().zip(b) {
+                    assert_eq!(x.0, y.0);
+                    assert_eq!(y.1 - x.1, 1, "{layout:?}: {:?} once per N", x.0);
                 }
             }
+            // N = 1: everything every collection.
+            let before = all.reads;
+            all.collect(&pods);
+            assert_eq!(all.reads.detail_cgroups - before.detail_cgroups, cgroups);
+        }
+    }
+
+    /// Pods come and go: a new cgroup is read fully when found, the phases of cgroups that
+    /// left are freed, so the per-collection share stays about 1/N; a pod's series leave with it.
+    #[test]
+    fn stagger_stays_balanced_as_pods_come_and_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fixture::init(root, Layout::V2).unwrap();
+        let (pods, _) = staggered_tree(root, Layout::V2, 12, 0);
+        let (newer, _) = staggered_tree(root, Layout::V2, 6, 100);
+        let every = 3u64;
+        let mut r = CgroupReader::new(Hierarchies::detect(root), 4096).with_detail_every(every);
+        r.collect(&pods);
+        // Half the pods leave, six new ones come.
+        let mut now: Vec<Arc<TaskPod>> = pods[6..].to_vec();
+        now.extend(newer.iter().cloned());
+        let before = r.reads.detail_cgroups;
+        let got = r.collect(&now);
+        assert_eq!(got.len(), 12);
+        assert!(
+            got.iter()
+                .all(|t| t.stats.is_some() && t.containers.len() == 2)
+        );
+        assert!(
+            got.iter().all(|t| t.pod.uid != pods[0].uid),
+            "left with its pod"
+        );
+        assert_eq!(
+            r.detail_reads().len(),
+            36,
+            "files of the pods that left are closed"
+        );
+        // The 18 new cgroups are read fully, plus the old ones whose phase it is.
+        assert!(r.reads.detail_cgroups - before >= 18);
+        // Every new cgroup was read once, now; and the new details are complete.
+        for t in got.iter().skip(6) {
+            let s = t.stats.as_ref().unwrap();
+            assert!(s.memory_working_set_bytes.is_some() && s.memory_limit_bytes.is_some());
+            assert!(!s.pressure.is_empty() && !s.numa_bytes.is_empty());
+        }
+        for _ in 0..every {
+            let before = r.reads.detail_cgroups;
+            r.collect(&now);
             assert_eq!(
-                seen_at,
-                Some(SLOW_EVERY),
-                "{layout:?}: shown within SLOW_EVERY collections"
+                r.reads.detail_cgroups - before,
+                36 / every,
+                "balanced again"
             );
+        }
+    }
+
+    /// The detail values (limit, cpuset, memory.stat, OOM kills, v1 throttling) change within N
+    /// collections; CPU and memory usage are read every collection (and v2 throttling, which
+    /// comes in the same `cpu.stat` read as the usage); the working set always pairs a
+    /// `memory.stat` with the usage of the same read (never a fresh usage minus a stale
+    /// inactive_file).
+    #[test]
+    fn detail_changes_show_within_n_and_the_working_set_is_consistent() {
+        for layout in [Layout::V2, Layout::Hybrid] {
+            for every in [1u64, 2, 5] {
+                let dir = tempfile::tempdir().unwrap();
+                let root = dir.path();
+                fixture::init(root, layout).unwrap();
+                let uid = "12345678-1234-1234-1234-123456789abc";
+                let rel = fixture::pod_dir(Driver::Systemd, "burstable", uid);
+                let mut v = Values::seeded(2);
+                fixture::write_cgroup(root, layout, &rel, &v).unwrap();
+                let p = pod(uid, "burstable", &[]);
+                let mut r =
+                    CgroupReader::new(Hierarchies::detect(root), 4096).with_detail_every(every);
+                let one = |r: &mut CgroupReader| {
+                    r.collect(std::slice::from_ref(&p))[0]
+                        .stats
+                        .clone()
+                        .unwrap()
+                };
+                let s = one(&mut r);
+                assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64));
+                assert_eq!(s.cpuset_cpus, Some(4));
+                let old_ws = (v.memory_usage - v.inactive_file) as f64;
+                assert_eq!(s.memory_working_set_bytes, Some(old_ws));
+                let old = v.clone();
+                assert_eq!(s.oom_kills, Some(old.oom_kill));
+                assert_eq!(s.cpu_throttled_periods, Some(old.throttled));
+                // Change the detail values, the counters and the usage after the first
+                // collection.
+                v.cpu_usec += 3_000_000;
+                v.periods += 50;
+                v.throttled += 7;
+                v.throttled_usec += 90_000;
+                v.oom_kill += 2;
+                v.memory_limit = Some(1 << 30);
+                v.cpuset_cpus = "0-1";
+                v.cpuset_mems = "0-1";
+                v.memory_usage += 4 << 20;
+                v.inactive_file += 1 << 20;
+                v.rss += 1 << 20;
+                fixture::write_cgroup(root, layout, &rel, &v).unwrap();
+                let new_ws = (v.memory_usage - v.inactive_file) as f64;
+                let mut seen_at = None;
+                for n in 1..=every {
+                    let s = one(&mut r);
+                    let ctx = format!("{layout:?} N={every} collection {n}");
+                    assert_eq!(
+                        s.memory_usage_bytes,
+                        Some(v.memory_usage as f64),
+                        "{ctx}: usage read every time"
+                    );
+                    assert_eq!(
+                        s.cpu_seconds,
+                        Some(v.cpu_usec as f64 / 1e6),
+                        "{ctx}: CPU usage read every time"
+                    );
+                    // Throttling: v2 from the every-collection cpu.stat; v1 from its own
+                    // cpu.stat, a detail file.
+                    let throttling_fresh = layout == Layout::V2;
+                    let throttling = |v: &Values| {
+                        (
+                            Some(v.periods),
+                            Some(v.throttled),
+                            Some(v.throttled_usec as f64 / 1e6),
+                        )
+                    };
+                    let got_throttling = (
+                        s.cpu_periods,
+                        s.cpu_throttled_periods,
+                        s.cpu_throttled_seconds,
+                    );
+                    if throttling_fresh {
+                        assert_eq!(got_throttling, throttling(&v), "{ctx}: v2 throttling");
+                    }
+                    if s.memory_limit_bytes == Some((1u64 << 30) as f64) {
+                        assert_eq!(s.oom_kills, Some(v.oom_kill), "{ctx}");
+                        assert_eq!(got_throttling, throttling(&v), "{ctx}");
+                        assert_eq!(s.cpuset_cpus, Some(2), "{ctx}");
+                        assert_eq!(s.cpuset_memory_nodes, Some(2), "{ctx}");
+                        assert_eq!(s.memory_rss_bytes, Some(v.rss as f64), "{ctx}");
+                        assert_eq!(s.memory_working_set_bytes, Some(new_ws), "{ctx}");
+                        seen_at.get_or_insert(n);
+                    } else {
+                        assert!(seen_at.is_none(), "{ctx}: a new value does not flip back");
+                        assert_eq!(s.oom_kills, Some(old.oom_kill), "{ctx}: OOM kills detail");
+                        if !throttling_fresh {
+                            assert_eq!(got_throttling, throttling(&old), "{ctx}: v1 detail");
+                        }
+                        assert_eq!(s.memory_limit_bytes, Some((512u64 << 20) as f64));
+                        assert_eq!(s.cpuset_cpus, Some(4), "{ctx}");
+                        assert_eq!(
+                            s.memory_working_set_bytes,
+                            Some(old_ws),
+                            "{ctx}: the last detail read's pair, not new usage - old inactive"
+                        );
+                    }
+                }
+                // A single cgroup gets the first phase after its discovery: a full period.
+                assert_eq!(seen_at, Some(every), "{layout:?} N={every}");
+            }
         }
     }
 

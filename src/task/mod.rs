@@ -32,6 +32,8 @@ pub struct TaskConfig {
     pub sysfs: PathBuf,
     pub procfs: PathBuf,
     pub interval: Duration,
+    /// `--task-detail-every`: collections between two reads of a cgroup's detail files.
+    pub detail_every: u64,
 }
 
 /// Where the task pods come from (the node-role pod watcher): the pods now.
@@ -66,11 +68,12 @@ pub fn spawn(
         // The reader keeps each cgroup's files open (one pread per file and collection):
         // about 12 per cgroup, 3 cgroups per pod. Raise the soft fd limit to the hard one.
         let (soft, hard) = cgroup::raise_fd_limit();
-        let r = CgroupReader::new(hier, page_size);
+        let r = CgroupReader::new(hier, page_size).with_detail_every(cfg.detail_every);
         tracing::debug!(
             soft = ?soft,
             hard = ?hard,
             kept_files_max = r.budget().max(),
+            detail_every = r.detail_every(),
             "open-file limit for the task source"
         );
         let mut reader = Some(r);

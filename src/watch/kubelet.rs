@@ -11,7 +11,9 @@
 //! `--kubelet-client-key-file`). TLS is verified against `--kubelet-ca-file` only (default: the
 //! service-account `ca.crt`), unless `--kubelet-insecure-skip-tls-verify` says otherwise. The CA,
 //! certificate and key files are compared with what the client was built from on every poll;
-//! a change rebuilds the client. The body is capped at `--max-response-bytes`.
+//! a change rebuilds the client. The body is capped at `--max-response-bytes`. The client
+//! never follows redirects (a 3xx is a counted failure, so the token is never sent elsewhere)
+//! and never uses a proxy from the environment.
 //!
 //! The kubelet authorizes `/pods` as `get` on the `nodes/proxy` subresource (`nodes/pods` with the
 //! `KubeletFineGrainedAuthz` feature), see README.
@@ -112,8 +114,13 @@ fn build_client(
     files: &TlsFiles,
     timeout: Duration,
 ) -> Result<reqwest::Client> {
+    // Never follow a redirect (it would carry the request, and with some policies the bearer
+    // token, to wherever the answer points: a 3xx is a counted failure) and never go through
+    // HTTP(S)_PROXY/ALL_PROXY from the environment (the kubelet is reached directly).
     let mut b = reqwest::Client::builder()
         .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .danger_accept_invalid_certs(s.insecure_skip_verify);
     if let (Some(pem), Some(path)) = (&files.ca, &s.ca_file) {
         let certs = reqwest::Certificate::from_pem_bundle(pem)
@@ -237,6 +244,19 @@ impl KubeletPods {
             }
         })?;
         let status = resp.status();
+        if status.is_redirection() {
+            let to = resp
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("(no Location)");
+            return Err(Error::Http {
+                what,
+                reason: format!(
+                    "HTTP {status}: a redirect to {to}, not followed (the kubelet is asked directly; the token goes nowhere else)"
+                ),
+            });
+        }
         if !status.is_success() {
             let hint = match status.as_u16() {
                 401 => {

@@ -29,6 +29,8 @@ pub enum Answer {
     Huge(usize),
     /// A 200 that is not JSON.
     Invalid,
+    /// A 302 to this URL.
+    Redirect(String),
 }
 
 /// One request as the stand-in saw it.
@@ -161,6 +163,13 @@ fn answer(
             response(200, body)
         }
         Answer::Invalid => response(200, "{\"kind\":\"PodList\",\"items\":[{\"metadata\":"),
+        Answer::Redirect(to) => {
+            let mut r = response(302, "Found");
+            if let Ok(v) = http::HeaderValue::from_str(to) {
+                r.headers_mut().insert(http::header::LOCATION, v);
+            }
+            r
+        }
     }
 }
 

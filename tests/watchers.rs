@@ -303,13 +303,7 @@ async fn cluster_scope_follows_every_change() {
     let pod_runs = store.snapshot(SystemTime::now()).sources["watch_pods"].runs;
     assert!(pod_runs >= 2, "the relist counted as a run: {pod_runs}");
 
-    cancel.cancel();
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(5), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    stop(cancel, tasks).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,6 +491,11 @@ async fn idle_stores_are_not_derived_again_until_an_event() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stores.derivations(), after, "one event, then idle again");
 
+    stop(cancel, tasks).await;
+}
+
+/// Cancels the watchers and waits (bounded) for every task to end cleanly.
+async fn stop(cancel: CancellationToken, tasks: Vec<tokio::task::JoinHandle<()>>) {
     cancel.cancel();
     for t in tasks {
         tokio::time::timeout(Duration::from_secs(5), t)

@@ -170,6 +170,40 @@ pub struct PodRestarts {
     pub containers: Vec<ContainerRestarts>,
 }
 
+#[cfg(test)]
+impl NodeFacts {
+    /// A Ready, schedulable, warmed-up node in pool `p`, zone `z`, without capacities (unit
+    /// tests).
+    pub fn ready_for_test(name: &str) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            placement: Placement {
+                pool: "p".into(),
+                zone: "z".into(),
+            },
+            conditions: Vec::new(),
+            ready: true,
+            schedulable: true,
+            done_warming: true,
+            created: None,
+            capacity: None,
+            allocatable: None,
+        }
+    }
+}
+
+impl From<&PodFacts> for PodRestarts {
+    fn from(f: &PodFacts) -> Self {
+        PodRestarts {
+            namespace: f.namespace.to_string(),
+            pod: f.name.clone(),
+            node: f.node.as_deref().map(String::from),
+            addon: f.addon.clone(),
+            containers: f.containers.clone(),
+        }
+    }
+}
+
 /// The cluster as the Kubernetes watchers see it at one tick.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterState {

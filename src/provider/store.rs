@@ -784,20 +784,7 @@ mod tests {
     }
 
     fn facts(name: &str) -> crate::model::NodeFacts {
-        crate::model::NodeFacts {
-            name: name.into(),
-            placement: crate::model::Placement {
-                pool: "p".into(),
-                zone: "z".into(),
-            },
-            conditions: Vec::new(),
-            ready: true,
-            schedulable: true,
-            done_warming: true,
-            created: None,
-            capacity: None,
-            allocatable: None,
-        }
+        crate::model::NodeFacts::ready_for_test(name)
     }
 
     fn state(names: &[&str]) -> ClusterState {

@@ -200,13 +200,7 @@ impl Stores {
             .iter()
             .flat_map(|g| g.map.values().flatten())
             .filter(|f| f.addon.is_some())
-            .map(|f| crate::model::PodRestarts {
-                namespace: f.namespace.to_string(),
-                pod: f.name.clone(),
-                node: f.node.as_deref().map(String::from),
-                addon: f.addon.clone(),
-                containers: f.containers.clone(),
-            })
+            .map(|f| crate::model::PodRestarts::from(&**f))
             .collect();
         drop(guards);
         st.addons_elsewhere = self.pod_scope == PodScope::None;
@@ -876,18 +870,9 @@ mod tests {
 
     fn facts(name: &str, created: Option<u64>, done_warming: bool) -> crate::model::NodeFacts {
         crate::model::NodeFacts {
-            name: name.into(),
-            placement: crate::model::Placement {
-                pool: "p".into(),
-                zone: "z".into(),
-            },
-            conditions: Vec::new(),
-            ready: true,
-            schedulable: true,
             done_warming,
             created: created.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
-            capacity: None,
-            allocatable: None,
+            ..crate::model::NodeFacts::ready_for_test(name)
         }
     }
 

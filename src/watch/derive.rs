@@ -465,13 +465,7 @@ pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
     st.restarts = pods
         .into_iter()
         .filter(|f| f.addon.is_some())
-        .map(|f| PodRestarts {
-            namespace: f.namespace.to_string(),
-            pod: f.name.clone(),
-            node: f.node.as_deref().map(String::from),
-            addon: f.addon.clone(),
-            containers: f.containers.clone(),
-        })
+        .map(PodRestarts::from)
         .collect();
     st
 }

@@ -103,24 +103,7 @@ fn name_only<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     })
 }
 
-impl k8s_openapi::Resource for LeanNodeMetrics {
-    const API_VERSION: &'static str = <NodeMetrics as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <NodeMetrics as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <NodeMetrics as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <NodeMetrics as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <NodeMetrics as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::Metadata for LeanNodeMetrics {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::watch::lean::lean_resource!(LeanNodeMetrics, NodeMetrics, ClusterResourceScope);
 
 const WHAT_METRICS: &str = "LIST metrics.k8s.io/v1beta1 NodeMetrics";
 const WHAT_NODES: &str = "LIST v1 Nodes";

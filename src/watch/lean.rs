@@ -15,6 +15,66 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
+/// Makes a lean type (one with a `metadata: ObjectMeta` field) the same API object as the whole
+/// k8s-openapi type `$whole` (group, version, kind, path, scope), so kube's `Api`, watcher and
+/// reflector list and watch it exactly as they would `$whole`.
+macro_rules! lean_resource {
+    ($lean:ty, $whole:ty, $scope:ident) => {
+        impl k8s_openapi::Resource for $lean {
+            const API_VERSION: &'static str = <$whole as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$whole as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$whole as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$whole as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str =
+                <$whole as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = k8s_openapi::$scope;
+        }
+
+        impl k8s_openapi::Metadata for $lean {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use lean_resource;
+
+/// Defines `$trait`: a value seen as the lean `$lean`, borrowed as is, or converted from the
+/// whole k8s-openapi `$whole` through its JSON with the same parser the watchers use.
+macro_rules! as_lean {
+    ($(#[$doc:meta])* $trait:ident, $lean:ty, $whole:ty, $what:literal) => {
+        $(#[$doc])*
+        pub trait $trait {
+            fn lean(&self) -> Result<Cow<'_, $lean>, String>;
+        }
+
+        impl $trait for $lean {
+            fn lean(&self) -> Result<Cow<'_, $lean>, String> {
+                Ok(Cow::Borrowed(self))
+            }
+        }
+
+        impl $trait for $whole {
+            fn lean(&self) -> Result<Cow<'_, $lean>, String> {
+                serde_json::to_value(self)
+                    .and_then(serde_json::from_value)
+                    .map(Cow::Owned)
+                    .map_err(|e| format!(concat!($what, " does not convert: {}"), e))
+            }
+        }
+
+        impl<T: $trait + ?Sized> $trait for &T {
+            fn lean(&self) -> Result<Cow<'_, $lean>, String> {
+                (**self).lean()
+            }
+        }
+    };
+}
+
 /// A pod with the fields we use.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,24 +89,7 @@ pub struct LeanPod {
     pub status: Option<PodStatus>,
 }
 
-impl k8s_openapi::Resource for LeanPod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for LeanPod {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+lean_resource!(LeanPod, Pod, NamespaceResourceScope);
 
 type Quantities = Option<BTreeMap<String, Quantity>>;
 
@@ -202,33 +245,12 @@ fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     })
 }
 
-/// A pod in either shape, seen as a [`LeanPod`]: borrowed as is, or converted from a whole
-/// k8s-openapi `Pod` (tests, benchmarks and callers holding whole objects) through its JSON,
-/// the same parser the watchers use.
-pub trait AsLeanPod {
-    fn lean(&self) -> Result<Cow<'_, LeanPod>, String>;
-}
-
-impl AsLeanPod for LeanPod {
-    fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
-        Ok(Cow::Borrowed(self))
-    }
-}
-
-impl AsLeanPod for Pod {
-    fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
-        serde_json::to_value(self)
-            .and_then(serde_json::from_value)
-            .map(Cow::Owned)
-            .map_err(|e| format!("pod does not convert: {e}"))
-    }
-}
-
-impl<T: AsLeanPod + ?Sized> AsLeanPod for &T {
-    fn lean(&self) -> Result<Cow<'_, LeanPod>, String> {
-        (**self).lean()
-    }
-}
+as_lean!(
+    /// A pod in either shape, seen as a [`LeanPod`]: borrowed as is, or converted from a whole
+    /// k8s-openapi `Pod` (tests, benchmarks and callers holding whole objects) through its JSON,
+    /// the same parser the watchers use.
+    AsLeanPod, LeanPod, Pod, "pod"
+);
 
 /// A Node with only what [`super::derive::node_facts`], [`super::cluster::Stores::node_addresses`]
 /// and the metrics-server backend read: name, uid, resourceVersion (the watcher resumes from
@@ -262,24 +284,7 @@ impl LeanNode {
     }
 }
 
-impl k8s_openapi::Resource for LeanNode {
-    const API_VERSION: &'static str = <Node as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Node as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Node as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Node as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::Metadata for LeanNode {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+lean_resource!(LeanNode, Node, ClusterResourceScope);
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct NodeSpec {
@@ -437,33 +442,12 @@ impl<'de> Deserialize<'de> for LeanNode {
     }
 }
 
-/// A node in either shape, seen as a [`LeanNode`]: borrowed as is, or converted from a whole
-/// k8s-openapi `Node` (tests and callers holding whole objects) through its JSON, the same
-/// parser the watcher uses.
-pub trait AsLeanNode {
-    fn lean(&self) -> Result<Cow<'_, LeanNode>, String>;
-}
-
-impl AsLeanNode for LeanNode {
-    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
-        Ok(Cow::Borrowed(self))
-    }
-}
-
-impl AsLeanNode for Node {
-    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
-        serde_json::to_value(self)
-            .and_then(serde_json::from_value)
-            .map(Cow::Owned)
-            .map_err(|e| format!("node does not convert: {e}"))
-    }
-}
-
-impl<T: AsLeanNode + ?Sized> AsLeanNode for &T {
-    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
-        (**self).lean()
-    }
-}
+as_lean!(
+    /// A node in either shape, seen as a [`LeanNode`]: borrowed as is, or converted from a whole
+    /// k8s-openapi `Node` (tests and callers holding whole objects) through its JSON, the same
+    /// parser the watcher uses.
+    AsLeanNode, LeanNode, Node, "node"
+);
 
 impl<T: AsLeanNode + ?Sized> AsLeanNode for Arc<T> {
     fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {

@@ -31,16 +31,6 @@ const MEM_BYTES: usize = 64 << 20;
 const MORE_BYTES: usize = 16 << 20;
 const BURN_SECONDS: f64 = 1.0;
 
-/// Own CPU time (utime + stime) in seconds, from /proc/self/stat (USER_HZ = 100).
-fn proc_cpu_seconds(pid: &str) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ut: f64 = f.get(11)?.parse().ok()?;
-    let st: f64 = f.get(12)?.parse().ok()?;
-    Some((ut + st) / 100.0)
-}
-
 /// The worker: runs as a child of this test binary (`child_worker` with the env set). Waits
 /// for `go` on stdin (it has been moved into its cgroups by then), does its work, prints
 /// `done`, and waits for stdin to close.
@@ -55,10 +45,10 @@ fn child_worker() {
     let mut keep: Vec<u8> = Vec::new();
     match role.as_str() {
         "burn" => {
-            let start = proc_cpu_seconds("self").unwrap_or(0.0);
+            let start = cgroup_guard::proc_cpu_seconds("self").unwrap_or(0.0);
             let deadline = Instant::now() + Duration::from_secs(30);
             let mut x: u64 = 1;
-            while proc_cpu_seconds("self").unwrap_or(f64::MAX) - start < BURN_SECONDS
+            while cgroup_guard::proc_cpu_seconds("self").unwrap_or(f64::MAX) - start < BURN_SECONDS
                 && Instant::now() < deadline
             {
                 for i in 0..100_000u64 {
@@ -260,7 +250,7 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
         cgroup_guard::wait_done(out);
     }
     let burn_pid = outs[0].0.clone();
-    let burn_cpu = proc_cpu_seconds(&burn_pid).unwrap();
+    let burn_cpu = cgroup_guard::proc_cpu_seconds(&burn_pid).unwrap();
 
     let pod = Arc::new(TaskPod {
         uid: uid.clone(),

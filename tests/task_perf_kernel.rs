@@ -33,15 +33,6 @@ use kube_prober::task::perf::{FAILURE_REASONS, PerfCollector, online_cpus, perf_
 const CHILD_ENV: &str = "KUBE_PROBER_TASK_PERF_KERNEL_CHILD";
 const BURN_SECONDS: f64 = 1.0;
 
-fn proc_cpu_seconds(pid: &str) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ut: f64 = f.get(11)?.parse().ok()?;
-    let st: f64 = f.get(12)?.parse().ok()?;
-    Some((ut + st) / 100.0)
-}
-
 /// The worker: waits for `go` (it is in its cgroup by then), burns CPU, prints `done`, waits
 /// for stdin to close.
 #[test]
@@ -52,10 +43,10 @@ fn child_worker() {
     let mut line = String::new();
     let stdin = std::io::stdin();
     stdin.lock().read_line(&mut line).unwrap();
-    let start = proc_cpu_seconds("self").unwrap_or(0.0);
+    let start = cgroup_guard::proc_cpu_seconds("self").unwrap_or(0.0);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut x: u64 = 1;
-    while proc_cpu_seconds("self").unwrap_or(f64::MAX) - start < BURN_SECONDS
+    while cgroup_guard::proc_cpu_seconds("self").unwrap_or(f64::MAX) - start < BURN_SECONDS
         && Instant::now() < deadline
     {
         for i in 0..100_000u64 {

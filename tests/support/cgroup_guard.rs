@@ -66,3 +66,14 @@ pub fn wait_done(out: &mut BufReader<ChildStdout>) {
         }
     }
 }
+
+/// CPU time (utime + stime) of process `pid` (or `self`) in seconds, from /proc/PID/stat
+/// (USER_HZ = 100).
+pub fn proc_cpu_seconds(pid: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: f64 = f.get(11)?.parse().ok()?;
+    let st: f64 = f.get(12)?.parse().ok()?;
+    Some((ut + st) / 100.0)
+}

@@ -397,8 +397,7 @@ fn main() {
         .watcher
         .as_ref()
         .expect("no /watcher body was rendered")
-        .all
-        .clone();
+        .all();
     let decoded: kube_prober::watcher::WatcherMetrics =
         serde_json::from_slice(&all).expect("the /watcher body does not decode");
     assert_eq!(decoded.window.duration, "15m");

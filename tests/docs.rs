@@ -480,7 +480,7 @@ mod counts {
                     memory_bytes: 8e9,
                 }),
             };
-            snap.nodes.insert(node_name(i), Arc::new(load));
+            Arc::make_mut(&mut snap.nodes).insert(node_name(i).into(), Arc::new(load));
         }
         v.insert("usage_nodes", s.usage_nodes as f64);
         v.insert("host_nodes", s.host_nodes.min(s.usage_nodes) as f64);
@@ -528,7 +528,7 @@ mod counts {
             .nodes
             .iter()
             .filter(|(_, l)| l.capacity.is_some())
-            .map(|(n, _)| n.clone())
+            .map(|(n, _)| n.to_string())
             .chain(
                 cs.nodes
                     .iter()

@@ -108,7 +108,7 @@ fn golden_metrics_text_and_openmetrics() {
 #[test]
 fn golden_watcher_body() {
     let bodies = kube_prober::watcher::render(&fixed_snapshot(), Default::default()).unwrap();
-    assert_golden("watcher.json", std::str::from_utf8(&bodies.all).unwrap());
+    assert_golden("watcher.json", std::str::from_utf8(&bodies.all()).unwrap());
 }
 
 #[tokio::test]
@@ -329,7 +329,7 @@ mod load_watcher {
 #[test]
 fn watcher_body_decodes_strictly_and_values_are_right() {
     let bodies = kube_prober::watcher::render(&fixed_snapshot(), Default::default()).unwrap();
-    let m: load_watcher::WatcherMetrics = serde_json::from_slice(&bodies.all).unwrap();
+    let m: load_watcher::WatcherMetrics = serde_json::from_slice(&bodies.all()).unwrap();
     assert_eq!(m.window.duration, "15m");
     assert_eq!(
         m.window.end,

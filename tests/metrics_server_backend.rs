@@ -38,7 +38,7 @@ fn watcher(store: &Store) -> Option<WatcherMetrics> {
         &store.snapshot(SystemTime::now()),
         WatcherOptions::default(),
     )
-    .map(|b| serde_json::from_slice(&b.all).unwrap())
+    .map(|b| serde_json::from_slice(&b.all()).unwrap())
 }
 
 /// The value of `kind`/`operator` for `host` on `/watcher`.

@@ -33,7 +33,7 @@ fn published(store: &Store) -> Published {
 }
 
 fn decode(p: &Published) -> WatcherMetrics {
-    serde_json::from_slice(&p.watcher.as_ref().expect("/watcher has data").all).unwrap()
+    serde_json::from_slice(&p.watcher.as_ref().expect("/watcher has data").all()).unwrap()
 }
 
 fn find<'a>(m: &'a [Metric], name: &str, op: &str) -> Option<&'a Metric> {
@@ -193,7 +193,7 @@ async fn non_finite_values_are_dropped_and_counted() {
     let snap = store.snapshot(SystemTime::now());
     assert_eq!(snap.sources["prometheus"].dropped["non_finite"], 102);
     let p = published(&store);
-    let body = std::str::from_utf8(&p.watcher.as_ref().unwrap().all)
+    let body = std::str::from_utf8(&p.watcher.as_ref().unwrap().all())
         .unwrap()
         .to_string();
     assert!(!body.contains("NaN"));
@@ -223,7 +223,7 @@ async fn rounds_until_data(f: &mut PrometheusFetcher, store: &Store, node: &str)
     loop {
         round(f, store).await;
         if let Some(w) = published(store).watcher.as_ref() {
-            let w: WatcherMetrics = serde_json::from_slice(&w.all).unwrap();
+            let w: WatcherMetrics = serde_json::from_slice(&w.all()).unwrap();
             if let Some(n) = w.data.node_metrics_map.get(node)
                 && find(&n.metrics, CPU, "AVG").is_some()
                 && find(&n.metrics, MEM, "AVG").is_some()

@@ -106,6 +106,15 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
     assert_eq!(text(&second), text(&fresh));
     assert_eq!(second.watcher, fresh.watcher);
     assert_ne!(text(&first), text(&second), "the tick counter moved");
+    // Not a node visited: every part kept whole by pointer, the /watcher entries shared (and
+    // so compressed once for both bodies), only its head (the timestamp) new.
+    assert_eq!(m1.parts_kept - m0.parts_kept, 5, "{m1:?}");
+    let (w_first, w_second) = (
+        first.watcher.as_ref().unwrap(),
+        second.watcher.as_ref().unwrap(),
+    );
+    assert!(w_second.shares_entries_with(w_first));
+    assert_ne!(w_first.all(), w_second.all(), "the timestamp moved");
 
     // A source reporting the same sample again changes nothing either.
     s.node()
@@ -120,6 +129,16 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
     let changed = tick(T0 + 931);
     let (m3, w3) = (renderers.text_stats(), renderers.watcher_entries_rendered());
     assert_eq!(w3 - w2, 1);
+    // The usage part is walked (one block written); the capacity part reads the nodes too;
+    // the three parts of the cluster state (none here) are kept.
+    assert_eq!(m3.parts_kept - m2.parts_kept, 3, "{m3:?}");
+    assert!(
+        !changed
+            .watcher
+            .as_ref()
+            .unwrap()
+            .shares_entries_with(w_second)
+    );
     assert_eq!(m3.blocks - m2.blocks, 1, "{m3:?}");
     assert!(m3.keys - m2.keys < 300, "one block, not every node");
     let fresh = Published::render(changed.snapshot.clone(), "host");
@@ -160,7 +179,7 @@ async fn watcher_is_gzipped_once_per_body_for_clients_that_accept_it() {
     let w = published.watcher.as_ref().unwrap();
     assert_eq!(w.gzip_count(), 1, "compressed once for three requests");
     assert!(bodies.iter().all(|b| b == &bodies[0]));
-    assert_eq!(bodies[0], w.all.to_vec());
+    assert_eq!(bodies[0], w.all().to_vec());
 
     // The load-watcher client (no gzip) decodes the same JSON.
     let client = Client::new(&base, Duration::from_secs(5)).unwrap();
@@ -179,7 +198,7 @@ async fn watcher_is_gzipped_once_per_body_for_clients_that_accept_it() {
             .unwrap();
         assert!(r.headers().get("content-encoding").is_none(), "{ae}");
         assert_eq!(r.headers()["vary"], "Accept-Encoding");
-        assert_eq!(r.bytes().await.unwrap(), w.all, "{ae}");
+        assert_eq!(r.bytes().await.unwrap(), w.all(), "{ae}");
     }
     assert_eq!(w.gzip_count(), 1);
 

@@ -44,7 +44,7 @@ fn watcher(store: &Store) -> (Published, Option<WatcherMetrics>) {
     let w = p
         .watcher
         .as_ref()
-        .map(|b| serde_json::from_slice(&b.all).unwrap());
+        .map(|b| serde_json::from_slice(&b.all()).unwrap());
     (p, w)
 }
 

@@ -26,7 +26,7 @@ fn watcher_from(samples: &[(&str, Resource, &[f64])]) -> WatcherMetrics {
     }
     let snap = store.snapshot(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 3600));
     let bodies = kube_prober::watcher::render(&snap, Default::default()).expect("data");
-    serde_json::from_slice(&bodies.all).expect("decodes")
+    serde_json::from_slice(&bodies.all()).expect("decodes")
 }
 
 /// TargetLoadPacking: the last CPU metric whose operator is AVG or Latest (its loop has no
@@ -187,7 +187,7 @@ async fn metrics_server_rounds_give_lvrb_the_variation() {
     }
     let snap = store.snapshot(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 200));
     let bodies = kube_prober::watcher::render(&snap, Default::default()).unwrap();
-    let w: WatcherMetrics = serde_json::from_slice(&bodies.all).unwrap();
+    let w: WatcherMetrics = serde_json::from_slice(&bodies.all()).unwrap();
     assert_eq!(w.source, "KubernetesMetricsServer");
     let metrics = &w.data.node_metrics_map["n"].metrics;
     assert_eq!(lvrb_score(metrics, 1.0, 1.0), 63);

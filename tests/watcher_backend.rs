@@ -36,7 +36,7 @@ fn round(store: &Store, node: &str, window: Window, end: u64, values: Vec<Backen
 }
 
 fn decode(store: &Store, opts: WatcherOptions) -> Option<WatcherMetrics> {
-    render(&store.snapshot(at(T0 + 30)), opts).map(|b| serde_json::from_slice(&b.all).unwrap())
+    render(&store.snapshot(at(T0 + 30)), opts).map(|b| serde_json::from_slice(&b.all()).unwrap())
 }
 
 fn prometheus_round(store: &Store, end: u64) {
@@ -214,7 +214,8 @@ fn non_finite_backend_values_are_dropped_and_counted() {
     let snap = store.snapshot(at(T0 + 1));
     assert_eq!(snap.sources["prometheus"].dropped["non_finite"], 1);
     let body = render(&snap, WatcherOptions::default()).unwrap();
-    let text = std::str::from_utf8(&body.all).unwrap();
+    let all = body.all();
+    let text = std::str::from_utf8(&all).unwrap();
     assert!(!text.contains("NaN"), "{text}");
     let m: WatcherMetrics = serde_json::from_str(text).unwrap();
     assert_eq!(m.data.node_metrics_map["n"].metrics.len(), 1);

@@ -279,13 +279,17 @@ async fn metrics(
     if method == Method::HEAD {
         return (StatusCode::OK, resp_headers).into_response();
     }
-    let body = HttpBody::from_stream(futures_util::stream::iter(
+    (StatusCode::OK, resp_headers, chunked(chunks)).into_response()
+}
+
+/// A body sent as these pieces, one after the other (reference counts, no copy).
+fn chunked(chunks: Vec<Bytes>) -> HttpBody {
+    HttpBody::from_stream(futures_util::stream::iter(
         chunks
             .into_iter()
             .filter(|c| !c.is_empty())
             .map(Ok::<_, std::convert::Infallible>),
-    ));
-    (StatusCode::OK, resp_headers, body).into_response()
+    ))
 }
 
 /// `?host=` as Go's `Query().Get("host")`: the first value, `""` when absent.
@@ -321,7 +325,7 @@ async fn watcher_handler(
     let host = host_param(query.as_deref());
     if host.is_empty() {
         if !accepts_gzip(&headers) {
-            let mut resp = json(StatusCode::OK, bodies.all.clone());
+            let mut resp = json(StatusCode::OK, chunked(bodies.chunks()));
             resp.headers_mut()
                 .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
             return resp;
@@ -344,7 +348,7 @@ async fn watcher_handler(
                 (header::CONTENT_ENCODING, "gzip"),
                 (header::VARY, "Accept-Encoding"),
             ],
-            bodies.all_gzip().clone(),
+            chunked(bodies.all_gzip().to_vec()),
         )
             .into_response();
     }

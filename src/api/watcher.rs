@@ -7,13 +7,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::{NodeLoad, Operator, Resource, Snapshot, Window, unix_seconds};
+use crate::model::{NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds};
+use crate::sink::prometheus::{Body, Chunk};
 
 /// load-watcher's `WatcherMetrics`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -106,25 +108,29 @@ pub fn wire_source_name(source: &str) -> &str {
     }
 }
 
-/// The pre-rendered `/watcher` bodies of one snapshot: the whole body, and for `?host=` the
-/// same head and tail around one host's entry.
+/// The pre-rendered `/watcher` bodies of one snapshot: the whole body as two pieces (the head,
+/// made each tick, and every host entry with the tail, shared between ticks while no node
+/// changed), and for `?host=` the same head and tail around one host's entry.
 #[derive(Debug)]
 pub struct WatcherBodies {
-    /// The body for all hosts.
-    pub all: Bytes,
     /// Everything up to the first host entry.
     head: Bytes,
+    /// `head`, then the host entries and the tail, as body chunks (the second is shared with
+    /// other ticks' bodies and so is its compressed form).
+    body: Body,
     /// `"host":{...}` by host.
-    entries: HashMap<String, Bytes>,
-    /// `all` gzip-compressed, made on the first request that accepts gzip.
-    all_gzip: std::sync::OnceLock<Bytes>,
-    /// How many times `all` was compressed (once per body at most; a test hook).
+    entries: Arc<HashMap<Arc<str>, Bytes>>,
+    /// The body gzip-compressed, joined on the first request that accepts gzip.
+    all_gzip: std::sync::OnceLock<Vec<Bytes>>,
+    /// How many times the gzip body was joined (once per body at most; a test hook).
     gzips: std::sync::atomic::AtomicU64,
 }
 
 impl PartialEq for WatcherBodies {
     fn eq(&self, other: &Self) -> bool {
-        self.all == other.all && self.head == other.head && self.entries == other.entries
+        self.head == other.head
+            && self.body.plain().eq(other.body.plain())
+            && self.entries == other.entries
     }
 }
 
@@ -132,6 +138,20 @@ impl PartialEq for WatcherBodies {
 const TAIL: &str = "}}}";
 
 impl WatcherBodies {
+    /// The body for all hosts, as chunks to send one after the other (no copy).
+    pub fn chunks(&self) -> Vec<Bytes> {
+        self.body.plain().filter(|c| !c.is_empty()).collect()
+    }
+
+    /// The body for all hosts in one piece (a copy; tests and small bodies).
+    pub fn all(&self) -> Bytes {
+        let mut all = Vec::with_capacity(self.body.len());
+        for c in self.body.plain() {
+            all.extend_from_slice(&c);
+        }
+        Bytes::from(all)
+    }
+
     /// The body for `?host=host`, when that host has data.
     pub fn host(&self, host: &str) -> Option<Bytes> {
         let entry = self.entries.get(host)?;
@@ -142,12 +162,14 @@ impl WatcherBodies {
         Some(Bytes::from(one))
     }
 
-    /// The body for all hosts, gzip-compressed: made once, on the first call.
-    pub fn all_gzip(&self) -> &Bytes {
+    /// The body for all hosts as one gzip stream, in chunks: joined once, on the first call,
+    /// from the head compressed then and the host entries compressed once for every body that
+    /// shares them.
+    pub fn all_gzip(&self) -> &[Bytes] {
         self.all_gzip.get_or_init(|| {
             self.gzips
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Bytes::from(gzip(&self.all))
+            self.body.gzip(&[])
         })
     }
 
@@ -156,23 +178,18 @@ impl WatcherBodies {
         self.all_gzip.get().is_some()
     }
 
-    /// How many times the body was compressed (1 at most).
+    /// How many times the gzip body was joined (1 at most).
     pub fn gzip_count(&self) -> u64 {
         self.gzips.load(std::sync::atomic::Ordering::Relaxed)
     }
-}
 
-/// One gzip member of `data` (fast compression: it is made once per tick at most).
-fn gzip(data: &[u8]) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut enc = flate2::write::GzEncoder::new(
-        Vec::with_capacity(data.len() / 4 + 64),
-        flate2::Compression::fast(),
-    );
-    // Writing into a Vec cannot fail.
-    enc.write_all(data)
-        .and_then(|()| enc.finish())
-        .unwrap_or_default()
+    /// Whether the host entries of `self` and `other` are the same piece (and so compressed
+    /// once for both): true for bodies of consecutive ticks when no node changed between them.
+    pub fn shares_entries_with(&self, other: &WatcherBodies) -> bool {
+        Arc::ptr_eq(&self.entries, &other.entries)
+            && matches!((self.body.chunks.get(1), other.body.chunks.get(1)),
+                (Some(a), Some(b)) if Arc::ptr_eq(a, b))
+    }
 }
 
 /// The window `/watcher` serves: 15m, else 10m (never 5m), as load-watcher does.
@@ -196,20 +213,36 @@ pub struct WatcherOptions {
 }
 
 /// What `/watcher` made of each node at the previous tick: a node's entry is written again only
-/// when its load (or the served window) changed.
+/// when its load (or the served window) changed, and when no node changed at all (the same
+/// node map) the joined entries are reused whole, without visiting a node.
 #[derive(Debug, Default)]
 pub struct WatcherCache {
-    entries: HashMap<String, CachedEntry>,
+    entries: HashMap<Arc<str>, CachedEntry>,
+    whole: Option<Whole>,
     /// Host entries written so far (a test hook: 0 more on a tick without change).
     pub entries_rendered: u64,
 }
 
 #[derive(Debug)]
 struct CachedEntry {
-    load: std::sync::Arc<NodeLoad>,
+    load: Arc<NodeLoad>,
     window: Window,
     opts: WatcherOptions,
     entry: Bytes,
+}
+
+/// Everything of the previous body that depends only on the node map, the window and the
+/// options: reused as long as those are the same.
+#[derive(Debug)]
+struct Whole {
+    nodes: Arc<NodeMap>,
+    window: Window,
+    opts: WatcherOptions,
+    end: SystemTime,
+    source: String,
+    entries: Arc<HashMap<Arc<str>, Bytes>>,
+    /// Every entry in name order, comma-separated, and the tail.
+    rest: Arc<Chunk>,
 }
 
 /// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
@@ -226,15 +259,54 @@ pub fn render_cached(
 ) -> Option<WatcherBodies> {
     let Some(window) = served_window(snap) else {
         cache.entries.clear();
+        cache.whole = None;
         return None;
     };
-    let nodes: Vec<(&String, &std::sync::Arc<NodeLoad>)> = snap
+    let reuse = cache.whole.as_ref().is_some_and(|w| {
+        Arc::ptr_eq(&w.nodes, &snap.nodes) && w.window == window && w.opts == opts
+    });
+    if !reuse {
+        cache.whole = Some(whole(snap, window, opts, cache)?);
+    }
+    let w = cache.whole.as_ref()?;
+    // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
+    // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
+    let end_s = unix_seconds(w.end).floor() as i64;
+    let start_s = end_s - window.duration().as_secs() as i64;
+    let timestamp = (unix_seconds(snap.generated_at).floor() as i64).max(end_s);
+
+    let mut head = String::with_capacity(160);
+    let _ = write!(
+        head,
+        "{{\"timestamp\":{timestamp},\"window\":{{\"duration\":\"{}\",\"start\":{start_s},\"end\":{end_s}}},\"source\":",
+        window.as_str()
+    );
+    push_json_string(&mut head, &w.source);
+    head.push_str(",\"data\":{\"NodeMetricsMap\":{");
+    let head = Bytes::from(head);
+    Some(WatcherBodies {
+        head: head.clone(),
+        body: Body {
+            chunks: vec![Chunk::new(head), w.rest.clone()],
+        },
+        entries: w.entries.clone(),
+        all_gzip: std::sync::OnceLock::new(),
+        gzips: std::sync::atomic::AtomicU64::new(0),
+    })
+}
+
+/// The node-map part of a body: every entry (reusing those of unchanged nodes), joined.
+fn whole(
+    snap: &Snapshot,
+    window: Window,
+    opts: WatcherOptions,
+    cache: &mut WatcherCache,
+) -> Option<Whole> {
+    let nodes: Vec<(&Arc<str>, &Arc<NodeLoad>)> = snap
         .nodes
         .iter()
         .filter(|(_, n)| n.windows.iter().any(|ws| ws.window == window))
         .collect();
-    // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
-    // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
     let end = nodes
         .iter()
         .filter_map(|(_, n)| {
@@ -244,31 +316,18 @@ pub fn render_cached(
                 .map(|ws| ws.end)
         })
         .min()?;
-    let end_s = unix_seconds(end).floor() as i64;
-    let start_s = end_s - window.duration().as_secs() as i64;
     let source = nodes
         .first()
         .map(|(_, n)| wire_source_name(&n.source))
-        .unwrap_or_default();
-    let timestamp = (unix_seconds(snap.generated_at).floor() as i64).max(end_s);
-
-    let mut head = String::with_capacity(160);
-    let _ = write!(
-        head,
-        "{{\"timestamp\":{timestamp},\"window\":{{\"duration\":\"{}\",\"start\":{start_s},\"end\":{end_s}}},\"source\":",
-        window.as_str()
-    );
-    push_json_string(&mut head, source);
-    head.push_str(",\"data\":{\"NodeMetricsMap\":{");
+        .unwrap_or_default()
+        .to_string();
 
     let mut entries = HashMap::with_capacity(nodes.len());
     let mut old = std::mem::take(&mut cache.entries);
-    let mut len = head.len() + TAIL.len() + nodes.len();
+    let mut len = TAIL.len() + nodes.len();
     for (name, node) in &nodes {
-        let reused = old.remove(*name).filter(|c| {
-            c.window == window
-                && c.opts == opts
-                && (std::sync::Arc::ptr_eq(&c.load, node) || c.load == **node)
+        let reused = old.remove(&***name).filter(|c| {
+            c.window == window && c.opts == opts && (Arc::ptr_eq(&c.load, node) || c.load == **node)
         });
         let cached = match reused {
             Some(c) => c,
@@ -290,23 +349,24 @@ pub fn render_cached(
         entries.insert((*name).clone(), cached.entry.clone());
         cache.entries.insert((*name).clone(), cached);
     }
-    let mut all = Vec::with_capacity(len);
-    all.extend_from_slice(head.as_bytes());
+    let mut rest = Vec::with_capacity(len);
     for (i, (name, _)) in nodes.iter().enumerate() {
         if i > 0 {
-            all.push(b',');
+            rest.push(b',');
         }
-        if let Some(e) = entries.get(*name) {
-            all.extend_from_slice(e);
+        if let Some(e) = entries.get(&***name) {
+            rest.extend_from_slice(e);
         }
     }
-    all.extend_from_slice(TAIL.as_bytes());
-    Some(WatcherBodies {
-        all: Bytes::from(all),
-        head: Bytes::from(head),
-        entries,
-        all_gzip: std::sync::OnceLock::new(),
-        gzips: std::sync::atomic::AtomicU64::new(0),
+    rest.extend_from_slice(TAIL.as_bytes());
+    Some(Whole {
+        nodes: snap.nodes.clone(),
+        window,
+        opts,
+        end,
+        source,
+        entries: Arc::new(entries),
+        rest: Chunk::new(rest),
     })
 }
 
@@ -518,14 +578,13 @@ mod tests {
             windows: vec![ws(Window::FiveMinutes)],
             capacity: None,
         };
-        snap.nodes
-            .insert("n".into(), std::sync::Arc::new(node.clone()));
+        Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node.clone()));
         assert_eq!(served_window(&snap), None);
         node.windows.push(ws(Window::TenMinutes));
-        snap.nodes.insert("n".into(), std::sync::Arc::new(node));
+        Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node));
         assert_eq!(served_window(&snap), Some(Window::TenMinutes));
         let body = render(&snap, WatcherOptions::default()).unwrap();
-        let decoded: WatcherMetrics = serde_json::from_slice(&body.all).unwrap();
+        let decoded: WatcherMetrics = serde_json::from_slice(&body.all()).unwrap();
         assert_eq!(decoded.window.duration, "10m");
         assert_eq!(decoded.window.end - decoded.window.start, 600);
         assert_eq!(decoded.source, "Prometheus");

@@ -21,7 +21,7 @@ pub use probe::{PROBE_BUCKETS, ProbeOutcome};
 pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
-    BackendStat, ClusterInfo, NodeLoad, ProbeState, Snapshot, SourceStatus, Stat, Window,
+    BackendStat, ClusterInfo, NodeLoad, NodeMap, ProbeState, Snapshot, SourceStatus, Stat, Window,
     WindowStats, unix_seconds,
 };
 pub use task::{

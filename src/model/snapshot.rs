@@ -152,6 +152,10 @@ pub struct ClusterInfo {
     pub location: String,
 }
 
+/// Every node's load by node name. Keys are shared (`Arc<str>`): the hub keeps the map between
+/// ticks and patches only the nodes that changed.
+pub type NodeMap = BTreeMap<std::sync::Arc<str>, std::sync::Arc<NodeLoad>>;
+
 /// The immutable state at one tick.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
@@ -166,8 +170,9 @@ pub struct Snapshot {
     /// What the Kubernetes watchers derived (cluster and node roles); shared, not copied.
     pub cluster_state: Option<std::sync::Arc<super::cluster::ClusterState>>,
     /// Shared with the hub: a node whose load did not change keeps the same `Arc` from one
-    /// snapshot to the next, so outputs can reuse what they made of it.
-    pub nodes: BTreeMap<String, std::sync::Arc<NodeLoad>>,
+    /// snapshot to the next, and when no node changed the whole map is the same `Arc`, so
+    /// outputs can reuse what they made of it (per node, or all at once).
+    pub nodes: std::sync::Arc<NodeMap>,
     pub sources: BTreeMap<String, SourceStatus>,
     pub probes: Vec<ProbeState>,
     pub sinks: BTreeMap<String, super::sink::SinkStatus>,
@@ -193,7 +198,7 @@ impl Snapshot {
             sources_synced: false,
             cluster: ClusterInfo::default(),
             cluster_state: None,
-            nodes: BTreeMap::new(),
+            nodes: Default::default(),
             sources: BTreeMap::new(),
             probes: Vec::new(),
             sinks: BTreeMap::new(),

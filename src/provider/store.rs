@@ -13,13 +13,15 @@ use super::{
 };
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
-    BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, ProbeOutcome,
-    ProbeState, Resource, SinkPush, SinkStatus, Snapshot, SourceStatus, UsageSample, Window,
-    WindowStats, unix_seconds,
+    BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, NodeMap,
+    ProbeOutcome, ProbeState, Resource, SinkPush, SinkStatus, Snapshot, SourceStatus, UsageSample,
+    Window, WindowStats, unix_seconds,
 };
 
 #[derive(Debug)]
 struct NodeState {
+    /// The node's name, shared with the published [`NodeMap`] (no copy per snapshot).
+    key: Arc<str>,
     source: String,
     /// Newest time any data of this node stands for.
     latest_at: SystemTime,
@@ -44,8 +46,9 @@ struct NodeState {
 }
 
 impl NodeState {
-    fn new(source: &str, at: SystemTime) -> Self {
+    fn new(name: &str, source: &str, at: SystemTime) -> Self {
         NodeState {
+            key: Arc::from(name),
             source: source.to_string(),
             latest_at: at,
             sampled_at: None,
@@ -63,12 +66,12 @@ impl NodeState {
 
     /// This node's load for a snapshot: the previous one when nothing was recorded since, or
     /// when what was recorded left it equal (a backend re-reporting the same sample).
-    fn load(&mut self, name: &str) -> Arc<NodeLoad> {
+    fn load(&mut self) -> Arc<NodeLoad> {
         if let Some(load) = self.load.as_ref().filter(|_| !self.dirty) {
             return load.clone();
         }
         self.dirty = false;
-        let fresh = node_load(name, self);
+        let fresh = node_load(self);
         match &self.load {
             Some(old) if **old == fresh => old.clone(),
             _ => {
@@ -107,6 +110,13 @@ struct Inner {
     cluster: ClusterInfo,
     cluster_state: Option<Arc<ClusterState>>,
     nodes: HashMap<String, NodeState>,
+    /// The node map the last snapshot handed out; the next one shares it (the same `Arc`)
+    /// when no node changed, and otherwise patches only the nodes that did.
+    published: Arc<NodeMap>,
+    /// A node was added or marked dirty since `published` was made.
+    nodes_changed: bool,
+    /// A node may have been removed since `published` was made.
+    nodes_removed: bool,
     sources: BTreeMap<String, SourceStatus>,
     probes: BTreeMap<(String, String), ProbeState>,
     sinks: BTreeMap<String, SinkStatus>,
@@ -159,11 +169,7 @@ impl Store {
     pub fn snapshot(&self, now: SystemTime) -> Snapshot {
         let mut inner = self.lock();
         inner.ticks += 1;
-        let nodes = inner
-            .nodes
-            .iter_mut()
-            .map(|(name, st)| (name.clone(), st.load(name)))
-            .collect();
+        let nodes = publish_nodes(&mut inner);
         let sources_synced = inner.sources.values().all(SourceStatus::synced);
         Snapshot {
             generated_at: now,
@@ -183,6 +189,39 @@ impl Store {
             selection: inner.selection.clone(),
         }
     }
+}
+
+/// The node map for the next snapshot: the published one when no node changed, else that map
+/// with the changed nodes replaced and the removed ones taken out (a copy of the map's spine
+/// only when something differs, while an older snapshot still holds it; names are shared).
+fn publish_nodes(inner: &mut Inner) -> Arc<NodeMap> {
+    let Inner {
+        nodes,
+        published,
+        nodes_changed,
+        nodes_removed,
+        ..
+    } = inner;
+    if std::mem::take(nodes_removed) && published.keys().any(|k| !nodes.contains_key(&**k)) {
+        Arc::make_mut(published).retain(|k, _| nodes.contains_key(&**k));
+    }
+    if std::mem::take(nodes_changed) {
+        let fresh: Vec<(Arc<str>, Arc<NodeLoad>)> = nodes
+            .values_mut()
+            .filter(|st| st.dirty || st.load.is_none())
+            .filter_map(|st| {
+                let load = st.load();
+                let same = published
+                    .get(&st.key)
+                    .is_some_and(|p| Arc::ptr_eq(p, &load));
+                (!same).then(|| (st.key.clone(), load))
+            })
+            .collect();
+        if !fresh.is_empty() {
+            Arc::make_mut(published).extend(fresh);
+        }
+    }
+    published.clone()
 }
 
 /// Counts a value that never reaches an output, and logs it once per node per source run
@@ -256,7 +295,7 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
     ok
 }
 
-fn node_load(name: &str, st: &NodeState) -> NodeLoad {
+fn node_load(st: &NodeState) -> NodeLoad {
     let windows = Window::ALL
         .iter()
         .filter_map(|&w| {
@@ -281,7 +320,7 @@ fn node_load(name: &str, st: &NodeState) -> NodeLoad {
         })
         .collect();
     NodeLoad {
-        node: name.to_string(),
+        node: st.key.to_string(),
         source: st.source.clone(),
         latest_at: st.latest_at,
         latest: st.latest.clone(),
@@ -327,6 +366,7 @@ impl ClusterRecorder for Store {
                 }
             }
         }
+        let before = inner.nodes.len();
         inner.nodes.retain(|name, st| {
             if listed.contains(name.as_str()) {
                 st.in_cluster = true;
@@ -339,6 +379,7 @@ impl ClusterRecorder for Store {
                 true
             }
         });
+        inner.nodes_removed |= inner.nodes.len() != before;
         // An unchanged state (the watchers derive one every interval, changed or not) keeps
         // the previous `Arc`, so outputs can skip it by pointer.
         if inner.cluster_state.as_deref() != Some(&state) {
@@ -359,8 +400,9 @@ impl NodeRecorder for Store {
         let horizon = Window::FifteenMinutes.duration();
         // Looked up by `&str` first: no copy of the name per sample for a known node.
         if !inner.nodes.contains_key(&sample.node) {
-            let st = NodeState::new(source, sample.at);
+            let st = NodeState::new(&sample.node, source, sample.at);
             inner.nodes.insert(sample.node.clone(), st);
+            inner.nodes_changed = true;
         }
         let Some(st) = inner.nodes.get_mut(&sample.node) else {
             return;
@@ -397,6 +439,7 @@ impl NodeRecorder for Store {
                 .push(t, value);
         }
         st.dirty |= changed;
+        inner.nodes_changed |= changed;
         for (resource, value, reason) in dropped {
             let what = resource.as_str();
             count_dropped(&mut inner, source, &sample.node, what, Some(value), reason);
@@ -410,10 +453,11 @@ impl NodeRecorder for Store {
             return;
         }
         let mut dropped = Vec::new();
+        inner.nodes_changed = true;
         let st = inner
             .nodes
             .entry(w.node.clone())
-            .or_insert_with(|| NodeState::new(source, w.end));
+            .or_insert_with(|| NodeState::new(&w.node, source, w.end));
         st.dirty = true;
         st.source = source.to_string();
         st.latest_at = st.latest_at.max(w.end);
@@ -453,13 +497,16 @@ impl NodeRecorder for Store {
         let ok = check_capacity(&mut inner, &source, node, capacity);
         if let Some(st) = inner.nodes.get_mut(node) {
             let capacity = ok.then_some(capacity);
-            st.dirty |= st.capacity != capacity;
+            let changed = st.capacity != capacity;
+            st.dirty |= changed;
             st.capacity = capacity;
+            inner.nodes_changed |= changed;
         }
     }
 
     fn forget_node(&self, node: &str) {
-        self.lock().nodes.remove(node);
+        let mut inner = self.lock();
+        inner.nodes_removed |= inner.nodes.remove(node).is_some();
     }
 
     fn record_dropped(&self, source: &str, node: &str, what: &str, reason: DropReason) {
@@ -470,6 +517,7 @@ impl NodeRecorder for Store {
         let mut inner = self.lock();
         end_drop_log(&mut inner, source);
         let mut expired = 0u64;
+        let inner = &mut *inner;
         inner.nodes.retain(|name, st| {
             if st.source != source {
                 return true;
@@ -489,6 +537,7 @@ impl NodeRecorder for Store {
             }
             true
         });
+        inner.nodes_removed |= expired > 0;
         if expired > 0 {
             let status = inner.sources.entry(source.to_string()).or_default();
             status.name = source.to_string();
@@ -806,7 +855,7 @@ mod tests {
             .record_node_usage("ms", sample("new", 11, 0.1, 0.1));
         s.cluster().record_cluster_state(state(&["a"]));
         let snap = s.snapshot(at(12));
-        let names: Vec<&str> = snap.nodes.keys().map(String::as_str).collect();
+        let names: Vec<&str> = snap.nodes.keys().map(|k| &**k).collect();
         assert_eq!(names, ["a", "new"]);
         // A backend still reporting the deleted node (its 15m window) does not bring it back.
         s.node().record_node_usage("ms", sample("b", 13, 0.1, 0.1));
@@ -928,6 +977,119 @@ mod tests {
         assert!(Arc::ptr_eq(&first.nodes["b"], &fourth.nodes["b"]));
         s.cluster().record_cluster_state(state(&["a", "b", "c"]));
         assert!(!Arc::ptr_eq(&cs(&first), &cs(&s.snapshot(at(22)))));
+    }
+
+    /// The whole node map is the same `Arc` until a node changes, is added or leaves; then
+    /// the new map equals one built from scratch and shares every unchanged node.
+    #[test]
+    fn the_node_map_is_shared_until_a_node_changes() {
+        let s = Store::new();
+        for n in ["a", "b", "c"] {
+            s.node().record_node_usage("ms", sample(n, 10, 0.1, 0.2));
+        }
+        s.cluster().record_cluster_state(state(&["a", "b", "c"]));
+        let first = s.snapshot(at(11));
+        let names = |x: &Snapshot| x.nodes.keys().map(|k| k.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&first), ["a", "b", "c"]);
+        // Nothing, the same sample again, the same capacity twice, the same cluster state.
+        let cap = NodeCapacity {
+            cpu_cores: 4.0,
+            memory_bytes: 8e9,
+        };
+        s.node().record_node_capacity("b", cap);
+        let with_cap = s.snapshot(at(12));
+        assert!(
+            !Arc::ptr_eq(&first.nodes, &with_cap.nodes),
+            "a new capacity"
+        );
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.node().record_node_capacity("b", cap);
+        s.cluster().record_cluster_state(state(&["a", "b", "c"]));
+        s.node().record_fetch_end("ms", false, 2);
+        let idle = s.snapshot(at(13));
+        assert!(Arc::ptr_eq(&with_cap.nodes, &idle.nodes), "nothing changed");
+        assert!(Arc::ptr_eq(&idle.nodes, &s.snapshot(at(14)).nodes));
+        // One new value: a new map, the others' loads shared, the old snapshot untouched.
+        s.node().record_node_usage("ms", sample("c", 20, 0.5, 0.2));
+        let changed = s.snapshot(at(21));
+        assert!(!Arc::ptr_eq(&idle.nodes, &changed.nodes));
+        assert!(Arc::ptr_eq(&idle.nodes["a"], &changed.nodes["a"]));
+        assert!(Arc::ptr_eq(&idle.nodes["b"], &changed.nodes["b"]));
+        assert_eq!(changed.nodes["c"].latest[&Resource::Cpu], 0.5);
+        assert_eq!(idle.nodes["c"].latest[&Resource::Cpu], 0.1);
+        // A node deleted in the cluster, a host forgotten, a new host: each shows at once.
+        s.cluster().record_cluster_state(state(&["a", "c"]));
+        let deleted = s.snapshot(at(22));
+        assert_eq!(names(&deleted), ["a", "c"]);
+        assert_eq!(
+            names(&changed),
+            ["a", "b", "c"],
+            "an older snapshot keeps its map"
+        );
+        s.node().forget_node("a");
+        s.node().record_node_usage("ms", sample("d", 23, 0.1, 0.1));
+        let moved = s.snapshot(at(23));
+        assert_eq!(names(&moved), ["c", "d"]);
+        // Every step equals a map made from scratch of the hub's nodes.
+        let mut inner = s.lock();
+        let fresh: NodeMap = inner
+            .nodes
+            .values_mut()
+            .map(|st| (st.key.clone(), st.load()))
+            .collect();
+        assert_eq!(*moved.nodes, fresh);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Through any sequence of recordings, every snapshot's node map equals one made from
+        /// scratch, and it is the previous `Arc` exactly when every node in it is.
+        #[test]
+        fn the_patched_node_map_equals_a_fresh_one(
+            ops in proptest::collection::vec((0u8..6, 0usize..5, 0u64..4, 0u8..8), 1..60)
+        ) {
+            let s = Store::new();
+            let name = |i: usize| format!("n{i}");
+            let mut t = 10;
+            let mut prev: Option<Snapshot> = None;
+            for (op, node, dt, v) in ops {
+                t += dt;
+                match op {
+                    0 | 1 => s.node().record_node_usage(
+                        "ms",
+                        sample(&name(node), t, f64::from(v) / 10.0, 0.2),
+                    ),
+                    2 => s.node().record_node_capacity(
+                        &name(node),
+                        NodeCapacity { cpu_cores: f64::from(v % 3 + 1), memory_bytes: 8e9 },
+                    ),
+                    3 => {
+                        let listed: Vec<String> =
+                            (0..5).filter(|i| (v >> (i % 3)) & 1 == 1).map(name).collect();
+                        let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+                        s.cluster().record_cluster_state(state(&listed));
+                    }
+                    4 => s.node().forget_node(&name(node)),
+                    _ => s.node().record_fetch_end("ms", v % 2 == 0, 2),
+                }
+                let snap = s.snapshot(at(t));
+                let fresh: NodeMap = {
+                    let mut inner = s.lock();
+                    inner.nodes.values_mut().map(|st| (st.key.clone(), st.load())).collect()
+                };
+                proptest::prop_assert_eq!(&*snap.nodes, &fresh);
+                // Every node the same `Arc` as before: no new map either (no copy, and the
+                // outputs skip the whole map by pointer).
+                if let Some(p) = &prev {
+                    let same_nodes = p.nodes.len() == snap.nodes.len()
+                        && p.nodes.iter().zip(snap.nodes.iter()).all(|((ka, a), (kb, b))| {
+                            ka == kb && Arc::ptr_eq(a, b)
+                        });
+                    proptest::prop_assert_eq!(same_nodes, Arc::ptr_eq(&p.nodes, &snap.nodes));
+                }
+                prev = Some(snap);
+            }
+        }
     }
 
     #[test]

@@ -234,7 +234,7 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    fn new(plain: impl Into<Bytes>) -> Arc<Chunk> {
+    pub fn new(plain: impl Into<Bytes>) -> Arc<Chunk> {
         Arc::new(Chunk {
             plain: plain.into(),
             deflated: OnceLock::new(),
@@ -356,6 +356,9 @@ pub struct RenderStats {
     /// Whole-snapshot steps written again because their data changed (the instance's own
     /// families, which change on every tick, are not counted).
     pub steps: u64,
+    /// Parts (node usage, capacities, facts, addons, pod sums) kept whole because the data
+    /// they are read from was the same `Arc` as the previous body's: no key visited.
+    pub parts_kept: u64,
 }
 
 /// Keys per block, on average: a block's boundaries come from its keys' names (a key whose
@@ -546,6 +549,12 @@ fn update_part<P: series::Keyed>(
     format: Format,
     stats: &mut RenderStats,
 ) {
+    // Nothing this part reads changed (the same `Arc`s): every block stays, and no key is
+    // visited. `prev` has the same selection, and its blocks are the ones in the cache.
+    if prev.is_some_and(|p| P::unchanged(p, snap)) {
+        stats.parts_kept += 1;
+        return;
+    }
     // Only the keys (nodes) of this instance's shard; `prev` has the same selection.
     let mut items = Vec::new();
     P::items(snap, &mut items);
@@ -750,7 +759,7 @@ mod tests {
         let mut cs = ClusterState::default();
         for i in 0..n {
             let name = format!("node-{i:04}");
-            snap.nodes.insert(name.clone(), load(&name, 0.25));
+            Arc::make_mut(&mut snap.nodes).insert(name.as_str().into(), load(&name, 0.25));
             cs.nodes.push(facts(&name, true));
             cs.node_pods.insert(
                 name,
@@ -810,8 +819,7 @@ mod tests {
         );
 
         // One node's usage changes: one block of the usage part, nothing else.
-        next.nodes
-            .insert("node-0500".into(), load("node-0500", 0.75));
+        Arc::make_mut(&mut next.nodes).insert("node-0500".into(), load("node-0500", 0.75));
         let changed = r.render(Arc::new(next.clone()));
         let s2 = r.stats();
         assert_eq!(s2.blocks - s1.blocks, 1, "{s2:?}");
@@ -846,16 +854,16 @@ mod tests {
             // Remove some nodes, add others, change some: every step equals a fresh render.
             for round in 0..6 {
                 let gone = format!("node-{:04}", round * 37);
-                snap.nodes.remove(&gone);
+                Arc::make_mut(&mut snap.nodes).remove(gone.as_str());
                 let mut cs = (**snap.cluster_state.as_ref().unwrap()).clone();
                 cs.nodes.retain(|n| n.name != gone);
                 cs.node_pods.remove(&gone);
                 let added = format!("node-{:04}x", round * 53);
                 cs.nodes.push(facts(&added, round % 2 == 0));
-                snap.nodes.insert(added.clone(), load(&added, 0.1));
+                Arc::make_mut(&mut snap.nodes).insert(added.as_str().into(), load(&added, 0.1));
                 let bumped = format!("node-{:04}", round * 41 + 1);
-                snap.nodes
-                    .insert(bumped.clone(), load(&bumped, round as f64 / 10.0));
+                Arc::make_mut(&mut snap.nodes)
+                    .insert(bumped.as_str().into(), load(&bumped, round as f64 / 10.0));
                 snap.cluster_state = Some(Arc::new(cs));
                 snap.tick += 1;
                 let body = r.render(Arc::new(snap.clone()));
@@ -864,7 +872,7 @@ mod tests {
             // Without a cluster state and then without nodes.
             snap.cluster_state = None;
             assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
-            snap.nodes.clear();
+            Arc::make_mut(&mut snap.nodes).clear();
             assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
         }
     }

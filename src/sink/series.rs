@@ -67,6 +67,19 @@ pub trait Keyed {
     fn rows<'a>(family: usize, key: &'a str, item: &Self::Item<'a>, out: &mut Vec<Row<'a>>);
     /// Whether two items give the same rows (for the same key).
     fn same(a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool;
+    /// True when every key and item of `b` is certainly those of `a`, found without visiting
+    /// them (the snapshots share the data the items are read from): an output then keeps all
+    /// it made of `a`. False says nothing.
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool;
+}
+
+/// Both absent, or the same `Arc`.
+fn same_arc<T>(a: &Option<std::sync::Arc<T>>, b: &Option<std::sync::Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// A node's usage, from the hub (`snap.nodes`).
@@ -86,7 +99,7 @@ impl Keyed for NodeUsage {
     ];
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodeLoad)>) {
-        out.extend(snap.nodes.iter().map(|(k, v)| (k.as_str(), &**v)));
+        out.extend(snap.nodes.iter().map(|(k, v)| (&**k, &**v)));
     }
 
     fn rows<'a>(family: usize, name: &'a str, n: &&'a NodeLoad, out: &mut Vec<Row<'a>>) {
@@ -164,6 +177,10 @@ impl Keyed for NodeUsage {
     fn same(a: &&NodeLoad, b: &&NodeLoad) -> bool {
         std::ptr::eq(*a, *b) || a == b
     }
+
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
+        std::sync::Arc::ptr_eq(&a.nodes, &b.nodes)
+    }
 }
 
 /// A node's capacity: the usage source's, else the Node object's.
@@ -178,7 +195,7 @@ impl Keyed for NodeCapacities {
         out.extend(
             snap.nodes
                 .iter()
-                .filter_map(|(name, n)| n.capacity.map(|c| (name.as_str(), c))),
+                .filter_map(|(name, n)| n.capacity.map(|c| (&**name, c))),
         );
         // Capacity the usage source did not give, from the Node objects.
         if let Some(cs) = &snap.cluster_state {
@@ -205,6 +222,10 @@ impl Keyed for NodeCapacities {
     fn same(a: &NodeCapacity, b: &NodeCapacity) -> bool {
         a.cpu_cores.to_bits() == b.cpu_cores.to_bits()
             && a.memory_bytes.to_bits() == b.memory_bytes.to_bits()
+    }
+
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
+        std::sync::Arc::ptr_eq(&a.nodes, &b.nodes) && same_arc(&a.cluster_state, &b.cluster_state)
     }
 }
 
@@ -290,6 +311,10 @@ impl Keyed for NodeFactsRows {
     fn same(a: &(&NodeFacts, Option<bool>), b: &(&NodeFacts, Option<bool>)) -> bool {
         a.1 == b.1 && (std::ptr::eq(a.0, b.0) || a.0 == b.0)
     }
+
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
+        same_arc(&a.cluster_state, &b.cluster_state)
+    }
 }
 
 /// The addons on a node.
@@ -330,6 +355,10 @@ impl Keyed for NodeAddons {
     fn same(a: &&[AddonOnNode], b: &&[AddonOnNode]) -> bool {
         std::ptr::eq(*a, *b) || a == b
     }
+
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
+        same_arc(&a.cluster_state, &b.cluster_state)
+    }
 }
 
 /// What the pods on a node hold.
@@ -364,6 +393,10 @@ impl Keyed for NodePodSums {
 
     fn same(a: &&NodePods, b: &&NodePods) -> bool {
         std::ptr::eq(*a, *b) || a == b
+    }
+
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
+        same_arc(&a.cluster_state, &b.cluster_state)
     }
 }
 

@@ -219,6 +219,8 @@ pub struct WatcherOptions {
 pub struct WatcherCache {
     entries: HashMap<Arc<str>, CachedEntry>,
     whole: Option<Whole>,
+    /// Bytes of the previous joined entries (the next buffer's first guess).
+    rest_len: usize,
     /// Host entries written so far (a test hook: 0 more on a tick without change).
     pub entries_rendered: u64,
 }
@@ -322,43 +324,52 @@ fn whole(
         .unwrap_or_default()
         .to_string();
 
-    let mut entries = HashMap::with_capacity(nodes.len());
+    // Entries are written into one buffer (unchanged nodes' copied from the previous one);
+    // every host's entry, in the cache and for `?host=`, is then a slice of that buffer, so
+    // the entries are held once and the previous buffer is freed.
     let mut old = std::mem::take(&mut cache.entries);
-    let mut len = TAIL.len() + nodes.len();
-    for (name, node) in &nodes {
-        let reused = old.remove(&***name).filter(|c| {
-            c.window == window && c.opts == opts && (Arc::ptr_eq(&c.load, node) || c.load == **node)
-        });
-        let cached = match reused {
-            Some(c) => c,
-            None => {
-                cache.entries_rendered += 1;
-                let mut entry = String::with_capacity(700);
-                push_json_string(&mut entry, name);
-                entry.push(':');
-                node_entry(&mut entry, node, window, opts);
-                CachedEntry {
-                    load: (*node).clone(),
-                    window,
-                    opts,
-                    entry: Bytes::from(entry),
-                }
-            }
-        };
-        len += cached.entry.len();
-        entries.insert((*name).clone(), cached.entry.clone());
-        cache.entries.insert((*name).clone(), cached);
-    }
-    let mut rest = Vec::with_capacity(len);
-    for (i, (name, _)) in nodes.iter().enumerate() {
+    let mut rest: Vec<u8> = Vec::with_capacity(cache.rest_len.max(TAIL.len()));
+    let mut kept = Vec::with_capacity(nodes.len());
+    let mut entry = String::new();
+    for (i, (name, node)) in nodes.iter().enumerate() {
         if i > 0 {
             rest.push(b',');
         }
-        if let Some(e) = entries.get(&***name) {
-            rest.extend_from_slice(e);
+        let from = rest.len();
+        let reused = old.remove(&***name).filter(|c| {
+            c.window == window && c.opts == opts && (Arc::ptr_eq(&c.load, node) || c.load == **node)
+        });
+        match &reused {
+            Some(c) => rest.extend_from_slice(&c.entry),
+            None => {
+                cache.entries_rendered += 1;
+                entry.clear();
+                push_json_string(&mut entry, name);
+                entry.push(':');
+                node_entry(&mut entry, node, window, opts);
+                rest.extend_from_slice(entry.as_bytes());
+            }
         }
+        kept.push((*name, *node, from..rest.len()));
     }
+    drop(old);
     rest.extend_from_slice(TAIL.as_bytes());
+    cache.rest_len = rest.len();
+    let rest = Bytes::from(rest);
+    let mut entries = HashMap::with_capacity(kept.len());
+    for (name, node, range) in kept {
+        let entry = rest.slice(range);
+        entries.insert(name.clone(), entry.clone());
+        cache.entries.insert(
+            name.clone(),
+            CachedEntry {
+                load: node.clone(),
+                window,
+                opts,
+                entry,
+            },
+        );
+    }
     Some(Whole {
         nodes: snap.nodes.clone(),
         window,
@@ -560,7 +571,7 @@ mod tests {
             window,
             start: at,
             end: at,
-            stats: BTreeMap::from([(
+            stats: crate::model::ResourceMap::from([(
                 Resource::Cpu,
                 Stat {
                     avg: 0.5,
@@ -574,7 +585,7 @@ mod tests {
             node: "n".into(),
             source: "prometheus".into(),
             latest_at: at,
-            latest: BTreeMap::new(),
+            latest: Default::default(),
             windows: vec![ws(Window::FiveMinutes)],
             capacity: None,
         };

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod node;
 pub mod perf;
 pub mod probe;
+pub mod resource_map;
 pub mod select;
 pub mod sink;
 pub mod snapshot;
@@ -18,6 +19,7 @@ pub use node::{
 };
 pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
+pub use resource_map::ResourceMap;
 pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::node::{BackendValue, NodeCapacity, Resource};
+use super::node::{BackendValue, NodeCapacity};
+use super::resource_map::ResourceMap;
 
 /// An aggregation window, as load-watcher names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,7 +64,7 @@ pub struct WindowStats {
     pub start: SystemTime,
     pub end: SystemTime,
     /// Computed by the hub from the samples in its rings.
-    pub stats: BTreeMap<Resource, Stat>,
+    pub stats: ResourceMap<Stat>,
     /// Aggregated by the backend (Prometheus, SignalFx), in the order they were recorded.
     pub backend: Vec<BackendStat>,
 }
@@ -77,7 +78,7 @@ pub struct NodeLoad {
     /// Time of the newest sample.
     pub latest_at: SystemTime,
     /// The newest value per resource.
-    pub latest: BTreeMap<Resource, f64>,
+    pub latest: ResourceMap<f64>,
     /// One entry per window that holds at least one sample, longest first.
     pub windows: Vec<WindowStats>,
     pub capacity: Option<NodeCapacity>,

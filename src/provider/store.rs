@@ -14,8 +14,8 @@ use super::{
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
     BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, NodeMap,
-    ProbeOutcome, ProbeState, Resource, SinkPush, SinkStatus, Snapshot, SourceStatus, UsageSample,
-    Window, WindowStats, unix_seconds,
+    ProbeOutcome, ProbeState, Resource, ResourceMap, SinkPush, SinkStatus, Snapshot, SourceStatus,
+    UsageSample, Window, WindowStats, unix_seconds,
 };
 
 #[derive(Debug)]
@@ -27,8 +27,8 @@ struct NodeState {
     latest_at: SystemTime,
     /// Newest ring sample.
     sampled_at: Option<SystemTime>,
-    latest: BTreeMap<Resource, f64>,
-    rings: BTreeMap<Resource, Ring>,
+    latest: ResourceMap<f64>,
+    rings: ResourceMap<Ring>,
     /// Backend-aggregated values per window, one per (name, operator), in first-seen order.
     backend: BTreeMap<Window, Vec<BackendStat>>,
     capacity: Option<NodeCapacity>,
@@ -52,8 +52,8 @@ impl NodeState {
             source: source.to_string(),
             latest_at: at,
             sampled_at: None,
-            latest: BTreeMap::new(),
-            rings: BTreeMap::new(),
+            latest: ResourceMap::new(),
+            rings: ResourceMap::new(),
             backend: BTreeMap::new(),
             capacity: None,
             in_cluster: false,
@@ -299,7 +299,7 @@ fn node_load(st: &NodeState) -> NodeLoad {
     let windows = Window::ALL
         .iter()
         .filter_map(|&w| {
-            let stats: BTreeMap<_, _> = st
+            let stats: ResourceMap<_> = st
                 .rings
                 .iter()
                 .filter_map(|(&r, ring)| ring.stat(w.duration()).map(|s| (r, s)))
@@ -434,8 +434,7 @@ impl NodeRecorder for Store {
             changed |= old.is_none_or(|o| o.to_bits() != value.to_bits());
             changed |= st
                 .rings
-                .entry(resource)
-                .or_insert_with(|| Ring::new(horizon, DEFAULT_CAP))
+                .get_or_insert_with(resource, || Ring::new(horizon, DEFAULT_CAP))
                 .push(t, value);
         }
         st.dirty |= changed;

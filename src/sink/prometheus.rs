@@ -717,14 +717,16 @@ mod tests {
     use crate::model::{
         ClusterState, CpuMem, NodeCapacity, NodeFacts, NodeLoad, NodePods, Placement, Resource,
     };
-    use std::collections::BTreeMap;
 
     fn load(node: &str, cpu: f64) -> Arc<NodeLoad> {
         Arc::new(NodeLoad {
             node: node.into(),
             source: "host".into(),
             latest_at: SystemTime::UNIX_EPOCH,
-            latest: BTreeMap::from([(Resource::Cpu, cpu), (Resource::Memory, 0.5)]),
+            latest: crate::model::ResourceMap::from([
+                (Resource::Cpu, cpu),
+                (Resource::Memory, 0.5),
+            ]),
             windows: Vec::new(),
             capacity: Some(NodeCapacity {
                 cpu_cores: 4.0,

@@ -155,7 +155,7 @@ impl Keyed for NodeUsage {
             }
             6 => {
                 for ws in &n.windows {
-                    for (r, s) in &ws.stats {
+                    for (r, s) in ws.stats.iter() {
                         out.push((
                             vec![
                                 ("node", name),

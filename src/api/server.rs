@@ -348,7 +348,7 @@ async fn watcher_handler(
                 (header::CONTENT_ENCODING, "gzip"),
                 (header::VARY, "Accept-Encoding"),
             ],
-            chunked(bodies.all_gzip().to_vec()),
+            bodies.all_gzip().clone(),
         )
             .into_response();
     }

@@ -120,8 +120,9 @@ pub struct WatcherBodies {
     body: Body,
     /// `"host":{...}` by host.
     entries: Arc<HashMap<Arc<str>, Bytes>>,
-    /// The body gzip-compressed, joined on the first request that accepts gzip.
-    all_gzip: std::sync::OnceLock<Vec<Bytes>>,
+    /// The body gzip-compressed, joined on the first request that accepts gzip: one piece,
+    /// so an answer is one write with a `Content-Length`, as a static file's.
+    all_gzip: std::sync::OnceLock<Bytes>,
     /// How many times the gzip body was joined (once per body at most; a test hook).
     gzips: std::sync::atomic::AtomicU64,
 }
@@ -162,14 +163,19 @@ impl WatcherBodies {
         Some(Bytes::from(one))
     }
 
-    /// The body for all hosts as one gzip stream, in chunks: joined once, on the first call,
-    /// from the head compressed then and the host entries compressed once for every body that
-    /// shares them.
-    pub fn all_gzip(&self) -> &[Bytes] {
+    /// The body for all hosts as one gzip stream: joined once, on the first call, from the
+    /// head compressed then and the host entries compressed once for every body that shares
+    /// them (a copy of the compressed bytes, a tenth of the body or less).
+    pub fn all_gzip(&self) -> &Bytes {
         self.all_gzip.get_or_init(|| {
             self.gzips
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.body.gzip(&[])
+            let pieces = self.body.gzip(&[]);
+            let mut joined = Vec::with_capacity(pieces.iter().map(Bytes::len).sum());
+            for p in &pieces {
+                joined.extend_from_slice(p);
+            }
+            Bytes::from(joined)
         })
     }
 

@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
@@ -252,20 +251,11 @@ impl Chunk {
 
     fn deflated(&self) -> &(Bytes, flate2::Crc) {
         self.deflated.get_or_init(|| {
-            DEFLATED_CHUNKS.fetch_add(1, Ordering::Relaxed);
             let mut crc = flate2::Crc::new();
             crc.update(&self.plain);
             (Bytes::from(deflate_flushed(&self.plain)), crc)
         })
     }
-}
-
-/// Chunks compressed so far in this process (a test hook: each chunk is compressed once).
-static DEFLATED_CHUNKS: AtomicU64 = AtomicU64::new(0);
-
-/// How many body chunks were compressed so far in this process.
-pub fn deflated_chunks() -> u64 {
-    DEFLATED_CHUNKS.load(Ordering::Relaxed)
 }
 
 /// Raw deflate of `data`, ending in a full flush: byte-aligned, no final block and no back

@@ -1093,6 +1093,7 @@ impl CgroupReader {
 
     /// A reader keeping at most `budget` files open; beyond it files are opened per read.
     pub fn with_budget(hier: Hierarchies, page_size: u64, budget: FdBudget) -> Self {
+        let stagger = Stagger::new(DEFAULT_DETAIL_EVERY);
         CgroupReader {
             plan: plan(&hier),
             hier,
@@ -1104,8 +1105,8 @@ impl CgroupReader {
             missing: Default::default(),
             since_walk: 0,
             collections: 0,
-            stagger: Stagger::new(DEFAULT_DETAIL_EVERY),
-            container_stagger: Stagger::new(DEFAULT_DETAIL_EVERY),
+            container_stagger: stagger.clone(),
+            stagger,
             reads: ReadCounts::default(),
             numa_node: None,
         }
@@ -1117,7 +1118,8 @@ impl CgroupReader {
     /// found keep the phases they got.
     pub fn with_detail_every(mut self, every: u64) -> Self {
         self.stagger = Stagger::new(every.clamp(1, MAX_DETAIL_EVERY));
-        self.container_stagger = Stagger::new(every.clamp(1, MAX_DETAIL_EVERY));
+        // One stagger for pods and containers while they share the period: balanced over all.
+        self.container_stagger = self.stagger.clone();
         self
     }
 
@@ -1125,7 +1127,12 @@ impl CgroupReader {
     /// over the containers apart from the pods; clamped as in
     /// [`CgroupReader::with_detail_every`]). For a new reader.
     pub fn with_container_detail_every(mut self, every: u64) -> Self {
-        self.container_stagger = Stagger::new(every.clamp(1, MAX_DETAIL_EVERY));
+        let every = every.clamp(1, MAX_DETAIL_EVERY);
+        self.container_stagger = if every == self.stagger.every() {
+            self.stagger.clone()
+        } else {
+            Stagger::new(every)
+        };
         self
     }
 

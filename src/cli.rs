@@ -487,7 +487,11 @@ pub struct Cli {
     /// staggered over the containers (1..=60); pod cgroups follow --task-detail-every.
     /// Containers' CPU and memory usage are read on every collection. [default: twice
     /// --task-detail-every, at most 60]
-    #[arg(long, env = "KUBE_PROBER_TASK_CONTAINER_DETAIL_EVERY", value_name = "M")]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_TASK_CONTAINER_DETAIL_EVERY",
+        value_name = "M"
+    )]
     pub task_container_detail_every: Option<String>,
 
     /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,

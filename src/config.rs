@@ -1953,7 +1953,10 @@ mod tests {
         );
         let file = |s: &str| FileConfig::parse(s).unwrap();
         let c = Config::resolve(Cli::default(), file("task_detail_every: 7\n")).unwrap();
-        assert_eq!(c.task.container_detail_every, 14, "follows --task-detail-every");
+        assert_eq!(
+            c.task.container_detail_every, 14,
+            "follows --task-detail-every"
+        );
         let c = Config::resolve(Cli::default(), file("task_detail_every: 40\n")).unwrap();
         assert_eq!(c.task.container_detail_every, 60, "at most 60");
         let c = Config::resolve(

@@ -476,7 +476,10 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
                 println!("numa: file {f1:?}, derived {d:?}");
                 assert_eq!(d, f1, "memory.stat's LRU total equals memory.numa_stat");
                 assert!(f1.iter().all(|n| n.len() == 1));
-                assert!(f1[2][0].1 >= MEM_BYTES as f64 * 0.95, "the mem worker's pages");
+                assert!(
+                    f1[2][0].1 >= MEM_BYTES as f64 * 0.95,
+                    "the mem worker's pages"
+                );
                 compared = true;
                 break;
             }

@@ -1550,7 +1550,11 @@ mod tests {
                 for task in &f {
                     let s = task.stats.as_ref().unwrap();
                     assert_eq!(s.numa_bytes.len(), 1, "{layout:?}");
-                    assert!(task.containers.iter().all(|c| c.stats.numa_bytes.len() == 1));
+                    assert!(
+                        task.containers
+                            .iter()
+                            .all(|c| c.stats.numa_bytes.len() == 1)
+                    );
                 }
             }
             // The same detail reads; the derived reader skipped memory.numa_stat in each.
@@ -1611,7 +1615,10 @@ mod tests {
                 .with_container_detail_every(m);
             assert_eq!((r.detail_every(), r.container_detail_every()), (n, m));
             r.collect(&pods);
-            assert_eq!(r.reads.detail_cgroups, 24, "{layout:?}: all read when found");
+            assert_eq!(
+                r.reads.detail_cgroups, 24,
+                "{layout:?}: all read when found"
+            );
             let mut history = vec![r.detail_reads()];
             for k in 0..2 * m {
                 let d0 = r.reads.detail_cgroups;
@@ -1651,8 +1658,14 @@ mod tests {
                     ctr_at = Some(k);
                 }
             }
-            assert!(pod_at.is_some_and(|k| k <= n), "{layout:?}: pod within N: {pod_at:?}");
-            assert!(ctr_at.is_some_and(|k| k <= m), "{layout:?}: container within M");
+            assert!(
+                pod_at.is_some_and(|k| k <= n),
+                "{layout:?}: pod within N: {pod_at:?}"
+            );
+            assert!(
+                ctr_at.is_some_and(|k| k <= m),
+                "{layout:?}: container within M"
+            );
         }
     }
 
@@ -2030,11 +2043,7 @@ mod tests {
                         assert_eq!(s.major_page_faults, Some(v.pgmajfault), "{ctx}");
                         assert_eq!(s.oom_kills, Some(v.oom_kill), "{ctx}");
                         assert_eq!(s.pressure.len(), 6, "{ctx}");
-                        assert_eq!(
-                            s.numa_bytes,
-                            vec![(0, v.lru_bytes() as f64)],
-                            "{ctx}"
-                        );
+                        assert_eq!(s.numa_bytes, vec![(0, v.lru_bytes() as f64)], "{ctx}");
                         let cpus = if (10 * i as u64 + 1).is_multiple_of(2) {
                             4
                         } else {

@@ -2,7 +2,10 @@
 //!
 //! Run with `cargo bench --bench task_collect` (env `COLLECTIONS`, default 500; env
 //! `DETAIL_EVERY`, default `1,2,3,4,5,6`: the `--task-detail-every` values measured, the
-//! default always among them). Two parts:
+//! default always among them; env `CONTAINER_DETAIL_EVERY`: `same` (containers at N) or a
+//! number, by default twice N as the node role; env `NUMA_FROM_STAT=0` reads `memory.numa_stat` on a one-node
+//! host too, as before it was derived; env `NODE_ROLE_EXE` runs another kube-prober binary in
+//! part 2). Two parts:
 //!
 //! 1. In process, on a fixture cgroup tree shaped like this machine's (v1 cpu, cpuacct,
 //!    memory, cpuset plus the v2 `unified` tree; systemd driver, containerd scopes, a pause
@@ -30,7 +33,9 @@ use std::time::{Duration, Instant, SystemTime};
 use common::{env_usize, loadavg, machine_info, mib, ms, rss_kib};
 use kube_prober::model::{Snapshot, TaskContainer, TaskPod, TaskSet};
 use kube_prober::sink::prometheus::{Format, render};
-use kube_prober::task::cgroup::{CgroupReader, DEFAULT_DETAIL_EVERY, Hier, Hierarchies};
+use kube_prober::task::cgroup::{
+    CgroupReader, DEFAULT_DETAIL_EVERY, Hier, Hierarchies, MAX_DETAIL_EVERY, memory_nodes,
+};
 use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
 
 const PODS: usize = 110;
@@ -179,7 +184,17 @@ fn thread_cpu() -> Duration {
 }
 
 fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize, every: u64) -> (Measured, TaskSet) {
-    let mut reader = CgroupReader::new(hier, 4096).with_detail_every(every);
+    // As the node role does: on a host with one NUMA node `memory.numa_stat` is derived
+    // (env `NUMA_FROM_STAT=0`: read the file, as before).
+    let nodes = if std::env::var("NUMA_FROM_STAT").is_ok_and(|v| v == "0") {
+        None
+    } else {
+        memory_nodes(Path::new("/sys"))
+    };
+    let mut reader = CgroupReader::new(hier, 4096)
+        .with_detail_every(every)
+        .with_container_detail_every(container_every(every))
+        .with_memory_nodes(nodes.as_deref());
     let t0 = Instant::now();
     let first = reader.collect(pods);
     let first_ms = ms(t0.elapsed());
@@ -222,6 +237,16 @@ fn measure(hier: Hierarchies, pods: &[Arc<TaskPod>], n: usize, every: u64) -> (M
     )
 }
 
+/// `--task-container-detail-every` for a given N: env `CONTAINER_DETAIL_EVERY` (`same`: N;
+/// a number: that), by default what the node role takes (twice N, at most 60).
+fn container_every(every: u64) -> u64 {
+    match std::env::var("CONTAINER_DETAIL_EVERY").ok().as_deref() {
+        Some("same") => every,
+        Some(v) => v.trim().parse().unwrap_or(every),
+        None => (2 * every).min(MAX_DETAIL_EVERY),
+    }
+}
+
 /// `DETAIL_EVERY` (comma-separated, default `1,2,3,4,5,6` plus the default N).
 fn detail_everys() -> Vec<u64> {
     let mut v: Vec<u64> = std::env::var("DETAIL_EVERY")
@@ -241,8 +266,14 @@ fn row(tree: &str, every: u64, m: &Measured) {
         ""
     };
     println!(
-        "| {tree} | {every}{default} | {:.2} | {:.3} | {:.3} | {:.3} | {}–{} |",
-        m.first_ms, m.cpu_ms, m.max_cpu_ms, m.wall_ms, m.detail_min, m.detail_max
+        "| {tree} | {every}{default} | {} | {:.2} | {:.3} | {:.3} | {:.3} | {}–{} |",
+        container_every(every),
+        m.first_ms,
+        m.cpu_ms,
+        m.max_cpu_ms,
+        m.wall_ms,
+        m.detail_min,
+        m.detail_max
     );
 }
 
@@ -257,7 +288,73 @@ fn series_and_bytes(set: TaskSet) -> (usize, usize) {
     (series, body.len())
 }
 
-async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String) {
+/// VmRSS, VmHWM, RssAnon, RssFile (KiB) of `pid` now; `None` once it is gone.
+fn rss_now(pid: u32) -> Option<[u64; 4]> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let get = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some([
+        get("VmRSS:")?,
+        get("VmHWM:")?,
+        get("RssAnon:")?,
+        get("RssFile:")?,
+    ])
+}
+
+/// Samples the node role's memory every 100 ms from its start until `stop`: where the
+/// start-up peak (VmHWM) forms.
+fn sample_rss(
+    pid: u32,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(u64, [u64; 4])>> {
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let Some(v) = rss_now(pid) else { break };
+            out.push((t0.elapsed().as_millis() as u64, v));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        out
+    })
+}
+
+/// The samples where VmRSS moved by 0.5 MiB or more since the last one shown, and the
+/// first one at the final VmHWM, as table rows.
+fn rss_timeline(samples: &[(u64, [u64; 4])]) -> String {
+    let peak = samples.iter().map(|(_, v)| v[1]).max().unwrap_or(0);
+    let mut out = String::from(
+        "| t ms | VmRSS MiB | VmHWM MiB | RssAnon MiB | RssFile MiB |\n|---|---|---|---|---|\n",
+    );
+    let mut shown: Option<u64> = None;
+    let mut peak_shown = false;
+    for (t, v) in samples {
+        let at_peak = !peak_shown && v[1] == peak;
+        if at_peak || shown.is_none_or(|r| r.abs_diff(v[0]) >= 512) {
+            out.push_str(&format!(
+                "| {t} | {:.1} | {:.1}{} | {:.1} | {:.1} |\n",
+                mib(v[0]),
+                mib(v[1]),
+                if at_peak { " (peak reached)" } else { "" },
+                mib(v[2]),
+                mib(v[3])
+            ));
+            shown = Some(v[0]);
+            peak_shown |= at_peak;
+        }
+    }
+    out
+}
+
+async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) {
     let api = apiserver::start().await;
     api.set_nodes(vec![apiserver::node(NODE, ("8", "32Gi"), ("8", "32Gi"))]);
     for i in 0..PODS {
@@ -278,7 +375,9 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String) {
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kc).unwrap();
-    let exe = env!("CARGO_BIN_EXE_kube-prober");
+    // env `NODE_ROLE_EXE`: another kube-prober binary (e.g. a build before a change).
+    let exe = std::env::var("NODE_ROLE_EXE")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-prober").to_string());
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -303,6 +402,8 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_rss(child.id(), stop.clone());
     let client = reqwest::Client::new();
     let url = format!("http://{listen}/metrics");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -326,10 +427,12 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String) {
     }
     let (rss, hwm) = rss_kib(child.id());
     let detail = rss_detail(child.id());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let timeline = rss_timeline(&sampler.join().unwrap_or_default());
     let _ = child.kill();
     let _ = child.wait();
     let series = body.lines().filter(|l| !l.starts_with('#')).count();
-    (rss, hwm, series, body.len(), detail)
+    (rss, hwm, series, body.len(), detail, timeline)
 }
 
 /// Where the resident memory is: `RssAnon`, `RssFile` and `Threads` from /proc/PID/status,
@@ -384,9 +487,9 @@ fn main() {
     }
     println!("- load average before: {}\n", loadavg());
     println!(
-        "| tree | N (`--task-detail-every`) | first collection (walk) ms | CPU ms / collection | max CPU ms of one collection | wall ms / collection | cgroups with detail read per collection |"
+        "| tree | N (`--task-detail-every`) | M (`--task-container-detail-every`) | first collection (walk) ms | CPU ms / collection | max CPU ms of one collection | wall ms / collection | cgroups with detail read per collection |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut set = None;
     for every in detail_everys() {
         let (m, s) = measure(Hierarchies::detect(&root), &pods, n, every);
@@ -410,14 +513,14 @@ fn main() {
             drop(guard);
             let _ = top;
         }
-        Err(e) => println!("| real kernel cgroups | skipped: {e} | | | | | |"),
+        Err(e) => println!("| real kernel cgroups | skipped: {e} | | | | | | |"),
     }
     let Some(set) = set else { return };
     let (series, bytes) = series_and_bytes(set);
     println!("\nTask and container series on /metrics: {series}; whole body {bytes} bytes.\n");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (rss, hwm, series, bytes, detail) = rt.block_on(node_role_rss(&root));
+    let (rss, hwm, series, bytes, detail, timeline) = rt.block_on(node_role_rss(&root));
     println!("| node role binary (110 pods, 1 s collections, after 15 s) | value |");
     println!("|---|---|");
     println!("| VmRSS | {:.1} MiB |", mib(rss));
@@ -425,5 +528,6 @@ fn main() {
     println!("| /metrics series | {series} |");
     println!("| /metrics bytes | {bytes} |");
     println!("\nResident memory of the node role: {detail}");
+    println!("\nNode role memory from its start (100 ms samples):\n\n{timeline}");
     println!("\nload average after: {}", loadavg());
 }

@@ -540,6 +540,7 @@ fn spawn_tasks(
         procfs: cfg.procfs.clone(),
         interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
         detail_every: cfg.task.detail_every,
+        container_detail_every: cfg.task.container_detail_every,
     };
     let pods: crate::task::PodList = Arc::new(move || index.pods());
     if cfg.task.perf_events == crate::model::PerfMode::Off {

@@ -483,6 +483,17 @@ pub struct Cli {
     #[arg(long, env = "KUBE_PROBER_TASK_DETAIL_EVERY", value_name = "N")]
     pub task_detail_every: Option<String>,
 
+    /// Node role: read each container cgroup's detail files once every M collections,
+    /// staggered over the containers (1..=60); pod cgroups follow --task-detail-every.
+    /// Containers' CPU and memory usage are read on every collection. [default: twice
+    /// --task-detail-every, at most 60]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_TASK_CONTAINER_DETAIL_EVERY",
+        value_name = "M"
+    )]
+    pub task_container_detail_every: Option<String>,
+
     /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,
     /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams. A larger
     /// answer is a `too_large` error. [default: 32Mi]

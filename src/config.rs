@@ -103,6 +103,7 @@ pub struct FileConfig {
     pub pod_scope: Option<String>,
     pub task_perf_events: Option<String>,
     pub task_detail_every: Option<u32>,
+    pub task_container_detail_every: Option<u32>,
     pub shard: Option<u32>,
     pub total_shards: Option<u32>,
     pub shard_from_statefulset: Option<bool>,
@@ -138,6 +139,9 @@ pub struct TaskSettings {
     pub perf_events: crate::model::PerfMode,
     /// `--task-detail-every`: collections between two reads of a cgroup's detail files.
     pub detail_every: u64,
+    /// `--task-container-detail-every`: the same for container cgroups (default twice
+    /// `detail_every`, at most `MAX_DETAIL_EVERY`).
+    pub container_detail_every: u64,
 }
 
 /// A push output.
@@ -900,6 +904,26 @@ impl Config {
                 format!("expected 1..={max} collections"),
             ));
         }
+        let container_detail_every = match cli.task_container_detail_every.take() {
+            Some(s) => s.trim().parse::<u64>().map_err(|_| {
+                invalid(
+                    "--task-container-detail-every",
+                    &s,
+                    format!("expected 1..={max}"),
+                )
+            })?,
+            None => file
+                .task_container_detail_every
+                .take()
+                .map_or((2 * detail_every).min(max), u64::from),
+        };
+        if !(1..=max).contains(&container_detail_every) {
+            return Err(invalid(
+                "--task-container-detail-every",
+                &container_detail_every.to_string(),
+                format!("expected 1..={max} collections"),
+            ));
+        }
         Ok(TaskSettings {
             cgroup_root,
             sysfs,
@@ -908,6 +932,7 @@ impl Config {
             kubelet,
             perf_events,
             detail_every,
+            container_detail_every,
         })
     }
 
@@ -1917,6 +1942,44 @@ mod tests {
             FileConfig::parse("task_detail_every: 0\n").unwrap(),
         );
         assert!(e.contains("--task-detail-every"), "{e}");
+    }
+
+    #[test]
+    fn task_container_detail_every() {
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(
+            c.task.container_detail_every, 8,
+            "twice the default --task-detail-every"
+        );
+        let file = |s: &str| FileConfig::parse(s).unwrap();
+        let c = Config::resolve(Cli::default(), file("task_detail_every: 7\n")).unwrap();
+        assert_eq!(
+            c.task.container_detail_every, 14,
+            "follows --task-detail-every"
+        );
+        let c = Config::resolve(Cli::default(), file("task_detail_every: 40\n")).unwrap();
+        assert_eq!(c.task.container_detail_every, 60, "at most 60");
+        let c = Config::resolve(
+            Cli::default(),
+            file("task_detail_every: 7\ntask_container_detail_every: 3\n"),
+        )
+        .unwrap();
+        assert_eq!(c.task.container_detail_every, 3);
+        let flag = |v: &str| Cli {
+            task_container_detail_every: Some(v.into()),
+            ..Cli::default()
+        };
+        let c = Config::resolve(flag("4"), file("task_container_detail_every: 3\n")).unwrap();
+        assert_eq!(c.task.container_detail_every, 4, "flag over file");
+        for bad in ["0", "61", "-1", "x", ""] {
+            let e = err(flag(bad), FileConfig::default());
+            assert!(
+                e.contains("--task-container-detail-every") && e.contains("1..=60"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(Cli::default(), file("task_container_detail_every: 0\n"));
+        assert!(e.contains("--task-container-detail-every"), "{e}");
     }
 
     #[test]

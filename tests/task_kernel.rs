@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube_prober::model::{TaskContainer, TaskPod};
-use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies};
+use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies, memory_nodes};
 
 const CHILD_ENV: &str = "KUBE_PROBER_TASK_KERNEL_CHILD";
 const MEM_BYTES: usize = 64 << 20;
@@ -448,6 +448,48 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
             reader.kept_files() > 0,
             "files are kept open between collections"
         );
+    }
+    // One NUMA node: the node's bytes derived from `memory.stat` equal what the kernel's
+    // `memory.numa_stat` says, for the pod and both containers (the workers are idle, blocked
+    // on stdin; a read pair is taken when two file reads around the derived one agree).
+    let nodes = memory_nodes(Path::new("/sys"));
+    match nodes.as_deref() {
+        Some([_]) if has_memory => {
+            let pods = [pod_arc.clone()];
+            let mut file = CgroupReader::new(hier.clone(), 4096).with_detail_every(1);
+            let mut derived = CgroupReader::new(hier.clone(), 4096)
+                .with_detail_every(1)
+                .with_memory_nodes(nodes.as_deref());
+            let numa = |t: &kube_prober::model::TaskSample| {
+                let mut v = vec![t.stats.as_ref().expect("pod").numa_bytes.clone()];
+                v.extend(t.containers.iter().map(|c| c.stats.numa_bytes.clone()));
+                v
+            };
+            let mut compared = false;
+            for _ in 0..10 {
+                let f1 = numa(&file.collect(&pods)[0]);
+                let d = numa(&derived.collect(&pods)[0]);
+                let f2 = numa(&file.collect(&pods)[0]);
+                if f1 != f2 {
+                    continue;
+                }
+                println!("numa: file {f1:?}, derived {d:?}");
+                assert_eq!(d, f1, "memory.stat's LRU total equals memory.numa_stat");
+                assert!(f1.iter().all(|n| n.len() == 1));
+                assert!(
+                    f1[2][0].1 >= MEM_BYTES as f64 * 0.95,
+                    "the mem worker's pages"
+                );
+                compared = true;
+                break;
+            }
+            assert!(compared, "memory.numa_stat never stable over two reads");
+            assert!(
+                file.reads.detail_files > derived.reads.detail_files,
+                "the derived reader skips memory.numa_stat"
+            );
+        }
+        _ => println!("NUMA derivation not compared: memory nodes {nodes:?}, memory {has_memory}"),
     }
     if let Some(u) = hier.root(Hier::Unified)
         && u.join(&pod_rel).join("cpu.pressure").exists()

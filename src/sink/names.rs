@@ -448,12 +448,12 @@ pub const CONTAINER_MEMORY_NUMA: Family = gauge(
 );
 pub const CONTAINER_CPUSET_CPUS: Family = gauge(
     "kube_prober_container_cpuset_cpus",
-    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and then once every --task-detail-every collections), of the container's cgroup.",
+    "CPUs in the effective cpuset (v1 cpuset.effective_cpus, v2 cpuset.cpus.effective; read when the cgroup is found and then once every --task-container-detail-every collections), of the container's cgroup.",
     None,
 );
 pub const CONTAINER_CPUSET_MEMORY_NODES: Family = gauge(
     "kube_prober_container_cpuset_memory_nodes",
-    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and then once every --task-detail-every collections), of the container's cgroup.",
+    "Memory nodes in the effective cpuset (v1 cpuset.effective_mems, v2 cpuset.mems.effective; read when the cgroup is found and then once every --task-container-detail-every collections), of the container's cgroup.",
     None,
 );
 pub const PLATFORM_SOCKETS: Family = gauge(

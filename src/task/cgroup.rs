@@ -369,6 +369,14 @@ pub fn parse_numa_stat_v2(b: &[u8]) -> Vec<(u32, u64)> {
 
 // ---- reading ----
 
+/// The NUMA nodes with memory (`<sysfs>/devices/system/node/has_memory`, the kernel's
+/// `N_MEMORY` nodes: those `memory.numa_stat` lists); `None` where the file is absent (no NUMA
+/// support: no `memory.numa_stat` either) or unreadable.
+pub fn memory_nodes(sysfs: &Path) -> Option<Vec<u32>> {
+    let s = fs::read_to_string(sysfs.join("devices/system/node/has_memory")).ok()?;
+    super::platform::parse_cpu_list(s.trim())
+}
+
 /// Reads a (small) cgroup file into `buf`; `None` when it does not exist or cannot be read.
 pub fn read_into<'a>(path: &Path, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
     buf.clear();
@@ -700,6 +708,9 @@ struct CgroupFiles {
     /// The detail values as last read (v1 throttling, OOM kills, working set, RSS, cache, page
     /// faults, limit, pressure, NUMA, cpuset); the other fields stay empty.
     detail: CgroupStats,
+    /// The host's one NUMA node with memory, where the cgroup offers `memory.numa_stat`: its
+    /// bytes come from `memory.stat` (the file is not read; see [`CgroupReader::with_memory_nodes`]).
+    numa_from_stat: Option<u32>,
 }
 
 impl CgroupFiles {
@@ -710,9 +721,11 @@ impl CgroupFiles {
         plan: &[(Knob, Hier, &'static str)],
         budget: &FdBudget,
         phase: Phase,
+        single_numa_node: Option<u32>,
     ) -> Self {
         use rustix::fs::{Mode, OFlags, open, openat};
         let mut files: Vec<(Knob, Slot)> = Vec::with_capacity(plan.len());
+        let mut numa_from_stat = None;
         // Each hierarchy's directory, opened once when its first file is wanted.
         let mut dir_fds: [Option<rustix::io::Result<OwnedFd>>; 5] = Default::default();
         let out_of_fds =
@@ -739,6 +752,16 @@ impl CgroupFiles {
                 Ok(dfd) => openat(dfd, *name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()),
                 Err(e) => Err(*e),
             };
+            // One NUMA node: the file only proves it exists (so the value is absent where the
+            // kernel has none), its value comes from `memory.stat`.
+            if matches!(knob, Knob::NumaStatV1 | Knob::NumaStatV2)
+                && let Some(node) = single_numa_node
+            {
+                if opened.is_ok() {
+                    numa_from_stat = Some(node);
+                }
+                continue;
+            }
             let slot = match opened {
                 Ok(fd) => match budget.keep(fd) {
                     Some(k) => Slot::Kept(k),
@@ -762,6 +785,7 @@ impl CgroupFiles {
             phase,
             detail_reads: 0,
             detail: CgroupStats::default(),
+            numa_from_stat,
         }
     }
 
@@ -800,8 +824,7 @@ impl CgroupFiles {
             self.detail_reads == 0 || collection % self.phase.load.len() as u64 == self.phase.phase;
         let mut fresh = CgroupStats::default();
         let (mut tried, mut ok) = (0u32, 0u32);
-        let mut usage = None;
-        let mut inactive = None;
+        let mut derive = Derive::default();
         for (knob, slot) in &self.files {
             let detail = knob.detail();
             if detail && !detail_now {
@@ -816,15 +839,19 @@ impl CgroupFiles {
                 counts.fast_files += 1;
             }
             let target = if detail { &mut fresh } else { &mut s };
-            apply(*knob, b, page_size, target, &mut usage, &mut inactive);
+            apply(*knob, b, page_size, target, &mut derive);
         }
         if tried > 0 && ok == 0 {
             return CgroupStats::default();
         }
         if detail_now {
             // The working set from `memory.stat` and the usage of this same read.
-            if let (Some(u), Some(i)) = (usage, inactive) {
+            if let (Some(u), Some(i)) = (derive.usage, derive.inactive) {
                 fresh.memory_working_set_bytes = Some(u.saturating_sub(i) as f64);
+            }
+            // One NUMA node: `memory.numa_stat` would say the LRU total of `memory.stat`.
+            if let (Some(node), Some(lru)) = (self.numa_from_stat, derive.lru) {
+                fresh.numa_bytes = vec![(node, lru as f64)];
             }
             self.detail = fresh;
             self.detail_reads += 1;
@@ -853,16 +880,20 @@ impl CgroupFiles {
     }
 }
 
-/// Puts the values of one file into `s`; `usage` and `inactive` make the working set once
-/// every file is read.
-fn apply(
-    knob: Knob,
-    b: &[u8],
-    page_size: u64,
-    s: &mut CgroupStats,
-    usage: &mut Option<u64>,
-    inactive: &mut Option<u64>,
-) {
+/// Values of one read that make others once every file is read: the working set (usage
+/// minus inactive file) and, on a host with one NUMA node, the node's bytes (the LRU lists).
+#[derive(Debug, Default)]
+struct Derive {
+    usage: Option<u64>,
+    inactive: Option<u64>,
+    /// Bytes on the LRU lists (anon + file + unevictable) from `memory.stat`: what
+    /// `memory.numa_stat` gives summed over the nodes (v1 `hierarchical_total` in pages, v2
+    /// `anon` + `file` + `unevictable`).
+    lru: Option<u64>,
+}
+
+/// Puts the values of one file into `s`; `d` collects what makes derived values.
+fn apply(knob: Knob, b: &[u8], page_size: u64, s: &mut CgroupStats, d: &mut Derive) {
     match knob {
         Knob::CpuacctUsage => s.cpu_seconds = parse_u64(b).map(|ns| ns as f64 / NS),
         Knob::CpuStatV1 => {
@@ -903,8 +934,8 @@ fn apply(
             }
         }
         Knob::MemUsageV1 | Knob::MemCurrent => {
-            *usage = parse_u64(b);
-            s.memory_usage_bytes = usage.map(|v| v as f64);
+            d.usage = parse_u64(b);
+            s.memory_usage_bytes = d.usage.map(|v| v as f64);
         }
         Knob::MemLimitV1 => {
             s.memory_limit_bytes = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
@@ -912,32 +943,58 @@ fn apply(
         Knob::MemMax => s.memory_limit_bytes = parse_max(b).flatten().map(|v| v as f64),
         Knob::MemStatV1 => {
             // The hierarchical totals count the children (a pod's containers) too.
+            const K: usize = 9;
             let keys = [
                 "total_inactive_file",
                 "total_rss",
                 "total_cache",
                 "total_pgfault",
                 "total_pgmajfault",
+                "total_inactive_anon",
+                "total_active_anon",
+                "total_active_file",
+                "total_unevictable",
                 "inactive_file",
                 "rss",
                 "cache",
                 "pgfault",
                 "pgmajfault",
+                "inactive_anon",
+                "active_anon",
+                "active_file",
+                "unevictable",
             ];
             let v = parse_keys(b, keys);
-            let get = |i: usize| v[i].or(v[i + 5]);
-            *inactive = get(0);
+            let get = |i: usize| v[i].or(v[i + K]);
+            d.inactive = get(0);
+            // The five LRU lists, in bytes; `memory.numa_stat` counts the same pages per node
+            // (`hierarchical_total`, or `total` where the totals are not hierarchical).
+            d.lru = [0, 5, 6, 7, 8]
+                .into_iter()
+                .try_fold(0u64, |sum, i| Some(sum.saturating_add(get(i)?)));
             s.memory_rss_bytes = get(1).map(|v| v as f64);
             s.memory_cache_bytes = get(2).map(|v| v as f64);
             s.page_faults = get(3);
             s.major_page_faults = get(4);
         }
         Knob::MemStatV2 => {
-            let [i, anon, file, pgfault, pgmajfault] = parse_keys(
+            let [i, anon, file, pgfault, pgmajfault, unevictable] = parse_keys(
                 b,
-                ["inactive_file", "anon", "file", "pgfault", "pgmajfault"],
+                [
+                    "inactive_file",
+                    "anon",
+                    "file",
+                    "pgfault",
+                    "pgmajfault",
+                    "unevictable",
+                ],
             );
-            *inactive = i;
+            d.inactive = i;
+            // What `memory.numa_stat` sums per node (see `parse_numa_stat_v2`).
+            d.lru = match (anon, file, unevictable) {
+                (Some(a), Some(f), Some(u)) => Some(a.saturating_add(f).saturating_add(u)),
+                _ => None,
+            };
             s.memory_rss_bytes = anon.map(|v| v as f64);
             s.memory_cache_bytes = file.map(|v| v as f64);
             s.page_faults = pgfault;
@@ -971,7 +1028,7 @@ pub fn read_stats(
     buf: &mut Vec<u8>,
 ) -> CgroupStats {
     let phase = Stagger::new(1).assign(0);
-    CgroupFiles::open(dirs, &plan(hier), &FdBudget::new(0), phase).read(
+    CgroupFiles::open(dirs, &plan(hier), &FdBudget::new(0), phase, None).read(
         0,
         page_size,
         buf,
@@ -1017,10 +1074,15 @@ pub struct CgroupReader {
     since_walk: u64,
     /// Collections made (numbers the current one from 1).
     collections: u64,
-    /// Phases of the cgroups' detail reads (`--task-detail-every`).
+    /// Phases of the pod cgroups' detail reads (`--task-detail-every`).
     stagger: Stagger,
+    /// Phases of the container cgroups' detail reads (`--task-container-detail-every`).
+    container_stagger: Stagger,
     /// Files read so far.
     pub reads: ReadCounts,
+    /// The host's one NUMA node with memory, if it has exactly one (see
+    /// [`CgroupReader::with_memory_nodes`]).
+    numa_node: Option<u32>,
 }
 
 impl CgroupReader {
@@ -1031,6 +1093,7 @@ impl CgroupReader {
 
     /// A reader keeping at most `budget` files open; beyond it files are opened per read.
     pub fn with_budget(hier: Hierarchies, page_size: u64, budget: FdBudget) -> Self {
+        let stagger = Stagger::new(DEFAULT_DETAIL_EVERY);
         CgroupReader {
             plan: plan(&hier),
             hier,
@@ -1042,20 +1105,58 @@ impl CgroupReader {
             missing: Default::default(),
             since_walk: 0,
             collections: 0,
-            stagger: Stagger::new(DEFAULT_DETAIL_EVERY),
+            container_stagger: stagger.clone(),
+            stagger,
             reads: ReadCounts::default(),
+            numa_node: None,
         }
     }
 
     /// Reads each cgroup's detail files once every `every` collections (1: every collection;
-    /// values above [`MAX_DETAIL_EVERY`] are taken as it). For a new reader: cgroups already
+    /// values above [`MAX_DETAIL_EVERY`] are taken as it), the containers' too unless
+    /// [`CgroupReader::with_container_detail_every`] follows. For a new reader: cgroups already
     /// found keep the phases they got.
     pub fn with_detail_every(mut self, every: u64) -> Self {
         self.stagger = Stagger::new(every.clamp(1, MAX_DETAIL_EVERY));
+        // One stagger for pods and containers while they share the period: balanced over all.
+        self.container_stagger = self.stagger.clone();
         self
     }
 
-    /// Collections between two detail reads of a cgroup.
+    /// Reads each container cgroup's detail files once every `every` collections (staggered
+    /// over the containers apart from the pods; clamped as in
+    /// [`CgroupReader::with_detail_every`]). For a new reader.
+    pub fn with_container_detail_every(mut self, every: u64) -> Self {
+        let every = every.clamp(1, MAX_DETAIL_EVERY);
+        self.container_stagger = if every == self.stagger.every() {
+            self.stagger.clone()
+        } else {
+            Stagger::new(every)
+        };
+        self
+    }
+
+    /// Collections between two detail reads of a container cgroup.
+    pub fn container_detail_every(&self) -> u64 {
+        self.container_stagger.every()
+    }
+
+    /// The NUMA nodes with memory of the host whose cgroups are read (the nodes the kernel lists
+    /// in `memory.numa_stat`; [`memory_nodes`]). With exactly one, `memory.numa_stat` is not read:
+    /// its one node's value equals the LRU total of the `memory.stat` of the same detail read
+    /// (v1: `hierarchical_total` pages = the `total_*` LRU lines of `memory.stat` in bytes; v2:
+    /// `anon` + `file` + `unevictable`), both from the same flushed counters. Saves one file of
+    /// the detail tier (5.6 µs per cgroup on this kernel). `None` or several nodes: the file is
+    /// read. For a new reader.
+    pub fn with_memory_nodes(mut self, nodes: Option<&[u32]>) -> Self {
+        self.numa_node = match nodes {
+            Some([one]) => Some(*one),
+            _ => None,
+        };
+        self
+    }
+
+    /// Collections between two detail reads of a pod cgroup.
     pub fn detail_every(&self) -> u64 {
         self.stagger.every()
     }
@@ -1155,7 +1256,7 @@ impl CgroupReader {
             .collect();
         for (uid, dirs) in found {
             let phase = self.stagger.assign(self.collections);
-            let files = CgroupFiles::open(&dirs, &self.plan, &self.budget, phase);
+            let files = CgroupFiles::open(&dirs, &self.plan, &self.budget, phase, self.numa_node);
             self.cache.insert(
                 uid.to_string(),
                 PodPaths {
@@ -1202,8 +1303,8 @@ impl CgroupReader {
                 }
             }
             for (id, d) in dirs {
-                let phase = self.stagger.assign(self.collections);
-                let files = CgroupFiles::open(&d, &self.plan, &self.budget, phase);
+                let phase = self.container_stagger.assign(self.collections);
+                let files = CgroupFiles::open(&d, &self.plan, &self.budget, phase, self.numa_node);
                 paths.containers.insert(id, files);
             }
         }
@@ -1407,6 +1508,165 @@ mod tests {
             out.push(pod(&uid, "burstable", &[&ids[0], &ids[1]]));
         }
         (out, rels)
+    }
+
+    /// On a host with one NUMA node the node's bytes come from `memory.stat` (the LRU lists)
+    /// and equal what `memory.numa_stat` says, on every layout and through detail reads of
+    /// changed values; `memory.numa_stat` is then not read (one detail file fewer per cgroup);
+    /// with several nodes or unknown nodes it is read; where the cgroup has no
+    /// `memory.numa_stat` the value stays absent.
+    #[test]
+    fn one_numa_node_is_derived_from_memory_stat_and_equals_the_file() {
+        for layout in [Layout::Hybrid, Layout::V2] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            fixture::init(root, layout).unwrap();
+            let (pods, rels) = staggered_tree(root, layout, 4, 0);
+            let hier = Hierarchies::detect(root);
+            // Every collection a detail read (the readers' phases would differ otherwise).
+            let mut file = CgroupReader::new(hier.clone(), 4096).with_detail_every(1);
+            let mut derived = CgroupReader::new(hier.clone(), 4096)
+                .with_detail_every(1)
+                .with_memory_nodes(Some(&[0]));
+            let mut two = CgroupReader::new(hier.clone(), 4096)
+                .with_detail_every(1)
+                .with_memory_nodes(Some(&[0, 1]));
+            for round in 0..6u64 {
+                if round == 3 {
+                    // Change memory on every cgroup: the next detail reads follow.
+                    for (k, rel) in rels.iter().enumerate() {
+                        let mut v = Values::seeded(50 + k as u64);
+                        v.rss += 4096 * (k as u64 + 1);
+                        fixture::write_cgroup(root, layout, rel, &v).unwrap();
+                    }
+                }
+                let (f, d, t) = (
+                    file.collect(&pods),
+                    derived.collect(&pods),
+                    two.collect(&pods),
+                );
+                assert_eq!(f, d, "{layout:?} round {round}");
+                assert_eq!(f, t, "{layout:?} round {round}");
+                for task in &f {
+                    let s = task.stats.as_ref().unwrap();
+                    assert_eq!(s.numa_bytes.len(), 1, "{layout:?}");
+                    assert!(
+                        task.containers
+                            .iter()
+                            .all(|c| c.stats.numa_bytes.len() == 1)
+                    );
+                }
+            }
+            // The same detail reads; the derived reader skipped memory.numa_stat in each.
+            assert_eq!(file.reads.detail_cgroups, derived.reads.detail_cgroups);
+            assert_eq!(
+                file.reads.detail_files - derived.reads.detail_files,
+                derived.reads.detail_cgroups,
+                "{layout:?}: one file fewer per detail read"
+            );
+            assert_eq!(file.reads.detail_files, two.reads.detail_files);
+
+            // No memory.numa_stat (a kernel without NUMA): absent, also when derived.
+            for rel in &rels {
+                let d = match layout {
+                    Layout::Hybrid => root.join("memory").join(rel),
+                    Layout::V2 => root.join(rel),
+                };
+                std::fs::remove_file(d.join("memory.numa_stat")).unwrap();
+            }
+            let got = CgroupReader::new(hier, 4096)
+                .with_memory_nodes(Some(&[0]))
+                .collect(&pods);
+            for task in &got {
+                let s = task.stats.as_ref().unwrap();
+                assert!(s.numa_bytes.is_empty(), "{layout:?}");
+                assert!(s.memory_rss_bytes.is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn memory_nodes_from_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(memory_nodes(dir.path()), None);
+        let n = dir.path().join("devices/system/node");
+        std::fs::create_dir_all(&n).unwrap();
+        std::fs::write(n.join("has_memory"), "0\n").unwrap();
+        assert_eq!(memory_nodes(dir.path()), Some(vec![0]));
+        std::fs::write(n.join("has_memory"), "0-1,3\n").unwrap();
+        assert_eq!(memory_nodes(dir.path()), Some(vec![0, 1, 3]));
+    }
+
+    /// Containers at their own cadence M (`--task-container-detail-every`), pods at N: in any
+    /// M consecutive collections each container's detail files are read exactly once and each
+    /// pod's M/N times; each collection reads 1/N of the pods' and 1/M of the containers'
+    /// detail files; a container's `memory.stat` and limit change shows within M collections,
+    /// a pod's within N; usage stays fresh every collection.
+    #[test]
+    fn containers_at_their_own_cadence() {
+        for layout in [Layout::Hybrid, Layout::V2] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            fixture::init(root, layout).unwrap();
+            let (pods, rels) = staggered_tree(root, layout, 8, 0);
+            let (n, m) = (2u64, 4u64);
+            let mut r = CgroupReader::new(Hierarchies::detect(root), 4096)
+                .with_detail_every(n)
+                .with_container_detail_every(m);
+            assert_eq!((r.detail_every(), r.container_detail_every()), (n, m));
+            r.collect(&pods);
+            assert_eq!(
+                r.reads.detail_cgroups, 24,
+                "{layout:?}: all read when found"
+            );
+            let mut history = vec![r.detail_reads()];
+            for k in 0..2 * m {
+                let d0 = r.reads.detail_cgroups;
+                r.collect(&pods);
+                assert_eq!(
+                    r.reads.detail_cgroups - d0,
+                    8 / n + 16 / m,
+                    "{layout:?} collection {k}: 1/N of the pods, 1/M of the containers"
+                );
+                history.push(r.detail_reads());
+            }
+            for w in history.windows(m as usize + 1) {
+                for (a, b) in w[0].iter().zip(&w[m as usize]) {
+                    let want = if a.0.1.is_some() { 1 } else { m / n };
+                    assert_eq!(b.1 - a.1, want, "{layout:?} {:?}", a.0);
+                }
+            }
+            // Change a pod's and its first container's memory and limit.
+            let mut pv = Values::seeded(70);
+            pv.memory_limit = Some(1 << 30);
+            let mut cv = Values::seeded(71);
+            cv.memory_limit = Some(2 << 30);
+            cv.rss += 1 << 20;
+            fixture::write_cgroup(root, layout, &rels[0], &pv).unwrap();
+            fixture::write_cgroup(root, layout, &rels[1], &cv).unwrap();
+            let (mut pod_at, mut ctr_at) = (None, None);
+            for k in 1..=m {
+                let got = r.collect(&pods);
+                let (ps, cs) = (got[0].stats.as_ref().unwrap(), &got[0].containers[0].stats);
+                assert_eq!(ps.memory_usage_bytes, Some(pv.memory_usage as f64));
+                assert_eq!(cs.memory_usage_bytes, Some(cv.memory_usage as f64));
+                if pod_at.is_none() && ps.memory_limit_bytes == Some((1u64 << 30) as f64) {
+                    pod_at = Some(k);
+                }
+                if ctr_at.is_none() && cs.memory_limit_bytes == Some((2u64 << 30) as f64) {
+                    assert_eq!(cs.memory_rss_bytes, Some(cv.rss as f64));
+                    ctr_at = Some(k);
+                }
+            }
+            assert!(
+                pod_at.is_some_and(|k| k <= n),
+                "{layout:?}: pod within N: {pod_at:?}"
+            );
+            assert!(
+                ctr_at.is_some_and(|k| k <= m),
+                "{layout:?}: container within M"
+            );
+        }
     }
 
     /// With N > 1 each cgroup's detail files are read when it is found and then exactly once
@@ -1783,11 +2043,7 @@ mod tests {
                         assert_eq!(s.major_page_faults, Some(v.pgmajfault), "{ctx}");
                         assert_eq!(s.oom_kills, Some(v.oom_kill), "{ctx}");
                         assert_eq!(s.pressure.len(), 6, "{ctx}");
-                        let numa = match layout {
-                            Layout::Hybrid => v.numa0 * 4096,
-                            Layout::V2 => v.numa0,
-                        };
-                        assert_eq!(s.numa_bytes, vec![(0, numa as f64)], "{ctx}");
+                        assert_eq!(s.numa_bytes, vec![(0, v.lru_bytes() as f64)], "{ctx}");
                         let cpus = if (10 * i as u64 + 1).is_multiple_of(2) {
                             4
                         } else {

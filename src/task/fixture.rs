@@ -42,8 +42,6 @@ pub struct Values {
     pub pgfault: u64,
     pub pgmajfault: u64,
     pub oom_kill: u64,
-    /// Pages (v1) or bytes (v2) on NUMA node 0.
-    pub numa0: u64,
     pub pressure_some_usec: u64,
     pub pressure_full_usec: u64,
     /// The effective cpuset: CPU list and memory-node list in the kernel's list format.
@@ -52,6 +50,15 @@ pub struct Values {
 }
 
 impl Values {
+    /// Bytes on the LRU lists (anon + file + unevictable), what `memory.numa_stat` gives per
+    /// node: all of it on NUMA node 0. The fixture writes the LRU lines of `memory.stat`
+    /// (anon = `rss`, file = `cache` of which `inactive_file` inactive, unevictable 0) and
+    /// `memory.numa_stat` consistently, as the kernel does (`inactive_file` ≤ `cache`, both and
+    /// `rss` multiples of 4096).
+    pub fn lru_bytes(&self) -> u64 {
+        self.rss + self.cache
+    }
+
     /// Distinct, recognisable values derived from `seed`.
     pub fn seeded(seed: u64) -> Values {
         Values {
@@ -67,7 +74,6 @@ impl Values {
             pgfault: 1000 * seed,
             pgmajfault: seed,
             oom_kill: seed % 3,
-            numa0: 4096 * seed,
             pressure_some_usec: 3_000_000 * seed,
             pressure_full_usec: 1_000_000 * seed,
             cpuset_cpus: if seed.is_multiple_of(2) {
@@ -172,8 +178,14 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 &m,
                 "memory.stat",
                 &format!(
-                    "cache 0\nrss 0\ninactive_file 0\npgfault 0\ntotal_cache {}\ntotal_rss {}\ntotal_inactive_file {}\ntotal_pgfault {}\ntotal_pgmajfault {}\n",
-                    v.cache, v.rss, v.inactive_file, v.pgfault, v.pgmajfault
+                    "cache 0\nrss 0\ninactive_file 0\npgfault 0\ntotal_cache {}\ntotal_rss {}\ntotal_inactive_file {}\ntotal_pgfault {}\ntotal_pgmajfault {}\ntotal_inactive_anon 0\ntotal_active_anon {}\ntotal_active_file {}\ntotal_unevictable 0\n",
+                    v.cache,
+                    v.rss,
+                    v.inactive_file,
+                    v.pgfault,
+                    v.pgmajfault,
+                    v.rss,
+                    v.cache.saturating_sub(v.inactive_file)
                 ),
             )?;
             write(
@@ -184,7 +196,10 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
             write(
                 &m,
                 "memory.numa_stat",
-                &format!("total=1 N0=1\nhierarchical_total={0} N0={0}\n", v.numa0),
+                &format!(
+                    "total=1 N0=1\nhierarchical_total={0} N0={0}\n",
+                    v.lru_bytes() / 4096
+                ),
             )?;
             let cs = root.join("cpuset").join(rel);
             write(
@@ -222,7 +237,7 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 &d,
                 "memory.stat",
                 &format!(
-                    "anon {}\nfile {}\ninactive_file {}\npgfault {}\npgmajfault {}\n",
+                    "anon {}\nfile {}\ninactive_file {}\nunevictable 0\npgfault {}\npgmajfault {}\n",
                     v.rss, v.cache, v.inactive_file, v.pgfault, v.pgmajfault
                 ),
             )?;
@@ -234,7 +249,10 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
             write(
                 &d,
                 "memory.numa_stat",
-                &format!("anon N0={}\nfile N0=0\nkernel_stack N0=4096\n", v.numa0),
+                &format!(
+                    "anon N0={}\nfile N0={}\nunevictable N0=0\nkernel_stack N0=4096\n",
+                    v.rss, v.cache
+                ),
             )?;
             write(&d, "cpuset.cpus.effective", &format!("{}\n", v.cpuset_cpus))?;
             write(&d, "cpuset.mems.effective", &format!("{}\n", v.cpuset_mems))?;

@@ -34,6 +34,8 @@ pub struct TaskConfig {
     pub interval: Duration,
     /// `--task-detail-every`: collections between two reads of a cgroup's detail files.
     pub detail_every: u64,
+    /// `--task-container-detail-every`: the same for container cgroups.
+    pub container_detail_every: u64,
 }
 
 /// Where the task pods come from (the node-role pod watcher): the pods now.
@@ -68,12 +70,18 @@ pub fn spawn(
         // The reader keeps each cgroup's files open (one pread per file and collection):
         // about 12 per cgroup, 3 cgroups per pod. Raise the soft fd limit to the hard one.
         let (soft, hard) = cgroup::raise_fd_limit();
-        let r = CgroupReader::new(hier, page_size).with_detail_every(cfg.detail_every);
+        // On a host with one NUMA node `memory.numa_stat` is derived from `memory.stat`.
+        let memory_nodes = cgroup::memory_nodes(&cfg.sysfs);
+        let r = CgroupReader::new(hier, page_size)
+            .with_detail_every(cfg.detail_every)
+            .with_container_detail_every(cfg.container_detail_every)
+            .with_memory_nodes(memory_nodes.as_deref());
         tracing::debug!(
             soft = ?soft,
             hard = ?hard,
             kept_files_max = r.budget().max(),
             detail_every = r.detail_every(),
+            container_detail_every = r.container_detail_every(),
             "open-file limit for the task source"
         );
         let mut reader = Some(r);

@@ -295,7 +295,7 @@ pub fn render_cached(
     Some(WatcherBodies {
         head: head.clone(),
         body: Body {
-            chunks: vec![Chunk::new(head), w.rest.clone()],
+            chunks: vec![Chunk::from_bytes(head.clone()), w.rest.clone()],
         },
         entries: w.entries.clone(),
         all_gzip: std::sync::OnceLock::new(),
@@ -361,6 +361,10 @@ fn whole(
     drop(old);
     rest.extend_from_slice(TAIL.as_bytes());
     cache.rest_len = rest.len();
+    if rest.capacity() - rest.len() > rest.len() / 16 {
+        // `Bytes` keeps the whole allocation: no unused half of a doubled buffer.
+        rest.shrink_to_fit();
+    }
     let rest = Bytes::from(rest);
     let mut entries = HashMap::with_capacity(kept.len());
     for (name, node, range) in kept {
@@ -383,7 +387,7 @@ fn whole(
         end,
         source,
         entries: Arc::new(entries),
-        rest: Chunk::new(rest),
+        rest: Chunk::from_bytes(rest),
     })
 }
 

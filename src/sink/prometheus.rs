@@ -233,9 +233,20 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    pub fn new(plain: impl Into<Bytes>) -> Arc<Chunk> {
+    /// A chunk of `plain`; its unused capacity is given back first (`Bytes` keeps a `String`'s
+    /// whole allocation).
+    pub fn new(plain: impl Into<Vec<u8>>) -> Arc<Chunk> {
+        let mut plain: Vec<u8> = plain.into();
+        if plain.capacity() - plain.len() > plain.len() / 16 {
+            plain.shrink_to_fit();
+        }
+        Chunk::from_bytes(Bytes::from(plain))
+    }
+
+    /// A chunk of `plain` as it is (shared, not copied).
+    pub fn from_bytes(plain: Bytes) -> Arc<Chunk> {
         Arc::new(Chunk {
-            plain: plain.into(),
+            plain,
             deflated: OnceLock::new(),
         })
     }
@@ -478,8 +489,14 @@ impl Renderer {
                 if step != Step::Instance {
                     self.stats.steps += 1;
                 }
+                // Sized from the step's previous text (the task families of a node are
+                // megabytes): no doubling reallocations, no unused half kept in the chunk.
+                let guess = self.steps.get(&step).map_or(0, |c| {
+                    let n = c.plain.len();
+                    n + n / 16
+                });
                 let mut w = Writer {
-                    out: String::new(),
+                    out: String::with_capacity(guess),
                     format: fmt,
                 };
                 series::visit_step(

@@ -173,7 +173,7 @@ impl PodTable {
     }
 
     /// Every pod's facts (`None`: a pod that could not be used).
-    pub(crate) fn facts(&self) -> impl Iterator<Item = Option<&PodFacts>> {
+    pub(crate) fn facts(&self) -> impl Iterator<Item = Option<&PodFacts>> + Clone {
         self.map.values().map(|e| e.facts.as_deref())
     }
 }

@@ -30,6 +30,10 @@
 //! 6. churn at `CHURN_PER_SEC` for `CHURN_SECS`: kube-prober's CPU in cores;
 //! 7. VmHWM at the end: the peak of the run, full relist included.
 //!
+//! Throughout, a thread reads kube-prober's VmRSS and VmHWM every 100 ms; the report gives, per
+//! phase, VmRSS at its start, end and maximum (and when), how much VmHWM grew in it, and the
+//! phase in which VmHWM reached its final value (where the peak forms).
+//!
 //! Each figure is printed next to its budget (markdown on stdout, progress on stderr). When a
 //! phase cannot finish (not ready in time, kube-prober exits), the report says where it stopped
 //! and prints what was measured until then. Under `cargo test --benches` (no `--bench`

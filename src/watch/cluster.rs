@@ -1136,9 +1136,7 @@ mod tests {
                     .iter()
                     .map(|g| g.facts().filter(Option::is_none).count() as u64)
                     .sum();
-                let facts = guards
-                    .iter()
-                    .flat_map(|g| g.facts().flatten());
+                let facts = guards.iter().flat_map(|g| g.facts().flatten());
                 let mut want = cluster_state_from_facts(
                     std::iter::empty::<&LeanNode>(),
                     facts,

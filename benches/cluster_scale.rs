@@ -30,6 +30,10 @@
 //! 6. churn at `CHURN_PER_SEC` for `CHURN_SECS`: kube-prober's CPU in cores;
 //! 7. VmHWM at the end: the peak of the run, full relist included.
 //!
+//! Throughout, a thread reads kube-prober's VmRSS and VmHWM every 100 ms; the report gives, per
+//! phase, VmRSS at its start, end and maximum (and when), how much VmHWM grew in it, and the
+//! phase in which VmHWM reached its final value (where the peak forms).
+//!
 //! Each figure is printed next to its budget (markdown on stdout, progress on stderr). When a
 //! phase cannot finish (not ready in time, kube-prober exits), the report says where it stopped
 //! and prints what was measured until then. Under `cargo test --benches` (no `--bench`
@@ -165,6 +169,137 @@ impl Report {
     fn note(&mut self, note: String) {
         eprintln!("cluster_scale: {note}");
         self.notes.push(note);
+    }
+}
+
+/// The bench's phases, in order, for the RSS samples.
+const PHASES: [&str; 8] = [
+    "start to ready",
+    "settle and idle window",
+    "`/metrics` scrapes",
+    "`/watcher` under wrk",
+    "relist after 410",
+    "tick after the relist",
+    "churn",
+    "tick after the churn",
+];
+
+/// One reading of kube-prober's memory: ms since spawn, phase, VmRSS and VmHWM in KiB.
+#[derive(Clone, Copy)]
+struct Sample {
+    at_ms: u64,
+    phase: usize,
+    rss: u64,
+    hwm: u64,
+}
+
+/// Reads kube-prober's VmRSS and VmHWM every 100 ms on a thread, tagging each reading with the
+/// phase the bench is in, so the report can say in which phase the peak forms.
+struct RssSampler {
+    phase: Arc<AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<Sample>>>,
+}
+
+/// (VmRSS, VmHWM) in KiB, `None` once the process is gone.
+fn try_rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let get = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some((get("VmRSS:")?, get("VmHWM:")?))
+}
+
+impl RssSampler {
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn start(pid: u32, t0: Instant) -> RssSampler {
+        let phase = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p, st) = (phase.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            while !st.load(Ordering::Relaxed) {
+                let Some((rss, hwm)) = try_rss_kib(pid) else {
+                    break;
+                };
+                out.push(Sample {
+                    at_ms: t0.elapsed().as_millis() as u64,
+                    phase: p.load(Ordering::Relaxed),
+                    rss,
+                    hwm,
+                });
+                std::thread::sleep(Self::EVERY);
+            }
+            out
+        });
+        RssSampler {
+            phase,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn enter(&self, phase: usize) {
+        self.phase.store(phase, Ordering::Relaxed);
+    }
+
+    /// Stops sampling; one note per phase (VmRSS max and when, VmHWM growth in the phase) and
+    /// one for the sample where VmHWM reached its final value.
+    fn finish(mut self, report: &mut Report) {
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        if samples.is_empty() {
+            return;
+        }
+        let mut prev_hwm = 0;
+        for (i, name) in PHASES.iter().enumerate() {
+            let ph: Vec<&Sample> = samples.iter().filter(|s| s.phase == i).collect();
+            let (Some(first), Some(last)) = (ph.first(), ph.last()) else {
+                continue;
+            };
+            let top = ph.iter().max_by_key(|s| s.rss).map_or(**first, |s| **s);
+            report.note(format!(
+                "RSS every 100 ms, {name} ({:.1}-{:.1} s after spawn, {} samples): VmRSS {:.1} \
+                 -> {:.1} MiB, max {:.1} MiB at {:.1} s; VmHWM {:.1} -> {:.1} MiB (+{:.1} in \
+                 this phase)",
+                first.at_ms as f64 / 1000.0,
+                last.at_ms as f64 / 1000.0,
+                ph.len(),
+                mib(first.rss),
+                mib(last.rss),
+                mib(top.rss),
+                top.at_ms as f64 / 1000.0,
+                mib(prev_hwm.max(first.hwm)),
+                mib(last.hwm),
+                mib(last.hwm.saturating_sub(prev_hwm.max(first.hwm))),
+            ));
+            prev_hwm = last.hwm;
+        }
+        if let Some(last) = samples.last()
+            && let Some(at) = samples.iter().find(|s| s.hwm == last.hwm)
+        {
+            report.note(format!(
+                "VmHWM reached its final {:.1} MiB by the sample at {:.1} s after spawn, in \
+                 phase \"{}\"",
+                mib(last.hwm),
+                at.at_ms as f64 / 1000.0,
+                PHASES[at.phase]
+            ));
+        }
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -517,6 +652,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     let t0 = Instant::now();
     let (mut kp, addr) = start_kube_prober(&kubeconfig, &args)?;
     let pid = kp.pid();
+    let sampler = RssSampler::start(pid, t0);
     let base = format!("http://{addr}");
     let ready = rt.block_on(async {
         let deadline = t0 + s.ready_limit;
@@ -579,6 +715,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     ));
 
     // 2. Idle CPU.
+    sampler.enter(1);
     std::thread::sleep(SETTLE);
     kp.running()?;
     let idle0 = cpu_ticks(pid);
@@ -605,6 +742,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     );
 
     // 3. Scrapes.
+    sampler.enter(2);
     let scrapes = rt.block_on(async {
         let mut out = Vec::with_capacity(s.scrapes);
         for _ in 0..s.scrapes {
@@ -693,6 +831,7 @@ fn run(report: &mut Report) -> Result<(), String> {
         encoding.as_deref().unwrap_or("none (identity)"),
         ms(took)
     ));
+    sampler.enter(3);
     let kp_wrk = run_wrk(&format!("{base}/watcher"), s.connections, s.watcher_secs)?;
     kp.running()?;
     let (static_addr, static_task) = rt.block_on(static_server(body.clone(), static_headers));
@@ -747,6 +886,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     let cpu_relist0 = cpu_ticks(pid);
     let r0 = Instant::now();
     let seen_before = api.requests().len();
+    sampler.enter(4);
     let compacted_at = api.force_relist();
     let relisted = loop {
         kp.running()?;
@@ -794,6 +934,7 @@ fn run(report: &mut Report) -> Result<(), String> {
             ));
         }
     }
+    sampler.enter(5);
     std::thread::sleep(AFTER_TICK);
     kp.running()?;
     let (rss_relist, hwm_relist) = rss_kib(pid);
@@ -805,6 +946,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     );
 
     // 6. Churn.
+    sampler.enter(6);
     let cpu0 = cpu_ticks(pid);
     let self0 = cpu_ticks(self_pid);
     let c0 = Instant::now();
@@ -846,6 +988,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     ));
 
     // 7. Peak of the run.
+    sampler.enter(7);
     std::thread::sleep(AFTER_TICK);
     kp.running()?;
     let (rss_end, hwm_end) = rss_kib(pid);
@@ -871,6 +1014,7 @@ fn run(report: &mut Report) -> Result<(), String> {
         "kube-prober WARN/ERROR log lines over the run: {}",
         kp.warnings.load(Ordering::Relaxed)
     ));
+    sampler.finish(report);
     report.note(format!("load average at end: {}", loadavg()));
     drop(kp);
     drop(api);

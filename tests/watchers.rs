@@ -31,6 +31,7 @@ mod heap {
 
     thread_local! {
         static LIVE: Cell<i64> = const { Cell::new(0) };
+        static PEAK: Cell<i64> = const { Cell::new(0) };
     }
 
     fn chunk(size: usize) -> i64 {
@@ -38,7 +39,20 @@ mod heap {
     }
 
     fn note(delta: i64) {
-        let _ = LIVE.try_with(|l| l.set(l.get() + delta));
+        let _ = LIVE.try_with(|l| {
+            l.set(l.get() + delta);
+            let _ = PEAK.try_with(|p| p.set(p.get().max(l.get())));
+        });
+    }
+
+    /// The most live bytes this thread held since the last [`reset_peak`].
+    pub fn peak() -> i64 {
+        PEAK.with(Cell::get)
+    }
+
+    /// Starts a new peak from the bytes live now.
+    pub fn reset_peak() {
+        PEAK.with(|p| p.set(live()));
     }
 
     /// Live bytes allocated by this thread (and not freed) so far.
@@ -442,6 +456,103 @@ fn a_watched_node_costs_a_fraction_of_a_whole_node() {
         );
         drop((lean, interner));
     }
+}
+
+/// A relist after 410 (here of 12,000 pods in pages of 500) updates the pod index in place and
+/// removes at its end the pods it did not list, instead of building a second index beside the
+/// first: the watchers' peak during the relist stays well under what they hold (issue #12's
+/// peak RSS). Counted on this thread's allocations: every watcher runs on a current-thread
+/// runtime here, the stand-in on another runtime's thread. `-- --nocapture` prints the figures.
+#[test]
+fn a_relist_does_not_hold_the_pods_twice() {
+    use kube_prober::watch::cluster::Stores;
+    const NODES: usize = 200;
+    const PODS_PER_NODE: usize = 60;
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // No bookmarks: the watchers resume from an old resourceVersion and meet the 410.
+    let api = server.block_on(apiserver::start_with(apiserver::Options {
+        bookmark_interval: Duration::from_secs(3600),
+        ..Default::default()
+    }));
+    let made = api.generate_with(&apiserver::GenerateOptions {
+        node_metrics: false,
+        ..apiserver::GenerateOptions::new(NODES, PODS_PER_NODE)
+    });
+    let pod_watches = |from: usize| {
+        let reqs = api.requests();
+        let after = &reqs[from.min(reqs.len())..];
+        let is_pods = |q: &apiserver::Logged| q.path == apiserver::PODS_PATH;
+        let watch = |q: &apiserver::Logged| q.query.as_deref().unwrap_or("").contains("watch=");
+        // A LIST of the pods, then a WATCH after it.
+        after
+            .iter()
+            .position(|q| is_pods(q) && !watch(q))
+            .is_some_and(|i| after[i..].iter().any(|q| is_pods(q) && watch(q)))
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let until_watching = |from: usize, stores: Stores| {
+            let pod_watches = &pod_watches;
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !(pod_watches(from) && stores.pods[0].len() == made.pods) {
+                    assert!(Instant::now() < deadline, "pods not listed and watched");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let store = Arc::new(Store::new());
+        let cancel = CancellationToken::new();
+        let before = heap::live();
+        let (stores, tasks) = spawn(
+            api.client(),
+            config(Scope::Cluster {
+                namespaces: vec!["kube-system".into()],
+                pods: PodScope::All,
+            }),
+            store.clone(),
+            cancel.clone(),
+        );
+        until_watching(0, stores.clone()).await;
+        // A derivation after the list, so the cluster state is in the hub on both sides.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let held = heap::live() - before;
+        let from = api.requests().len();
+        heap::reset_peak();
+        let at_relist = heap::live();
+        // From another thread: the compaction frees the stand-in's history, not ours.
+        std::thread::scope(|s| {
+            s.spawn(|| api.force_relist());
+        });
+        until_watching(from, stores.clone()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let extra = heap::peak() - at_relist;
+        let after = heap::live() - before;
+        println!(
+            "{} pods on {} nodes: watchers hold {} KiB after the list, {} KiB after the relist; \
+             peak during the relist {} KiB above what they held",
+            made.pods,
+            made.nodes,
+            held / 1024,
+            after / 1024,
+            extra / 1024
+        );
+        assert_eq!(stores.pods[0].len(), made.pods);
+        assert!(
+            extra < held * 9 / 10,
+            "a relist held {extra} bytes more than the {held} the watchers hold: the pods twice?"
+        );
+        stop(cancel, tasks).await;
+    });
+    drop(api);
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -152,7 +152,7 @@ impl UsageFetcher for MetricsServerFetcher {
                 Vec::new()
             }
         };
-        let out = samples_from(&metrics, &nodes, &self.cfg, now);
+        let out = samples_from(metrics, &nodes, &self.cfg, now);
         fetched.samples = out.samples;
         fetched.capacities = out.capacities;
         fetched.dropped = out.dropped;
@@ -268,7 +268,7 @@ struct FromLists {
 }
 
 fn samples_from<N: std::borrow::Borrow<LeanNode>>(
-    node_metrics: &[LeanNodeMetrics],
+    node_metrics: Vec<LeanNodeMetrics>,
     nodes: &[N],
     cfg: &MetricsServerConfig,
     now: SystemTime,
@@ -298,10 +298,11 @@ fn samples_from<N: std::borrow::Borrow<LeanNode>>(
         by_name.insert(name, (cpu, memory));
     }
 
-    let mut not_listed: Vec<&str> = Vec::new();
-    for m in node_metrics {
-        let name = m.metadata.name.as_deref().unwrap_or_default();
-        let Some((cpu_d, memory_d)) = by_name.get(name) else {
+    let mut not_listed: Vec<String> = Vec::new();
+    // By value: each sample takes its NodeMetrics' name (no copy per node and fetch).
+    for mut m in node_metrics {
+        let name = m.metadata.name.take().unwrap_or_default();
+        let Some((cpu_d, memory_d)) = by_name.get(name.as_str()) else {
             not_listed.push(name);
             continue;
         };
@@ -333,8 +334,8 @@ fn samples_from<N: std::borrow::Borrow<LeanNode>>(
         }
         if !values.is_empty() {
             out.samples.push(UsageSample {
-                node: name.to_string(),
-                at: sample_time(m, now),
+                at: sample_time(&m, now),
+                node: name,
                 values,
             });
         }
@@ -451,7 +452,7 @@ mod tests {
             samples,
             capacities: caps,
             dropped,
-        } = samples_from(&m, &nodes, &CAPACITY, at(T + 99));
+        } = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T + 99));
         assert!(dropped.is_empty(), "{dropped:?}");
         assert_eq!(
             samples,
@@ -484,7 +485,7 @@ mod tests {
             samples,
             capacities: caps,
             dropped,
-        } = samples_from(&m, &nodes, &ALLOCATABLE, at(T));
+        } = samples_from(m.to_vec(), &nodes, &ALLOCATABLE, at(T));
         assert!(dropped.is_empty(), "{dropped:?}");
         assert_eq!(
             samples[0].values,
@@ -504,7 +505,7 @@ mod tests {
         let m = [metrics("a", "487558164n", "732212Ki", T)];
         let FromLists {
             samples, dropped, ..
-        } = samples_from(&m, &nodes, &CAPACITY, at(T));
+        } = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T));
         assert!(dropped.is_empty());
         let v = &samples[0].values;
         assert_eq!(v[0], (Resource::Cpu, 0.487558164 / 2.0));
@@ -523,7 +524,7 @@ mod tests {
         ];
         let FromLists {
             samples, dropped, ..
-        } = samples_from(&m, &nodes, &CAPACITY, at(T));
+        } = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T));
         assert!(dropped.is_empty());
         assert_eq!(samples.len(), 1);
         assert_eq!(samples[0].node, "a");
@@ -554,7 +555,7 @@ mod tests {
             metrics("absurd-cpu", "1", "2Gi", T),
             metrics("lying", "400", "2Gi", T),
         ];
-        let out = samples_from(&m, &nodes, &CAPACITY, at(T));
+        let out = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T));
         let served: Vec<(&str, Vec<(Resource, f64)>)> = out
             .samples
             .iter()
@@ -607,11 +608,11 @@ mod tests {
         let nodes = [node("a", ("4", "8Gi"), None)];
         let mut m = metrics("a", "1", "2Gi", T);
         m.timestamp = Time(Timestamp::UNIX_EPOCH);
-        let samples = samples_from(&[m], &nodes, &CAPACITY, at(T + 5)).samples;
+        let samples = samples_from(vec![m.clone()], &nodes, &CAPACITY, at(T + 5)).samples;
         assert_eq!(samples[0].at, at(T + 5));
         let mut m = metrics("a", "1", "2Gi", T);
         m.timestamp = Time(Timestamp::new(T, 250_000_000).unwrap());
-        let samples = samples_from(&[m], &nodes, &CAPACITY, at(T + 5)).samples;
+        let samples = samples_from(vec![m.clone()], &nodes, &CAPACITY, at(T + 5)).samples;
         assert_eq!(samples[0].at, at(T) + Duration::from_millis(250));
     }
 

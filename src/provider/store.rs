@@ -295,6 +295,12 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
     ok
 }
 
+/// Bit for bit, so a NaN or a signed zero is never taken for the value held.
+fn same_capacity(a: NodeCapacity, b: NodeCapacity) -> bool {
+    a.cpu_cores.to_bits() == b.cpu_cores.to_bits()
+        && a.memory_bytes.to_bits() == b.memory_bytes.to_bits()
+}
+
 fn node_load(st: &NodeState) -> NodeLoad {
     let windows = Window::ALL
         .iter()
@@ -490,8 +496,12 @@ impl NodeRecorder for Store {
 
     fn record_node_capacity(&self, node: &str, capacity: NodeCapacity) {
         let mut inner = self.lock();
-        let Some(source) = inner.nodes.get(node).map(|st| st.source.clone()) else {
-            return;
+        let source = match inner.nodes.get(node) {
+            None => return,
+            // The capacity it holds already (held only after it passed the check): nothing
+            // to check, count or copy again (a backend sends every node's on every fetch).
+            Some(st) if st.capacity.is_some_and(|c| same_capacity(c, capacity)) => return,
+            Some(st) => st.source.clone(),
         };
         let ok = check_capacity(&mut inner, &source, node, capacity);
         if let Some(st) = inner.nodes.get_mut(node) {
@@ -1125,6 +1135,28 @@ mod tests {
             },
         );
         assert!(dirty(&s), "a new capacity");
+        // An impossible capacity is dropped and counted each time it is sent, the one held
+        // before included; the valid one sent again is held again.
+        let bad = NodeCapacity {
+            cpu_cores: -1.0,
+            ..cap
+        };
+        let dropped = |s: &Store, at_s| {
+            s.snapshot(at(at_s)).sources["ms"]
+                .dropped
+                .get("bad_capacity")
+                .copied()
+                .unwrap_or(0)
+        };
+        s.node().record_node_capacity("a", bad);
+        assert_eq!(dropped(&s, 27), 1);
+        s.node().record_node_capacity("a", bad);
+        assert_eq!(dropped(&s, 28), 2);
+        assert_eq!(s.snapshot(at(29)).nodes["a"].capacity, None);
+        s.node().record_node_capacity("a", cap);
+        s.node().record_node_capacity("a", cap);
+        assert_eq!(s.snapshot(at(30)).nodes["a"].capacity, Some(cap));
+        assert_eq!(dropped(&s, 31), 2);
     }
 
     #[test]

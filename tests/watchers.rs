@@ -227,6 +227,14 @@ fn config(scope: Scope) -> WatchConfig {
     }
 }
 
+/// The cluster role watching every pod, with its workloads in kube-system.
+fn all_pods() -> WatchConfig {
+    config(Scope::Cluster {
+        namespaces: vec!["kube-system".into()],
+        pods: PodScope::All,
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_scope_follows_every_change() {
     // No bookmarks: one carrying the global resource version past the compaction below would
@@ -245,15 +253,7 @@ async fn cluster_scope_follows_every_change() {
 
     let store = Arc::new(Store::new());
     let cancel = CancellationToken::new();
-    let (_stores, tasks) = spawn(
-        api.client(),
-        config(Scope::Cluster {
-            namespaces: vec!["kube-system".into()],
-            pods: PodScope::All,
-        }),
-        store.clone(),
-        cancel.clone(),
-    );
+    let (_stores, tasks) = spawn(api.client(), all_pods(), store.clone(), cancel.clone());
 
     // Initial list; readiness waits for every watcher.
     let cs = until(&store, "initial list", |cs| {
@@ -511,15 +511,7 @@ fn a_relist_does_not_hold_the_pods_twice() {
         let store = Arc::new(Store::new());
         let cancel = CancellationToken::new();
         let before = heap::live();
-        let (stores, tasks) = spawn(
-            api.client(),
-            config(Scope::Cluster {
-                namespaces: vec!["kube-system".into()],
-                pods: PodScope::All,
-            }),
-            store.clone(),
-            cancel.clone(),
-        );
+        let (stores, tasks) = spawn(api.client(), all_pods(), store.clone(), cancel.clone());
         until_watching(0, stores.clone()).await;
         // A derivation after the list, so the cluster state is in the hub on both sides.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -566,10 +558,7 @@ async fn idle_stores_are_not_derived_again_until_an_event() {
     api.upsert(&daemonset(2));
     let store = Arc::new(Store::new());
     let cancel = CancellationToken::new();
-    let mut cfg = config(Scope::Cluster {
-        namespaces: vec!["kube-system".into()],
-        pods: PodScope::All,
-    });
+    let mut cfg = all_pods();
     cfg.interval = Duration::from_millis(20);
     let (stores, tasks) = spawn(api.client(), cfg, store.clone(), cancel.clone());
     let first = until(&store, "initial list", |cs| {

@@ -114,12 +114,12 @@ pub fn wire_source_name(source: &str) -> &str {
 #[derive(Debug)]
 pub struct WatcherBodies {
     /// Everything up to the first host entry.
-    head: Bytes,
-    /// `head`, then the host entries and the tail, as body chunks (the second is shared with
-    /// other ticks' bodies and so is its compressed form).
-    body: Body,
-    /// `"host":{...}` by host.
-    entries: Arc<HashMap<Arc<str>, Bytes>>,
+    head: Arc<Chunk>,
+    /// Every host entry, comma-separated, and the tail (shared with other ticks' bodies, and
+    /// so is its compressed form).
+    rest: Arc<Chunk>,
+    /// Each host's entry (a slice of `rest`) by host.
+    entries: Arc<HashMap<Arc<str>, Entry>>,
     /// The body gzip-compressed, joined on the first request that accepts gzip: one piece,
     /// so an answer is one write with a `Content-Length`, as a static file's.
     all_gzip: std::sync::OnceLock<Bytes>,
@@ -127,10 +127,17 @@ pub struct WatcherBodies {
     gzips: std::sync::atomic::AtomicU64,
 }
 
+/// One host's entry, `"host":{...}`, and the load it was written from.
+#[derive(Debug, PartialEq)]
+struct Entry {
+    load: Arc<NodeLoad>,
+    bytes: Bytes,
+}
+
 impl PartialEq for WatcherBodies {
     fn eq(&self, other: &Self) -> bool {
-        self.head == other.head
-            && self.body.plain().eq(other.body.plain())
+        self.head.bytes() == other.head.bytes()
+            && self.rest.bytes() == other.rest.bytes()
             && self.entries == other.entries
     }
 }
@@ -139,28 +146,28 @@ impl PartialEq for WatcherBodies {
 const TAIL: &str = "}}}";
 
 impl WatcherBodies {
+    fn body(&self) -> Body {
+        Body {
+            chunks: vec![self.head.clone(), self.rest.clone()],
+        }
+    }
+
     /// The body for all hosts, as chunks to send one after the other (no copy).
     pub fn chunks(&self) -> Vec<Bytes> {
-        self.body.plain().filter(|c| !c.is_empty()).collect()
+        vec![self.head.bytes().clone(), self.rest.bytes().clone()]
     }
 
     /// The body for all hosts in one piece (a copy; tests and small bodies).
     pub fn all(&self) -> Bytes {
-        let mut all = Vec::with_capacity(self.body.len());
-        for c in self.body.plain() {
-            all.extend_from_slice(&c);
-        }
-        Bytes::from(all)
+        Bytes::from([&self.head.bytes()[..], &self.rest.bytes()[..]].concat())
     }
 
     /// The body for `?host=host`, when that host has data.
     pub fn host(&self, host: &str) -> Option<Bytes> {
-        let entry = self.entries.get(host)?;
-        let mut one = Vec::with_capacity(self.head.len() + entry.len() + TAIL.len());
-        one.extend_from_slice(&self.head);
-        one.extend_from_slice(entry);
-        one.extend_from_slice(TAIL.as_bytes());
-        Some(Bytes::from(one))
+        let entry = &self.entries.get(host)?.bytes;
+        Some(Bytes::from(
+            [&self.head.bytes()[..], &entry[..], TAIL.as_bytes()].concat(),
+        ))
     }
 
     /// The body for all hosts as one gzip stream: joined once, on the first call, from the
@@ -170,12 +177,7 @@ impl WatcherBodies {
         self.all_gzip.get_or_init(|| {
             self.gzips
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let pieces = self.body.gzip(&[]);
-            let mut joined = Vec::with_capacity(pieces.iter().map(Bytes::len).sum());
-            for p in &pieces {
-                joined.extend_from_slice(p);
-            }
-            Bytes::from(joined)
+            Bytes::from(self.body().gzip(&[]).concat())
         })
     }
 
@@ -192,9 +194,7 @@ impl WatcherBodies {
     /// Whether the host entries of `self` and `other` are the same piece (and so compressed
     /// once for both): true for bodies of consecutive ticks when no node changed between them.
     pub fn shares_entries_with(&self, other: &WatcherBodies) -> bool {
-        Arc::ptr_eq(&self.entries, &other.entries)
-            && matches!((self.body.chunks.get(1), other.body.chunks.get(1)),
-                (Some(a), Some(b)) if Arc::ptr_eq(a, b))
+        Arc::ptr_eq(&self.rest, &other.rest) && Arc::ptr_eq(&self.entries, &other.entries)
     }
 }
 
@@ -218,25 +218,14 @@ pub struct WatcherOptions {
     pub legacy_scaling: bool,
 }
 
-/// What `/watcher` made of each node at the previous tick: a node's entry is written again only
-/// when its load (or the served window) changed, and when no node changed at all (the same
-/// node map) the joined entries are reused whole, without visiting a node.
+/// What `/watcher` made of the previous tick's nodes: a node's entry is written again only
+/// when its load (or the served window or options) changed, and when no node changed at all
+/// (the same node map) the joined entries are reused whole, without visiting a node.
 #[derive(Debug, Default)]
 pub struct WatcherCache {
-    entries: HashMap<Arc<str>, CachedEntry>,
     whole: Option<Whole>,
-    /// Bytes of the previous joined entries (the next buffer's first guess).
-    rest_len: usize,
     /// Host entries written so far (a test hook: 0 more on a tick without change).
     pub entries_rendered: u64,
-}
-
-#[derive(Debug)]
-struct CachedEntry {
-    load: Arc<NodeLoad>,
-    window: Window,
-    opts: WatcherOptions,
-    entry: Bytes,
 }
 
 /// Everything of the previous body that depends only on the node map, the window and the
@@ -248,7 +237,7 @@ struct Whole {
     opts: WatcherOptions,
     end: SystemTime,
     source: String,
-    entries: Arc<HashMap<Arc<str>, Bytes>>,
+    entries: Arc<HashMap<Arc<str>, Entry>>,
     /// Every entry in name order, comma-separated, and the tail.
     rest: Arc<Chunk>,
 }
@@ -266,17 +255,17 @@ pub fn render_cached(
     cache: &mut WatcherCache,
 ) -> Option<WatcherBodies> {
     let Some(window) = served_window(snap) else {
-        cache.entries.clear();
         cache.whole = None;
         return None;
     };
-    let reuse = cache.whole.as_ref().is_some_and(|w| {
-        Arc::ptr_eq(&w.nodes, &snap.nodes) && w.window == window && w.opts == opts
-    });
-    if !reuse {
-        cache.whole = Some(whole(snap, window, opts, cache)?);
-    }
-    let w = cache.whole.as_ref()?;
+    let previous = cache
+        .whole
+        .take()
+        .filter(|w| w.window == window && w.opts == opts);
+    let w = match previous {
+        Some(w) if Arc::ptr_eq(&w.nodes, &snap.nodes) => w,
+        previous => whole(snap, window, opts, previous, &mut cache.entries_rendered)?,
+    };
     // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
     // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
     let end_s = unix_seconds(w.end).floor() as i64;
@@ -291,24 +280,26 @@ pub fn render_cached(
     );
     push_json_string(&mut head, &w.source);
     head.push_str(",\"data\":{\"NodeMetricsMap\":{");
-    let head = Bytes::from(head);
-    Some(WatcherBodies {
-        head: head.clone(),
-        body: Body {
-            chunks: vec![Chunk::from_bytes(head.clone()), w.rest.clone()],
-        },
+    let bodies = WatcherBodies {
+        head: Chunk::new(head),
+        rest: w.rest.clone(),
         entries: w.entries.clone(),
         all_gzip: std::sync::OnceLock::new(),
         gzips: std::sync::atomic::AtomicU64::new(0),
-    })
+    };
+    cache.whole = Some(w);
+    Some(bodies)
 }
 
-/// The node-map part of a body: every entry (reusing those of unchanged nodes), joined.
+/// The node-map part of a body: every entry (copying those of unchanged nodes from the
+/// previous part, of the same window and options), joined into one buffer; each host's entry
+/// is a slice of it, so the entries are held once and the previous buffer is freed.
 fn whole(
     snap: &Snapshot,
     window: Window,
     opts: WatcherOptions,
-    cache: &mut WatcherCache,
+    previous: Option<Whole>,
+    rendered: &mut u64,
 ) -> Option<Whole> {
     let nodes: Vec<(&Arc<str>, &Arc<NodeLoad>)> = snap
         .nodes
@@ -330,25 +321,23 @@ fn whole(
         .unwrap_or_default()
         .to_string();
 
-    // Entries are written into one buffer (unchanged nodes' copied from the previous one);
-    // every host's entry, in the cache and for `?host=`, is then a slice of that buffer, so
-    // the entries are held once and the previous buffer is freed.
-    let mut old = std::mem::take(&mut cache.entries);
-    let mut rest: Vec<u8> = Vec::with_capacity(cache.rest_len.max(TAIL.len()));
-    let mut kept = Vec::with_capacity(nodes.len());
+    let old = previous.as_ref().map(|w| &*w.entries);
+    let guess = previous.as_ref().map_or(0, |w| w.rest.bytes().len());
+    let mut rest: Vec<u8> = Vec::with_capacity(guess.max(TAIL.len()));
+    let mut ranges = Vec::with_capacity(nodes.len());
     let mut entry = String::new();
     for (i, (name, node)) in nodes.iter().enumerate() {
         if i > 0 {
             rest.push(b',');
         }
         let from = rest.len();
-        let reused = old.remove(&***name).filter(|c| {
-            c.window == window && c.opts == opts && (Arc::ptr_eq(&c.load, node) || c.load == **node)
-        });
-        match &reused {
-            Some(c) => rest.extend_from_slice(&c.entry),
+        let reused = old
+            .and_then(|o| o.get(&***name))
+            .filter(|e| Arc::ptr_eq(&e.load, node) || e.load == **node);
+        match reused {
+            Some(e) => rest.extend_from_slice(&e.bytes),
             None => {
-                cache.entries_rendered += 1;
+                *rendered += 1;
                 entry.clear();
                 push_json_string(&mut entry, name);
                 entry.push(':');
@@ -356,30 +345,22 @@ fn whole(
                 rest.extend_from_slice(entry.as_bytes());
             }
         }
-        kept.push((*name, *node, from..rest.len()));
+        ranges.push(from..rest.len());
     }
-    drop(old);
+    drop(previous);
     rest.extend_from_slice(TAIL.as_bytes());
-    cache.rest_len = rest.len();
-    if rest.capacity() - rest.len() > rest.len() / 16 {
-        // `Bytes` keeps the whole allocation: no unused half of a doubled buffer.
-        rest.shrink_to_fit();
-    }
-    let rest = Bytes::from(rest);
-    let mut entries = HashMap::with_capacity(kept.len());
-    for (name, node, range) in kept {
-        let entry = rest.slice(range);
-        entries.insert(name.clone(), entry.clone());
-        cache.entries.insert(
-            name.clone(),
-            CachedEntry {
-                load: node.clone(),
-                window,
-                opts,
-                entry,
-            },
-        );
-    }
+    let rest = Chunk::new(rest);
+    let entries = nodes
+        .iter()
+        .zip(ranges)
+        .map(|((name, node), range)| {
+            let entry = Entry {
+                load: (*node).clone(),
+                bytes: rest.bytes().slice(range),
+            };
+            ((*name).clone(), entry)
+        })
+        .collect();
     Some(Whole {
         nodes: snap.nodes.clone(),
         window,
@@ -387,7 +368,7 @@ fn whole(
         end,
         source,
         entries: Arc::new(entries),
-        rest: Chunk::from_bytes(rest),
+        rest,
     })
 }
 

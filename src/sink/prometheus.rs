@@ -240,13 +240,8 @@ impl Chunk {
         if plain.capacity() - plain.len() > plain.len() / 16 {
             plain.shrink_to_fit();
         }
-        Chunk::from_bytes(Bytes::from(plain))
-    }
-
-    /// A chunk of `plain` as it is (shared, not copied).
-    pub fn from_bytes(plain: Bytes) -> Arc<Chunk> {
         Arc::new(Chunk {
-            plain,
+            plain: Bytes::from(plain),
             deflated: OnceLock::new(),
         })
     }

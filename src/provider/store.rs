@@ -295,12 +295,6 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
     ok
 }
 
-/// Bit for bit, so a NaN or a signed zero is never taken for the value held.
-fn same_capacity(a: NodeCapacity, b: NodeCapacity) -> bool {
-    a.cpu_cores.to_bits() == b.cpu_cores.to_bits()
-        && a.memory_bytes.to_bits() == b.memory_bytes.to_bits()
-}
-
 fn node_load(st: &NodeState) -> NodeLoad {
     let windows = Window::ALL
         .iter()
@@ -498,9 +492,10 @@ impl NodeRecorder for Store {
         let mut inner = self.lock();
         let source = match inner.nodes.get(node) {
             None => return,
-            // The capacity it holds already (held only after it passed the check): nothing
-            // to check, count or copy again (a backend sends every node's on every fetch).
-            Some(st) if st.capacity.is_some_and(|c| same_capacity(c, capacity)) => return,
+            // The capacity it holds already (held only after it passed the check, so finite
+            // and positive: `==` is exact): nothing to check, count or copy again (a backend
+            // sends every node's on every fetch).
+            Some(st) if st.capacity == Some(capacity) => return,
             Some(st) => st.source.clone(),
         };
         let ok = check_capacity(&mut inner, &source, node, capacity);

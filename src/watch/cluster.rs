@@ -747,13 +747,12 @@ fn index_pods(
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut listing = Instant::now();
-        let key = |p: &LeanPod| -> Box<str> {
-            format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                p.metadata.name.as_deref().unwrap_or_default()
-            )
-            .into_boxed_str()
+        // `namespace/name`, written into `out`.
+        let write_key = |p: &LeanPod, out: &mut String| {
+            out.clear();
+            out.push_str(p.metadata.namespace.as_deref().unwrap_or_default());
+            out.push('/');
+            out.push_str(p.metadata.name.as_deref().unwrap_or_default());
         };
         let mut interner = Interner::default();
         let facts_of = |p: &LeanPod, interner: &mut Interner| {
@@ -762,7 +761,7 @@ fn index_pods(
                 .ok()
                 .map(|f| interner.facts(f))
         };
-        // The key of a listed pod, written here and copied only for a pod new to the index.
+        // A pod's key, written here for each event and copied only for a pod new to the index.
         let mut key_buf = String::new();
         loop {
             let ev = tokio::select! {
@@ -781,10 +780,7 @@ fn index_pods(
                 Some(Ok(Event::InitApply(p))) => {
                     tasks.iter().for_each(|t| t.relist_apply(&p));
                     let f = facts_of(&p, &mut interner);
-                    key_buf.clear();
-                    key_buf.push_str(p.metadata.namespace.as_deref().unwrap_or_default());
-                    key_buf.push('/');
-                    key_buf.push_str(p.metadata.name.as_deref().unwrap_or_default());
+                    write_key(&p, &mut key_buf);
                     lock().relist_insert(&key_buf, f);
                 }
                 Some(Ok(Event::InitDone)) => {
@@ -804,12 +800,14 @@ fn index_pods(
                 Some(Ok(Event::Apply(p))) => {
                     tasks.iter().for_each(|t| t.apply(&p));
                     let f = facts_of(&p, &mut interner).map(Box::new);
-                    lock().insert(key(&p), f);
+                    write_key(&p, &mut key_buf);
+                    lock().insert(key_buf.as_str().into(), f);
                     changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Ok(Event::Delete(p))) => {
                     tasks.iter().for_each(|t| t.delete(&p));
-                    lock().remove(&key(&p));
+                    write_key(&p, &mut key_buf);
+                    lock().remove(&key_buf);
                     changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Err(e)) => {

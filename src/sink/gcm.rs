@@ -1049,18 +1049,18 @@ impl GcmSink {
         let mut backoff = self.cfg.retry_initial;
         let mut attempts = 0u64;
         let mut answered = 0u64;
+        // The failure that made us wait: when a backoff sleep overshoots the deadline, that
+        // failure (not a made-up DEADLINE_EXCEEDED) is why the points were lost.
+        let mut last: Option<tonic::Status> = None;
         loop {
             let Some(left) = deadline
                 .checked_duration_since(Instant::now())
                 .filter(|d| !d.is_zero())
             else {
-                return (
-                    Err(tonic::Status::deadline_exceeded(
-                        "push deadline passed before the request",
-                    )),
-                    attempts,
-                    answered,
-                );
+                let status = last.unwrap_or_else(|| {
+                    tonic::Status::deadline_exceeded("push deadline passed before the request")
+                });
+                return (Err(status), attempts, answered);
             };
             attempts += 1;
             let mut r = tonic::Request::new(req.clone());
@@ -1098,6 +1098,7 @@ impl GcmSink {
                 .unwrap_or_else(PoisonError::into_inner)
                 .retries += 1;
             tokio::time::sleep(wait).await;
+            last = Some(status);
             backoff = backoff
                 .checked_mul(2)
                 .unwrap_or(self.cfg.retry_max)

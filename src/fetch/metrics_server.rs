@@ -10,6 +10,8 @@
 //! Ratios go to the hub as measured: its one rule drops a negative or above-capacity one.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -37,11 +39,23 @@ pub struct MetricsServerConfig {
 /// The Nodes the cluster role's watchers already hold (trimmed, with capacity and allocatable).
 pub type NodeSource = Arc<dyn Fn() -> Vec<Arc<LeanNode>> + Send + Sync>;
 
+/// Resolves once the Node watcher's first list is in its store (`true`), or when the watcher
+/// ended without one (`false`).
+pub type NodesListed = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// How long the first fetch waits for the Node watcher's first list before it lists Nodes
+/// itself. At 65,000 nodes that list takes seconds; listing them twice at once (the watcher
+/// and the fetch) held every Node twice at start-up (docs/benchmarks.md). The readiness budget
+/// at that size is 60 s.
+pub const NODE_LIST_WAIT: Duration = Duration::from_secs(30);
+
 /// Reads node usage from the resource metrics API through the Kubernetes API server.
 pub struct MetricsServerFetcher {
     client: kube::Client,
     cfg: MetricsServerConfig,
     nodes: Option<NodeSource>,
+    /// Taken by the first fetch.
+    nodes_listed: Option<NodesListed>,
 }
 
 impl std::fmt::Debug for MetricsServerFetcher {
@@ -58,14 +72,17 @@ impl MetricsServerFetcher {
             client,
             cfg,
             nodes: None,
+            nodes_listed: None,
         }
     }
 
     /// Takes capacities from Nodes already watched instead of listing every Node on every
     /// fetch (at 5,000 nodes that LIST is tens of megabytes every interval, for the API server
-    /// and for us). Until the watcher has nodes, Nodes are listed as without it.
-    pub fn with_node_source(mut self, nodes: NodeSource) -> Self {
+    /// and for us). The first fetch waits up to [`NODE_LIST_WAIT`] for `listed` (the watcher's
+    /// first list); whenever the watcher has no nodes, Nodes are listed as without it.
+    pub fn with_node_source(mut self, nodes: NodeSource, listed: NodesListed) -> Self {
         self.nodes = Some(nodes);
+        self.nodes_listed = Some(listed);
         self
     }
 }
@@ -111,6 +128,27 @@ const WHAT_NODES: &str = "LIST v1 Nodes";
 impl UsageFetcher for MetricsServerFetcher {
     fn name(&self) -> &'static str {
         "metrics_server"
+    }
+
+    async fn before_first_fetch(&mut self) {
+        let Some(listed) = self.nodes_listed.take() else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        match tokio::time::timeout(NODE_LIST_WAIT, listed).await {
+            Ok(true) => tracing::debug!(
+                waited = ?started.elapsed(),
+                "first NodeMetrics fetch after the Node watcher's first list"
+            ),
+            Ok(false) => tracing::info!(
+                "the Node watcher ended without a list; NodeMetrics fetches list Nodes themselves"
+            ),
+            Err(_) => tracing::info!(
+                waited = ?NODE_LIST_WAIT,
+                "the Node watcher has not listed every Node yet; NodeMetrics fetches list Nodes \
+                 themselves until it has"
+            ),
+        }
     }
 
     async fn fetch(&mut self) -> Fetched {

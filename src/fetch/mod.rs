@@ -49,6 +49,12 @@ pub trait UsageFetcher: Send + 'static {
     fn name(&self) -> &'static str;
     /// One fetch. Partial failure goes into [`Fetched::errors`].
     fn fetch(&mut self) -> impl Future<Output = Fetched> + Send;
+    /// Awaited once before the first fetch, outside its timeout: a source whose first fetch
+    /// would be better made with something another part of the process is still building
+    /// (the Node watcher's first list) waits for it here. Nothing by default.
+    fn before_first_fetch(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
 }
 
 /// Schedule of a fetch loop.
@@ -153,6 +159,10 @@ pub async fn run<F: UsageFetcher>(
 ) {
     let name = fetcher.name();
     provider.source().register_source(name);
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = fetcher.before_first_fetch() => {}
+    }
     let mut ticker = tokio::time::interval(schedule.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut was_failing = false;

@@ -13,7 +13,11 @@
 //!   `READY_LIMIT_SECS` (default 600) for start to ready and for the relist;
 //! - `EXTRA_ARGS`: more kube-prober flags, split on whitespace (e.g.
 //!   `EXTRA_ARGS="--pod-scope workloads"`); `SHARD_OF=N` runs kube-prober as shard 0 of N
-//!   (`--shard 0 --total-shards N`).
+//!   (`--shard 0 --total-shards N`);
+//! - `KUBE_PROBER_ENV`: more environment for the kube-prober child only, `K=V` pairs split on
+//!   whitespace (e.g. heaptrack's `LD_PRELOAD=/usr/lib/heaptrack/libheaptrack_preload.so
+//!   DUMP_HEAPTRACK_OUTPUT=/tmp/kp.heaptrack` for a heap profile of the run; the CPU figures of
+//!   such a run are heaptrack's too).
 //!
 //! Phases, all measured on the kube-prober child (`--role cluster`, noisy probes disabled):
 //! 1. start to `/readyz` 200 (polled every 100 ms);
@@ -308,7 +312,17 @@ fn start_kube_prober(
     kubeconfig: &std::path::Path,
     args: &[String],
 ) -> Result<(Guard, String), String> {
-    let child = Command::new(env!("CARGO_BIN_EXE_kube-prober"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+    for pair in std::env::var("KUBE_PROBER_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("KUBE_PROBER_ENV: {pair:?} is not K=V"))?;
+        cmd.env(k, v);
+    }
+    let child = cmd
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("HOME", "/nonexistent")

@@ -349,3 +349,88 @@ async fn large_lists_come_in_pages_and_a_brief_fault_is_retried() {
         "one failed page retried, then 3 pages"
     );
 }
+
+/// Nodes as the cluster role's Node watcher holds them, for `with_node_source`.
+fn watched(names: &[String]) -> kube_prober::fetch::metrics_server::NodeSource {
+    use kube_prober::watch::lean::AsLeanNode;
+    let nodes: Vec<std::sync::Arc<kube_prober::watch::lean::LeanNode>> = names
+        .iter()
+        .map(|n| {
+            let node = node(n, ("4", "8Gi"), ("4", "8Gi"));
+            std::sync::Arc::new(node.lean().unwrap().into_owned())
+        })
+        .collect();
+    std::sync::Arc::new(move || nodes.clone())
+}
+
+fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("node-{i:04}")).collect()
+}
+
+/// With the watcher's Nodes, NodeMetrics are turned into samples page by page (no LIST of
+/// Nodes): every page's nodes arrive, with the right ratio.
+#[tokio::test]
+async fn with_watched_nodes_every_page_becomes_samples() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    let names = names(1100);
+    api.set_node_metrics(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| node_metrics(n, if i % 2 == 0 { "1" } else { "3" }, "2Gi", t))
+            .collect(),
+    );
+    let store = Store::new();
+    let mut f = fetcher(&api, false).with_node_source(watched(&names), Box::pin(async { true }));
+    f.before_first_fetch().await;
+    assert_eq!(run_once(&mut f, &store, TIMEOUT).await, RunOutcome::Ok);
+    assert_eq!(api.hits(NODES_PATH), 0, "capacities from the watched Nodes");
+    assert_eq!(
+        api.hits(NODE_METRICS_PATH),
+        3,
+        "1,100 NodeMetrics in pages of 500"
+    );
+    let w = watcher(&store).unwrap();
+    assert_eq!(w.data.node_metrics_map.len(), 1100);
+    for (i, n) in names.iter().enumerate() {
+        let cpu = if i % 2 == 0 { 25.0 } else { 75.0 };
+        assert_near(value(&w, n, "CPU", "Latest"), cpu);
+        assert_near(value(&w, n, "Memory", "Latest"), 25.0);
+    }
+}
+
+/// A list that fails after its first page (the continue token expired: 410) records no usage
+/// of that fetch, as a list that failed at once: half a cluster's fresh values beside the
+/// other half's old ones would be a view no fetch saw.
+#[tokio::test]
+async fn with_watched_nodes_a_list_failing_after_a_page_records_no_usage() {
+    let api = apiserver::start().await;
+    let t = now_s();
+    let names = names(1100);
+    api.set_node_metrics(
+        names
+            .iter()
+            .map(|n| node_metrics(n, "1", "2Gi", t))
+            .collect(),
+    );
+    api.set_kind_latency(Kind::NodeMetrics, Duration::from_millis(400));
+    let store = std::sync::Arc::new(Store::new());
+    let mut f = fetcher(&api, false).with_node_source(watched(&names), Box::pin(async { true }));
+    let run = {
+        let store = store.clone();
+        tokio::spawn(async move { run_once(&mut f, store.as_ref(), TIMEOUT).await })
+    };
+    // The second page's request is in its latency: expire every continue token under it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while api.hits(NODE_METRICS_PATH) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no second page");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    api.compact();
+    let (reason, message) = failed(run.await.unwrap());
+    assert!(message.contains("NodeMetrics"), "{reason}: {message}");
+    assert_eq!(api.hits(NODE_METRICS_PATH), 2, "a 410 is not retried");
+    let usage = watcher(&store).map(|w| w.data.node_metrics_map.len());
+    assert!(usage.is_none_or(|n| n == 0), "no usage recorded: {usage:?}");
+}

@@ -154,18 +154,30 @@ impl UsageFetcher for MetricsServerFetcher {
     async fn fetch(&mut self) -> Fetched {
         let metrics_api: Api<LeanNodeMetrics> = Api::all(self.client.clone());
         let watched = self.nodes.as_ref().map(|f| f()).unwrap_or_default();
-        let (metrics, nodes) = if watched.is_empty() {
-            let nodes_api: Api<LeanNode> = Api::all(self.client.clone());
-            let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
-            (
-                metrics,
-                nodes.map(|n| n.into_iter().map(Arc::new).collect()),
-            )
-        } else {
-            (list_all(&metrics_api).await, Ok(watched))
-        };
-        let now = SystemTime::now();
         let mut fetched = Fetched::default();
+        if !watched.is_empty() {
+            // Each page of NodeMetrics becomes samples as it arrives: at 65,000 nodes the whole
+            // decoded list would be tens of megabytes held at once every fetch.
+            let now = SystemTime::now();
+            let mut conv = Converter::new(&watched, &self.cfg, now);
+            let listed = for_each_page(&metrics_api, |page| conv.add(page)).await;
+            let out = conv.finish();
+            fetched.capacities = out.capacities;
+            match listed {
+                Ok(()) => {
+                    fetched.samples = out.samples;
+                    fetched.dropped = out.dropped;
+                }
+                // As with a whole list that failed: no usage of this fetch is recorded.
+                Err(e) => fetched
+                    .errors
+                    .push(crate::kubeclient::kube_error(WHAT_METRICS, &e)),
+            }
+            return fetched;
+        }
+        let nodes_api: Api<LeanNode> = Api::all(self.client.clone());
+        let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
+        let now = SystemTime::now();
         let nodes = match nodes {
             Ok(items) => items,
             Err(e) => {
@@ -220,6 +232,16 @@ where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut items = Vec::new();
+    for_each_page(api, |page| items.extend(page)).await?;
+    Ok(items)
+}
+
+/// Hands every page of the list to `each` as it arrives, each page retried with backoff when
+/// the failure is transient. On an error, the pages before it were handed over already.
+async fn for_each_page<K>(api: &Api<K>, mut each: impl FnMut(Vec<K>)) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let mut params = ListParams::default().limit(PAGE);
     loop {
         let mut pause = BACKOFF;
@@ -236,10 +258,10 @@ where
                 Err(e) => return Err(e),
             }
         };
-        items.extend(page.items);
+        each(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(items),
+            None => return Ok(()),
         }
     }
 }
@@ -311,81 +333,114 @@ fn samples_from<N: std::borrow::Borrow<LeanNode>>(
     cfg: &MetricsServerConfig,
     now: SystemTime,
 ) -> FromLists {
-    type Denominator = Result<f64, (DropReason, String)>;
-    let mut by_name: HashMap<&str, (Denominator, Denominator)> =
-        HashMap::with_capacity(nodes.len());
-    let mut out = FromLists {
-        samples: Vec::with_capacity(node_metrics.len()),
-        capacities: Vec::with_capacity(nodes.len()),
-        dropped: Vec::new(),
-    };
-    for node in nodes {
-        let node = node.borrow();
-        let Some(name) = node.metadata.name.as_deref() else {
-            continue;
+    let mut conv = Converter::new(nodes, cfg, now);
+    conv.add(node_metrics);
+    conv.finish()
+}
+
+type Denominator = Result<f64, (DropReason, String)>;
+
+/// Turns NodeMetrics into [`FromLists`], one batch (a LIST page) at a time, with the
+/// denominators of `nodes` worked out once per fetch.
+struct Converter<'a> {
+    by_name: HashMap<&'a str, (Denominator, Denominator)>,
+    out: FromLists,
+    not_listed: Vec<String>,
+    now: SystemTime,
+}
+
+impl<'a> Converter<'a> {
+    fn new<N: std::borrow::Borrow<LeanNode>>(
+        nodes: &'a [N],
+        cfg: &MetricsServerConfig,
+        now: SystemTime,
+    ) -> Self {
+        let mut by_name = HashMap::with_capacity(nodes.len());
+        let mut out = FromLists {
+            samples: Vec::with_capacity(nodes.len()),
+            capacities: Vec::with_capacity(nodes.len()),
+            dropped: Vec::new(),
         };
-        let cpu = denominator(node, cfg, "cpu");
-        let memory = denominator(node, cfg, "memory");
-        if let (Ok(cpu_cores), Ok(memory_bytes)) = (&cpu, &memory) {
-            let c = NodeCapacity {
-                cpu_cores: *cpu_cores,
-                memory_bytes: *memory_bytes,
+        for node in nodes {
+            let node = node.borrow();
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
             };
-            out.capacities.push((name.to_string(), c));
+            let cpu = denominator(node, cfg, "cpu");
+            let memory = denominator(node, cfg, "memory");
+            if let (Ok(cpu_cores), Ok(memory_bytes)) = (&cpu, &memory) {
+                let c = NodeCapacity {
+                    cpu_cores: *cpu_cores,
+                    memory_bytes: *memory_bytes,
+                };
+                out.capacities.push((name.to_string(), c));
+            }
+            by_name.insert(name, (cpu, memory));
         }
-        by_name.insert(name, (cpu, memory));
+        Converter {
+            by_name,
+            out,
+            not_listed: Vec::new(),
+            now,
+        }
     }
 
-    let mut not_listed: Vec<String> = Vec::new();
-    // By value: each sample takes its NodeMetrics' name (no copy per node and fetch).
-    for mut m in node_metrics {
-        let name = m.metadata.name.take().unwrap_or_default();
-        let Some((cpu_d, memory_d)) = by_name.get(name.as_str()) else {
-            not_listed.push(name);
-            continue;
-        };
-        let mut values = Vec::with_capacity(2);
-        for (resource, raw, d) in [
-            (Resource::Cpu, &m.usage.cpu.0, cpu_d),
-            (Resource::Memory, &m.usage.memory.0, memory_d),
-        ] {
-            let what = resource.as_str();
-            let usage = match parse_quantity(raw) {
-                Ok(v) => v,
-                Err(_) => {
-                    out.dropped.push(Dropped {
-                        node: name.to_string(),
-                        what: format!("{what} usage {raw:?}"),
-                        reason: DropReason::Unparsable,
-                    });
-                    continue;
-                }
+    /// One batch of NodeMetrics, by value: each sample takes its NodeMetrics' name (no copy
+    /// per node and fetch).
+    fn add(&mut self, node_metrics: Vec<LeanNodeMetrics>) {
+        let out = &mut self.out;
+        for mut m in node_metrics {
+            let name = m.metadata.name.take().unwrap_or_default();
+            let Some((cpu_d, memory_d)) = self.by_name.get(name.as_str()) else {
+                self.not_listed.push(name);
+                continue;
             };
-            match d {
-                Ok(d) => values.push((resource, usage / d)),
-                Err((reason, field)) => out.dropped.push(Dropped {
-                    node: name.to_string(),
-                    what: field.clone(),
-                    reason: *reason,
-                }),
+            let mut values = Vec::with_capacity(2);
+            for (resource, raw, d) in [
+                (Resource::Cpu, &m.usage.cpu.0, cpu_d),
+                (Resource::Memory, &m.usage.memory.0, memory_d),
+            ] {
+                let what = resource.as_str();
+                let usage = match parse_quantity(raw) {
+                    Ok(v) => v,
+                    Err(_) => {
+                        out.dropped.push(Dropped {
+                            node: name.to_string(),
+                            what: format!("{what} usage {raw:?}"),
+                            reason: DropReason::Unparsable,
+                        });
+                        continue;
+                    }
+                };
+                match d {
+                    Ok(d) => values.push((resource, usage / d)),
+                    Err((reason, field)) => out.dropped.push(Dropped {
+                        node: name.to_string(),
+                        what: field.clone(),
+                        reason: *reason,
+                    }),
+                }
+            }
+            if !values.is_empty() {
+                out.samples.push(UsageSample {
+                    at: sample_time(&m, self.now),
+                    node: name,
+                    values,
+                });
             }
         }
-        if !values.is_empty() {
-            out.samples.push(UsageSample {
-                at: sample_time(&m, now),
-                node: name,
-                values,
-            });
+    }
+
+    fn finish(self) -> FromLists {
+        if !self.not_listed.is_empty() {
+            tracing::debug!(
+                skipped = self.not_listed.len(),
+                nodes = ?self.not_listed,
+                "node metrics for nodes missing from the node list skipped"
+            );
         }
+        self.out
     }
-    if !not_listed.is_empty() {
-        tracing::debug!(
-            skipped = not_listed.len(),
-            nodes = ?not_listed,
-            "node metrics for nodes missing from the node list skipped"
-        );
-    }
-    out
 }
 
 #[cfg(test)]

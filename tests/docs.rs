@@ -460,7 +460,7 @@ mod counts {
                                 let st = Stat {
                                     avg: 0.5,
                                     std: 0.1,
-                                    samples: 10,
+                                    samples: std::num::NonZeroU32::new(10).unwrap(),
                                 };
                                 (r, st)
                             })
@@ -470,7 +470,7 @@ mod counts {
                 })
                 .collect();
             let load = NodeLoad {
-                node: node_name(i),
+                node: node_name(i).into(),
                 source: "host".into(),
                 latest_at: now,
                 latest: resources.iter().map(|&r| (r, 0.5)).collect(),

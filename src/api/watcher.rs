@@ -567,7 +567,7 @@ mod tests {
                 Stat {
                     avg: 0.5,
                     std: 0.1,
-                    samples: 3,
+                    samples: std::num::NonZeroU32::new(3).unwrap(),
                 },
             )]),
             backend: Vec::new(),

@@ -1,6 +1,7 @@
 //! The immutable picture every output reads. Made by the hub on every tick.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::node::{BackendValue, NodeCapacity};
@@ -44,7 +45,9 @@ impl Window {
 pub struct Stat {
     pub avg: f64,
     pub std: f64,
-    pub samples: u32,
+    /// At least one: a window without samples has no `Stat` (and `Option<Stat>` then costs
+    /// no tag: one node's stats are held per window and resource, 65,000 nodes at once).
+    pub samples: std::num::NonZeroU32,
 }
 
 /// A backend-aggregated value with the interval it stands for (values of one window can come
@@ -72,7 +75,8 @@ pub struct WindowStats {
 /// Everything known about one node's load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeLoad {
-    pub node: String,
+    /// The node's name, shared with the hub's key and the node map's (no copy per snapshot).
+    pub node: Arc<str>,
     /// The source that recorded it (e.g. `host`).
     pub source: String,
     /// Time of the newest sample.

@@ -109,7 +109,9 @@ struct DropLog {
 struct Inner {
     cluster: ClusterInfo,
     cluster_state: Option<Arc<ClusterState>>,
-    nodes: HashMap<String, NodeState>,
+    /// Keyed by the node's shared name; each state boxed: at 65,000 nodes an inline state
+    /// (about 480 bytes) made the table's free slots alone tens of megabytes.
+    nodes: HashMap<Arc<str>, Box<NodeState>>,
     /// The node map the last snapshot handed out; the next one shares it (the same `Arc`)
     /// when no node changed, and otherwise patches only the nodes that did.
     published: Arc<NodeMap>,
@@ -320,7 +322,7 @@ fn node_load(st: &NodeState) -> NodeLoad {
         })
         .collect();
     NodeLoad {
-        node: st.key.to_string(),
+        node: st.key.clone(),
         source: st.source.clone(),
         latest_at: st.latest_at,
         latest: st.latest.clone(),
@@ -368,12 +370,12 @@ impl ClusterRecorder for Store {
         }
         let before = inner.nodes.len();
         inner.nodes.retain(|name, st| {
-            if listed.contains(name.as_str()) {
+            if listed.contains(&**name) {
                 st.in_cluster = true;
                 true
-            } else if st.in_cluster || gone.contains_key(name) {
+            } else if st.in_cluster || gone.contains_key(&**name) {
                 tracing::info!(node = %name, source = %st.source, "node deleted; its usage leaves every output");
-                gone.insert(name.clone(), now);
+                gone.insert(name.to_string(), now);
                 false
             } else {
                 true
@@ -399,12 +401,12 @@ impl NodeRecorder for Store {
         let t = unix_seconds(sample.at);
         let horizon = Window::FifteenMinutes.duration();
         // Looked up by `&str` first: no copy of the name per sample for a known node.
-        if !inner.nodes.contains_key(&sample.node) {
-            let st = NodeState::new(&sample.node, source, sample.at);
-            inner.nodes.insert(sample.node.clone(), st);
+        if !inner.nodes.contains_key(sample.node.as_str()) {
+            let st = Box::new(NodeState::new(&sample.node, source, sample.at));
+            inner.nodes.insert(st.key.clone(), st);
             inner.nodes_changed = true;
         }
-        let Some(st) = inner.nodes.get_mut(&sample.node) else {
+        let Some(st) = inner.nodes.get_mut(sample.node.as_str()) else {
             return;
         };
         // Dirty only when something the node's load is made of changed: a backend reporting
@@ -453,10 +455,13 @@ impl NodeRecorder for Store {
         }
         let mut dropped = Vec::new();
         inner.nodes_changed = true;
-        let st = inner
-            .nodes
-            .entry(w.node.clone())
-            .or_insert_with(|| NodeState::new(&w.node, source, w.end));
+        if !inner.nodes.contains_key(w.node.as_str()) {
+            let st = Box::new(NodeState::new(&w.node, source, w.end));
+            inner.nodes.insert(st.key.clone(), st);
+        }
+        let Some(st) = inner.nodes.get_mut(w.node.as_str()) else {
+            return;
+        };
         st.dirty = true;
         st.source = source.to_string();
         st.latest_at = st.latest_at.max(w.end);
@@ -1121,7 +1126,7 @@ mod tests {
         assert!(dirty(&s));
         let next = s.snapshot(at(26));
         let w = &next.nodes["a"].windows[0];
-        assert_eq!(w.stats[&Resource::Cpu].samples, 2);
+        assert_eq!(w.stats[&Resource::Cpu].samples.get(), 2);
         s.node().record_node_capacity(
             "a",
             NodeCapacity {

@@ -104,7 +104,7 @@ impl Ring {
         Some(Stat {
             avg,
             std: var.max(0.0).sqrt(),
-            samples: u32::try_from(n).unwrap_or(u32::MAX),
+            samples: std::num::NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX))?,
         })
     }
 }
@@ -117,6 +117,15 @@ mod tests {
 
     fn ring() -> Ring {
         Ring::new(Duration::from_secs(15 * 60), DEFAULT_CAP)
+    }
+
+    #[test]
+    fn a_missing_stat_costs_no_tag() {
+        // One node's load holds a `ResourceMap<Stat>` per window: 65,000 nodes at once.
+        assert_eq!(
+            std::mem::size_of::<Option<Stat>>(),
+            std::mem::size_of::<Stat>()
+        );
     }
 
     #[test]
@@ -155,7 +164,7 @@ mod tests {
             r.push(1000.0 + i as f64 * 10.0, v);
         }
         let s = r.stat(Duration::from_secs(15 * 60)).unwrap();
-        assert_eq!(s.samples, 8);
+        assert_eq!(s.samples.get(), 8);
         assert!((s.avg - 5.0).abs() < 1e-12);
         assert!((s.std - 2.0).abs() < 1e-12);
     }
@@ -169,17 +178,17 @@ mod tests {
         }
         // Newest at 19 min. 5m window: t > 14 min -> 15..=19, mean 17, std sqrt(2).
         let s5 = r.stat(Duration::from_secs(300)).unwrap();
-        assert_eq!(s5.samples, 5);
+        assert_eq!(s5.samples.get(), 5);
         assert!((s5.avg - 17.0).abs() < 1e-12);
         assert!((s5.std - 2f64.sqrt()).abs() < 1e-12);
         // 10m: 10..=19, mean 14.5, std sqrt(8.25).
         let s10 = r.stat(Duration::from_secs(600)).unwrap();
-        assert_eq!(s10.samples, 10);
+        assert_eq!(s10.samples.get(), 10);
         assert!((s10.avg - 14.5).abs() < 1e-12);
         assert!((s10.std - 8.25f64.sqrt()).abs() < 1e-12);
         // 15m: 5..=19 (the ring itself dropped 0..=4: at most 15 minutes behind the newest).
         let s15 = r.stat(Duration::from_secs(900)).unwrap();
-        assert_eq!(s15.samples, 15);
+        assert_eq!(s15.samples.get(), 15);
         assert!((s15.avg - 12.0).abs() < 1e-12);
         // population variance of 15 consecutive integers = (15^2 - 1) / 12 = 18.666...
         assert!((s15.std - (224.0f64 / 12.0).sqrt()).abs() < 1e-12);
@@ -201,7 +210,7 @@ mod tests {
         let mut r = ring();
         r.push(5.0, 0.42);
         let s = r.stat(Duration::from_secs(300)).unwrap();
-        assert_eq!((s.avg, s.std, s.samples), (0.42, 0.0, 1));
+        assert_eq!((s.avg, s.std, s.samples.get()), (0.42, 0.0, 1));
     }
 
     #[test]
@@ -219,7 +228,7 @@ mod tests {
         assert_eq!(r.len(), 3);
         assert_eq!(r.newest_time(), Some(300.0));
         let s = r.stat(Duration::from_secs(150)).unwrap(); // t > 150: 200 and 300
-        assert_eq!(s.samples, 2);
+        assert_eq!(s.samples.get(), 2);
         assert!((s.avg - 3.0).abs() < 1e-12);
     }
 

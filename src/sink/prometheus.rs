@@ -284,6 +284,9 @@ fn deflate_flushed(data: &[u8]) -> Vec<u8> {
         }
         let done = usize::try_from(c.total_in()).is_ok_and(|n| n >= data.len());
         if done && out.len() < out.capacity() {
+            // Held for as long as the chunk is: the spare room of the guess above (up to half
+            // of it after a doubling) would otherwise stay with it.
+            out.shrink_to_fit();
             return out;
         }
     }
@@ -878,6 +881,24 @@ mod tests {
             assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
             Arc::make_mut(&mut snap.nodes).clear();
             assert!(text(&r.render(Arc::new(snap.clone()))) == render(&snap, format));
+        }
+    }
+
+    #[test]
+    fn a_deflated_piece_holds_no_spare_room() {
+        // Text that compresses well (below the first guess) and noise that does not (past it).
+        let text = "kube_prober_node_cpu_usage_ratio{node=\"node-00001\"} 0.25\n".repeat(100);
+        let mut x: u32 = 7;
+        let noise: Vec<u8> = (0..5000)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                (x >> 16) as u8
+            })
+            .collect();
+        for data in [text.as_bytes(), noise.as_slice()] {
+            let out = deflate_flushed(data);
+            assert!(!out.is_empty());
+            assert_eq!(out.len(), out.capacity(), "{} bytes in", data.len());
         }
     }
 

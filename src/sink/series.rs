@@ -162,7 +162,7 @@ impl Keyed for NodeUsage {
                                 ("resource", r.as_str()),
                                 ("window", ws.window.as_str()),
                             ],
-                            f64::from(s.samples),
+                            f64::from(s.samples.get()),
                         ));
                     }
                 }

@@ -832,10 +832,10 @@ fn spawn_usage(
             );
             // The cluster role watches every Node already: no LIST of all Nodes per fetch.
             if let Some((stores, true)) = node_stores {
-                let listed = stores.nodes.clone();
+                let listed = stores.clone();
                 f = f.with_node_source(
                     Arc::new(move || stores.nodes.state()),
-                    Box::pin(async move { listed.wait_until_ready().await.is_ok() }),
+                    Box::pin(async move { listed.nodes_listed().await }),
                 );
             }
             let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);

@@ -223,6 +223,10 @@ pub struct Stores {
     pub pod_scope: PodScope,
     pub daemonsets: Vec<Store<DaemonSet>>,
     pub deployments: Vec<Store<Deployment>>,
+    /// Turns `true` when the Node watcher's first list has ended. A channel of our own:
+    /// kube-runtime's `Store::wait_until_ready` wakes only the task that polled it last, so a
+    /// second task waiting on it (beside the derive loop) would leave the other asleep.
+    nodes_listed: tokio::sync::watch::Receiver<bool>,
     /// Bumped after every event any watcher applied (node, pod, DaemonSet, Deployment, list
     /// start and end): the derive loop derives again only when it moved (or the clock made a
     /// node done warming).
@@ -232,6 +236,13 @@ pub struct Stores {
 }
 
 impl Stores {
+    /// Waits until the Node watcher's first list has ended (`true`), or it stopped before
+    /// (`false`). Any number of tasks may wait at once.
+    pub async fn nodes_listed(&self) -> bool {
+        let mut rx = self.nodes_listed.clone();
+        rx.wait_for(|listed| *listed).await.is_ok()
+    }
+
     /// How many events the watchers have applied so far (any kind, any watcher).
     pub fn generation(&self) -> u64 {
         self.changes.load(Ordering::Acquire)
@@ -605,7 +616,7 @@ fn reflect<K>(
     (source, resource): (&'static str, &'static str),
     trim: impl FnMut(&mut K) + Send + 'static,
     shared: Shared,
-) -> (Store<K>, JoinHandle<()>)
+) -> (Store<K>, tokio::sync::watch::Receiver<bool>, JoinHandle<()>)
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -619,6 +630,7 @@ where
     let book = WatchBook::new(source, resource, provider.clone());
     let stream = watcher::watcher(api(book.client(client)), wc).modify(trim);
     let mut store = RelistInPlace::new(reader.clone(), writer);
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut listing = Instant::now();
@@ -648,6 +660,7 @@ where
                     listing = Instant::now();
                 }
                 Some(Ok(Seen::ListEnd)) => {
+                    listed_tx.send_replace(true);
                     book.on_listed();
                     let took = listing.elapsed();
                     tracing::debug!(source, ?took, "listed");
@@ -668,7 +681,7 @@ where
             }
         }
     });
-    (reader, task)
+    (reader, listed, task)
 }
 
 /// One shared copy of each namespace, node and owner name the pods carry: at 150,000 pods on
@@ -874,7 +887,7 @@ pub fn spawn_with_tasks(
     };
     let node_keys = node_label_keys(&cfg.derive);
     let mut node_strings = Interner::default();
-    let (nodes, t) = reflect(
+    let (nodes, nodes_listed, t) = reflect(
         Api::<LeanNode>::all,
         client.clone(),
         node_wc,
@@ -899,7 +912,7 @@ pub fn spawn_with_tasks(
     let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
     if let Scope::Cluster { namespaces, .. } = &cfg.scope {
         for ns in namespaces {
-            let (s, t) = reflect(
+            let (s, _, t) = reflect(
                 |c| Api::<DaemonSet>::namespaced(c, ns),
                 client.clone(),
                 watcher::Config::default(),
@@ -912,7 +925,7 @@ pub fn spawn_with_tasks(
             );
             daemonsets.push(s);
             tasks.push(t);
-            let (s, t) = reflect(
+            let (s, _, t) = reflect(
                 |c| Api::<Deployment>::namespaced(c, ns),
                 client.clone(),
                 watcher::Config::default(),
@@ -929,6 +942,7 @@ pub fn spawn_with_tasks(
     }
     let stores = Stores {
         nodes,
+        nodes_listed,
         pods,
         pod_scope,
         daemonsets,
@@ -1111,6 +1125,7 @@ mod tests {
                 .collect();
             let stores = Stores {
                 nodes: reflector::store::<LeanNode>().0,
+                nodes_listed: synced.clone(),
                 pods: pods.clone(),
                 pod_scope: scope,
                 daemonsets: Vec::new(),

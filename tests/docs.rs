@@ -507,7 +507,7 @@ mod counts {
                 },
                 conditions: conditions
                     .iter()
-                    .map(|t| (t.to_string(), status(t).to_string()))
+                    .map(|t| (Arc::from(*t), Arc::from(status(t))))
                     .collect(),
                 ready,
                 schedulable: i != 2,

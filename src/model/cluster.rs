@@ -18,8 +18,9 @@ pub struct Placement {
 pub struct NodeFacts {
     pub name: String,
     pub placement: Placement,
-    /// Condition type -> status (`True`, `False`, `Unknown`), one per type.
-    pub conditions: Vec<(String, String)>,
+    /// Condition type -> status (`True`, `False`, `Unknown`), one per type, by type. Shared
+    /// with the watched Node's (interned) strings: no copy per node and derivation.
+    pub conditions: Vec<(Arc<str>, Arc<str>)>,
     /// The `Ready` condition is `True`.
     pub ready: bool,
     /// Neither `spec.unschedulable` nor a `node.kubernetes.io/unschedulable` taint.
@@ -223,7 +224,9 @@ pub struct ClusterState {
 }
 
 /// Nodes per (placement, condition type, status).
-pub fn node_condition_counts(nodes: &[NodeFacts]) -> BTreeMap<(Placement, String, String), u32> {
+pub fn node_condition_counts(
+    nodes: &[NodeFacts],
+) -> BTreeMap<(Placement, Arc<str>, Arc<str>), u32> {
     let mut out = BTreeMap::new();
     for n in nodes {
         for (t, s) in &n.conditions {

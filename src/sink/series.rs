@@ -282,8 +282,8 @@ impl Keyed for NodeFactsRows {
                         ("node", node),
                         ("pool", pool),
                         ("zone", zone),
-                        ("condition", t.as_str()),
-                        ("status", st.as_str()),
+                        ("condition", &**t),
+                        ("status", &**st),
                     ];
                     out.push((labels, 1.0));
                 }
@@ -543,8 +543,8 @@ fn visit_cluster_counts<V: Visitor>(w: &mut V, cs: &ClusterState) {
             let labels = vec![
                 ("pool", pl.pool.as_str()),
                 ("zone", pl.zone.as_str()),
-                ("condition", t.as_str()),
-                ("status", st.as_str()),
+                ("condition", &**t),
+                ("status", &**st),
             ];
             (labels, f64::from(*n))
         })

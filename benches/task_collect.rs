@@ -17,7 +17,9 @@
 //!    many cgroups' detail files each collection read; the series and bytes the set renders
 //!    to on `/metrics`.
 //! 2. The node-role binary against the stand-in API server with those 110 pods and the fixture
-//!    root: VmRSS and VmHWM after 15 s of 1 s collections, `/metrics` bytes and series.
+//!    root, whose CPU, memory and pressure values move every 250 ms as on a busy node (env
+//!    `CHURN=0`: fixed): VmRSS and VmHWM after 15 s of 1 s collections, `/metrics` bytes and
+//!    series.
 //!
 //! Budgets (issue #11): ≤ 5 ms CPU per collection of 110 pods, node-role RSS ≤ 16 MiB.
 //! The result is a markdown report on stdout. Under `cargo test --benches` it does nothing.
@@ -452,8 +454,7 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) 
     };
     let listen = format!("127.0.0.1:{port}");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let churner =
-        (std::env::var("CHURN").as_deref() != Ok("0")).then(|| churn(root, stop.clone()));
+    let churner = (std::env::var("CHURN").as_deref() != Ok("0")).then(|| churn(root, stop.clone()));
     let mut child = std::process::Command::new(exe)
         .args([
             "--role",

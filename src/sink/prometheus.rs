@@ -1155,7 +1155,10 @@ mod tests {
             // Pods leaving and coming: still exactly the whole text.
             for (n, bumped) in [(40, 3), (111, 110), (0, 0), (5, 1)] {
                 let s = tasks(n, bumped, 9.0);
-                assert!(text(&r.render(Arc::new(s.clone()))) == whole(&s, format), "{n}");
+                assert!(
+                    text(&r.render(Arc::new(s.clone()))) == whole(&s, format),
+                    "{n}"
+                );
             }
         }
     }
@@ -1166,7 +1169,12 @@ mod tests {
         let text = whole(&tasks(110, 0, 1.0), Format::Text);
         for data in [text.as_bytes(), &text.as_bytes()[..20_000], b"x\n"] {
             let d = deflate_flushed(data);
-            assert!(d.len() < data.len() / 4 + 64, "{} of {}", d.len(), data.len());
+            assert!(
+                d.len() < data.len() / 4 + 64,
+                "{} of {}",
+                d.len(),
+                data.len()
+            );
             assert!(
                 d.capacity() - d.len() <= d.len() / 16,
                 "{} used of {}",

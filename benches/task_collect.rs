@@ -5,7 +5,7 @@
 //! default always among them; env `CONTAINER_DETAIL_EVERY`: `same` (containers at N) or a
 //! number, by default twice N as the node role; env `NUMA_FROM_STAT=0` reads `memory.numa_stat` on a one-node
 //! host too, as before it was derived; env `NODE_ROLE_EXE` runs another kube-prober binary in
-//! part 2). Two parts:
+//! part 2; env `CHURN=0` keeps the fixture's values fixed in part 2). Two parts:
 //!
 //! 1. In process, on a fixture cgroup tree shaped like this machine's (v1 cpu, cpuacct,
 //!    memory, cpuset plus the v2 `unified` tree; systemd driver, containerd scopes, a pause
@@ -17,7 +17,9 @@
 //!    many cgroups' detail files each collection read; the series and bytes the set renders
 //!    to on `/metrics`.
 //! 2. The node-role binary against the stand-in API server with those 110 pods and the fixture
-//!    root: VmRSS and VmHWM after 15 s of 1 s collections, `/metrics` bytes and series.
+//!    root, whose CPU, memory and pressure values move every 250 ms as on a busy node (env
+//!    `CHURN=0`: fixed): VmRSS and VmHWM after 15 s of 1 s collections, `/metrics` bytes and
+//!    series.
 //!
 //! Budgets (issue #11): ≤ 5 ms CPU per collection of 110 pods, node-role RSS ≤ 16 MiB.
 //! The result is a markdown report on stdout. Under `cargo test --benches` it does nothing.
@@ -354,6 +356,74 @@ fn rss_timeline(samples: &[(u64, [u64; 4])]) -> String {
     out
 }
 
+/// Every cgroup directory of the 110 pods (pod, two containers, pause) relative to each
+/// hierarchy of the fixture tree.
+fn pod_cgroups() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for i in 0..PODS {
+        let qos = ["burstable", "besteffort", "guaranteed"][i % 3];
+        let pdir = fixture::pod_dir(Driver::Systemd, qos, &uid(i));
+        for id in [cid(i, 0), cid(i, 1), format!("{i:04x}ffpause")] {
+            out.push(pdir.join(fixture::container_dir(
+                Driver::Systemd,
+                Runtime::Containerd,
+                &id,
+            )));
+        }
+        out.push(pdir);
+    }
+    out
+}
+
+/// Writes `body` over the start of `path` without truncating it first (the node role keeps
+/// the file open and reads it from offset 0: it never sees an empty file). Bodies of one file
+/// keep one length (fixed-width numbers).
+fn overwrite(path: &Path, body: &str) {
+    use std::io::Write as _;
+    if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) {
+        let _ = f.write_all(body.as_bytes());
+    }
+}
+
+/// As on a node whose pods run: every 250 ms each cgroup's CPU and memory usage (read on every
+/// collection) and its pressure totals (read with the detail files) move, so the node role's
+/// task series change from one collection to the next (the fixture's values are otherwise
+/// fixed, which would let every rendered row stay the same). env `CHURN=0`: no changes.
+fn churn(root: &Path, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+    let root = root.to_path_buf();
+    let dirs = pod_cgroups();
+    let write = move |n: u64| {
+        for (k, rel) in dirs.iter().enumerate() {
+            let k = k as u64;
+            let cpu = format!("{:020}\n", (n + 1) * 7_000_000 * (k + 1));
+            overwrite(&root.join("cpuacct").join(rel).join("cpuacct.usage"), &cpu);
+            let mem = format!("{:020}\n", 50_000_000 + ((n * 4096 * (k + 3)) % 10_000_000));
+            overwrite(
+                &root.join("memory").join(rel).join("memory.usage_in_bytes"),
+                &mem,
+            );
+            let total = (n + 1) * 1000 * (k + 1);
+            let pressure = format!(
+                "some avg10=0.00 avg60=0.00 avg300=0.00 total={total:020}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={:020}\n",
+                total / 2
+            );
+            for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
+                overwrite(&root.join("unified").join(rel).join(f), &pressure);
+            }
+        }
+    };
+    // Fixed-width from here on (the first write makes each file its final length).
+    write(0);
+    std::thread::spawn(move || {
+        let mut n = 1;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            write(n);
+            n += 1;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
+}
+
 async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) {
     let api = apiserver::start().await;
     api.set_nodes(vec![apiserver::node(NODE, ("8", "32Gi"), ("8", "32Gi"))]);
@@ -383,6 +453,8 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) 
         l.local_addr().unwrap().port()
     };
     let listen = format!("127.0.0.1:{port}");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churner = (std::env::var("CHURN").as_deref() != Ok("0")).then(|| churn(root, stop.clone()));
     let mut child = std::process::Command::new(exe)
         .args([
             "--role",
@@ -402,7 +474,6 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) 
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = sample_rss(child.id(), stop.clone());
     let client = reqwest::Client::new();
     let url = format!("http://{listen}/metrics");
@@ -429,6 +500,9 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) 
     let detail = rss_detail(child.id());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let timeline = rss_timeline(&sampler.join().unwrap_or_default());
+    if let Some(c) = churner {
+        let _ = c.join();
+    }
     let _ = child.kill();
     let _ = child.wait();
     let series = body.lines().filter(|l| !l.starts_with('#')).count();

@@ -8,12 +8,25 @@ use kube_prober::{app, cli::Cli, config::Config, subcommand};
 /// stay resident as fragmented free space in one arena per thread (docs/benchmarks.md).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod heap {
-    /// Two arenas instead of up to eight per core; before any other thread starts.
-    pub fn limit_arenas() {
+    /// `arenas` arenas instead of up to eight per core; before any other thread starts.
+    pub fn limit_arenas(arenas: i32) {
         // SAFETY: mallopt only sets a tunable of glibc's allocator; it is called before the
         // runtime starts any thread, and M_ARENA_MAX takes any positive value.
         unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
+            libc::mallopt(libc::M_ARENA_MAX, arenas.max(1));
+        }
+    }
+
+    /// Arenas for a role: one for the node role (issue #11, node-role RSS: its threads rarely
+    /// allocate at the same time, and with a second arena each tick's rendered pieces and
+    /// collected samples were spread over two heaps, each keeping pages the other's free
+    /// space could have held: 0.3-0.5 MiB more on average in `benches/task_collect.rs`); two
+    /// for the others (the cluster role renders megabytes per tick beside its watchers).
+    pub fn arenas(role: Option<kube_prober::cli::Role>) -> i32 {
+        if role == Some(kube_prober::cli::Role::Node) {
+            1
+        } else {
+            2
         }
     }
 
@@ -36,6 +49,14 @@ mod heap {
 /// read-only and executable mappings unmaps their pages and lets the kernel reclaim them; it
 /// never changes their contents (they are clean file pages: the writable and relocated
 /// mappings are left alone), and whatever runs later faults its pages back in from the file.
+///
+/// The kernel only pages out file pages of a file the caller owns or could open for writing
+/// (`can_do_pageout`); the image runs as user 65532 and its binary belongs to root, so there
+/// `MADV_PAGEOUT` is accepted and does nothing (measured: RssFile stayed at 13.8 MiB, VmRSS
+/// ~20 MiB, issue #11). `MADV_DONTNEED` follows it: on a read-only private file mapping it
+/// only unmaps the pages from this process (they stay in the page cache, and no copy-on-write
+/// page exists to lose: mappings with anonymous pages are skipped), which any user may do, so
+/// the resident set drops the same way.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod code {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,11 +81,17 @@ mod code {
         }
     }
 
-    /// `MADV_PAGEOUT` on every mapping of our own executable that is not writable and has no
-    /// anonymous (copied-on-write) pages; returns the bytes the kernel accepted the advice
-    /// for. Best effort: an older kernel's EINVAL or an unreadable /proc only means the pages
-    /// stay.
+    /// `MADV_PAGEOUT`, then `MADV_DONTNEED`, on every mapping of our own executable that is not
+    /// writable and has no anonymous (copied-on-write) pages; returns the bytes the kernel
+    /// accepted the advice for. Best effort: an older kernel's EINVAL or an unreadable /proc
+    /// only means the pages stay.
     pub fn release_startup_pages() -> usize {
+        advise_clean_exe_mappings(&[libc::MADV_PAGEOUT, libc::MADV_DONTNEED])
+    }
+
+    /// Each of `advice` in turn on every mapping of our executable that is not writable and
+    /// has no anonymous pages; the bytes of the first advice the kernel accepted per mapping.
+    pub(crate) fn advise_clean_exe_mappings(advice: &[libc::c_int]) -> usize {
         let mut advised = 0;
         let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
             return advised;
@@ -92,13 +119,18 @@ mod code {
                 && let Some((lo, hi)) = current.take()
                 && f.next() == Some("0")
             {
-                // SAFETY: [lo, hi) is a whole mapping of our own executable, page-aligned as
-                // /proc reports it, read-only and without anonymous pages, i.e. clean pages of
-                // the file. MADV_PAGEOUT is advisory and non-destructive: it never changes
-                // what a later access reads, only whether the page is resident.
-                let rc =
-                    unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_PAGEOUT) };
-                if rc == 0 {
+                let mut accepted = false;
+                for &a in advice {
+                    // SAFETY: [lo, hi) is a whole mapping of our own executable, page-aligned
+                    // as /proc reports it, read-only and without anonymous pages, i.e. clean
+                    // pages of the file. MADV_PAGEOUT is advisory; MADV_DONTNEED on such a
+                    // private file mapping only drops the page table entries, and the next
+                    // access maps the same file page again. Neither changes what a later
+                    // access reads, only whether the page is resident.
+                    let rc = unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, a) };
+                    accepted |= rc == 0;
+                }
+                if accepted {
                     advised += hi - lo;
                 }
             }
@@ -108,6 +140,10 @@ mod code {
 
     #[cfg(test)]
     mod tests {
+        /// The tests that drop and measure resident code run one at a time (one would
+        /// otherwise drop the pages the other is measuring).
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
         /// Resident KiB of this executable's executable mapping(s).
         fn exe_text_rss_kib() -> u64 {
             let exe = std::fs::read_link("/proc/self/exe").unwrap();
@@ -128,6 +164,33 @@ mod code {
             kib
         }
 
+        /// Reads one byte of every page of this executable's executable mapping(s), so that
+        /// all of it is resident whatever another test handed back just before.
+        fn touch_exe_text() {
+            let exe = std::fs::read_link("/proc/self/exe").unwrap();
+            let exe = exe.to_string_lossy();
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            for line in maps.lines() {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if !(f.get(1).is_some_and(|p| p.contains('x')) && f.get(5) == Some(&&*exe)) {
+                    continue;
+                }
+                let Some((lo, hi)) = f[0].split_once('-') else {
+                    continue;
+                };
+                let (lo, hi) = (
+                    usize::from_str_radix(lo, 16).unwrap(),
+                    usize::from_str_radix(hi, 16).unwrap(),
+                );
+                for page in (lo..hi).step_by(4096) {
+                    // SAFETY: a readable (r-x) mapping of our own executable, which stays
+                    // mapped for the life of the process; reading it has no effect but
+                    // making the page resident.
+                    unsafe { std::ptr::read_volatile(page as *const u8) };
+                }
+            }
+        }
+
         /// Start-up pages are handed back after the first and the third tick only (and once
         /// before the roles start, in `main`), never on every tick.
         #[test]
@@ -140,6 +203,8 @@ mod code {
         /// in from the file), and a second call is harmless.
         #[test]
         fn pages_out_the_clean_code_and_keeps_running() {
+            let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+            touch_exe_text();
             let before = exe_text_rss_kib();
             let advised = super::release_startup_pages();
             let after = exe_text_rss_kib();
@@ -154,6 +219,80 @@ mod code {
             // Code that ran before the page-out runs again, faulted back in from the file.
             assert!(exe_text_rss_kib() > 0);
             assert!(super::release_startup_pages() > 0);
+        }
+
+        /// `MADV_DONTNEED` alone (what a process that does not own its binary gets: the
+        /// kernel ignores its `MADV_PAGEOUT` of file pages) drops resident pages of the
+        /// executable. Measured on a second read-only mapping of the executable's file, which
+        /// no code runs from (the test binary's own code is small enough that the measuring
+        /// code alone faults all of it back in, 64 KiB around each fault, from the page cache
+        /// that `MADV_DONTNEED` leaves).
+        #[test]
+        fn dontneed_alone_drops_the_resident_pages() {
+            use std::os::fd::AsRawFd as _;
+            let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+            let file = std::fs::File::open("/proc/self/exe").unwrap();
+            let len = (file.metadata().unwrap().len() as usize).min(4 << 20) & !4095;
+            // SAFETY: a fresh private read-only mapping of a file we opened; unmapped below.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            let lo = at as usize;
+            let rss = || -> u64 {
+                let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+                let head = format!("{lo:x}-");
+                let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+                lines
+                    .find_map(|l| l.strip_prefix("Rss:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            for page in (lo..lo + len).step_by(4096) {
+                // SAFETY: inside the mapping made above.
+                unsafe { std::ptr::read_volatile(page as *const u8) };
+            }
+            let before = rss();
+            let advised = super::advise_clean_exe_mappings(&[libc::MADV_DONTNEED]);
+            let after = rss();
+            // SAFETY: the mapping made above, no longer used.
+            unsafe { libc::munmap(at, len) };
+            assert!(advised >= len, "MADV_DONTNEED refused ({advised} B)");
+            assert!(
+                before as usize >= len / 1024,
+                "{before} KiB resident of {len} B"
+            );
+            assert_eq!(after, 0, "resident {before} KiB before, {after} KiB after");
+        }
+
+        /// One arena and a small runtime for the node role only.
+        #[test]
+        fn node_role_gets_one_arena_and_few_threads() {
+            use kube_prober::cli::Role;
+            assert_eq!(crate::heap::arenas(Some(Role::Node)), 1);
+            for r in [Some(Role::Cluster), Some(Role::Host), None] {
+                assert_eq!(crate::heap::arenas(r), 2);
+            }
+            let rt = crate::runtime_builder(Some(Role::Node))
+                .enable_all()
+                .build()
+                .unwrap();
+            assert_eq!(rt.metrics().num_workers(), crate::NODE_WORKERS);
+            let rt = crate::runtime_builder(Some(Role::Cluster))
+                .enable_all()
+                .build()
+                .unwrap();
+            assert_eq!(
+                rt.metrics().num_workers(),
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            );
         }
     }
 }
@@ -171,8 +310,6 @@ fn after_tick() {
 const AFTER_TICK: Option<fn()> = None;
 
 fn main() -> ExitCode {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    heap::limit_arenas();
     // Bad flags: clap prints the problem and exits with 2.
     let mut cli = Cli::parse();
     let command = cli.command.take();
@@ -180,6 +317,9 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e, &LogGuard::direct()),
     };
+    // Still the only thread: the log writer and the runtime start below.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    heap::limit_arenas(heap::arenas(cfg.role));
     // From here on every line to stderr goes through the log queue: it never blocks on a pipe
     // nobody reads and never panics on a closed one. Dropped last, it flushes (bounded).
     let logs = match telemetry::init(&cfg.log_level, cfg.log_format) {
@@ -190,10 +330,7 @@ fn main() -> ExitCode {
     // otherwise disagree at run time). Already installed is fine.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder(cfg.role).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             logs.line(&format!("kube-prober: cannot start the async runtime: {e}"));
@@ -216,6 +353,28 @@ fn main() -> ExitCode {
         // Said once, as a plain line: a log filter (`--log-level off`) must not hide why we stop.
         Err(e) => fail(&e, &logs),
     }
+}
+
+/// Async workers for the node role: one, on any node size (tokio's default is one per CPU:
+/// 64 threads and their stacks on a 64-core node). Its async work is light (the watches of
+/// one node and its pods, scrapes served from rendered bytes, node probes); the collection,
+/// the tick's render and gzip run on the blocking pool.
+const NODE_WORKERS: usize = 1;
+/// Blocking threads for the node role (tokio's default allows 512): a collection, a tick's
+/// render and a gzip answer can run at once with room for a slow DNS lookup (tokio and
+/// hyper resolve names on this pool); a thread is only started when needed and leaves after
+/// 10 s idle (issue #11, node-role RSS: each one keeps 80-100 KiB of touched stack).
+const NODE_MAX_BLOCKING: usize = 4;
+
+/// The runtime: the node role with [`NODE_WORKERS`] workers and at most [`NODE_MAX_BLOCKING`]
+/// blocking threads, the other roles with tokio's defaults.
+fn runtime_builder(role: Option<kube_prober::cli::Role>) -> tokio::runtime::Builder {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if role == Some(kube_prober::cli::Role::Node) {
+        b.worker_threads(NODE_WORKERS)
+            .max_blocking_threads(NODE_MAX_BLOCKING);
+    }
+    b
 }
 
 fn fail(e: &kube_prober::Error, logs: &LogGuard) -> ExitCode {

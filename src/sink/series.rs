@@ -894,7 +894,10 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
     let task_names: Vec<String> = ts.tasks.iter().map(|t| t.pod.task_name()).collect();
     let base = |i: usize| -> Labels<'_> {
         let p = &ts.tasks[i].pod;
-        let mut l = vec![
+        // Room for the labels rows add (`container`, `resource` and `kind` or `unit`): no
+        // reallocation per row (issue #11, node-role RSS: thousands of rows per tick).
+        let mut l = Vec::with_capacity(7 + p.labels.len() + 3);
+        l.extend([
             ("node", ts.node.as_str()),
             ("namespace", p.namespace.as_str()),
             ("pod", p.name.as_str()),
@@ -902,7 +905,7 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             ("task_id", p.uid.as_str()),
             ("qos", p.qos.as_str()),
             ("ready", flag(p.ready())),
-        ];
+        ]);
         l.extend(p.labels.iter().map(|(k, v)| (*k, v.as_str())));
         l
     };
@@ -963,7 +966,7 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             .iter()
             .flat_map(|(l, s)| {
                 s.pressure.iter().map(move |p| {
-                    let mut l = l.clone();
+                    let mut l = with_room(l, 2);
                     l.push(("resource", p.resource));
                     l.push(("kind", p.kind));
                     (l, p.seconds)
@@ -985,7 +988,7 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             .zip(&numa)
             .flat_map(|((l, s), ids)| {
                 s.numa_bytes.iter().zip(ids).map(move |((_, v), id)| {
-                    let mut l = l.clone();
+                    let mut l = with_room(l, 1);
                     l.push(("numa_node", id.as_str()));
                     (l, *v)
                 })
@@ -1018,6 +1021,13 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
             w.family(if container { cf } else { tf }, &rows);
         }
     }
+}
+
+/// A copy of `l` with room for `more` labels (a clone has none: each push reallocates).
+fn with_room<'a>(l: &Labels<'a>, more: usize) -> Labels<'a> {
+    let mut out = Vec::with_capacity(l.len() + more);
+    out.extend_from_slice(l);
+    out
 }
 
 /// The labels of a task's series (as `visit_tasks` gives them).

@@ -604,3 +604,68 @@ async fn stop(cancel: CancellationToken, tasks: Vec<tokio::task::JoinHandle<()>>
             .unwrap();
     }
 }
+
+/// What the hub holds per node for the metrics-server backend (cpu and memory every 15 s):
+/// after one fetch, as the `cluster_scale` bench's static NodeMetrics leave it, and after
+/// 15 minutes of fetches, as a real cluster does (metrics-server's timestamps move). The
+/// difference is what the bench's steady RSS lacks; docs/benchmarks.md adds it per node.
+#[test]
+fn the_hub_per_node_after_one_fetch_and_after_fifteen_minutes() {
+    use kube_prober::model::{NodeCapacity, Resource, UsageSample};
+    use kube_prober::provider::{NodeRecorder, Store};
+    const N: usize = 2000;
+    let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let names: Vec<String> = (0..N).map(|i| format!("gke-pool-1-{i:08}")).collect();
+    let fetch = |store: &Store, k: u64| {
+        let at = t0 + Duration::from_secs(15 * k);
+        for (i, n) in names.iter().enumerate() {
+            let v = (i as f64 + k as f64) / (N as f64 + 100.0);
+            store.record_node_usage(
+                "metrics_server",
+                UsageSample {
+                    node: n.clone(),
+                    at,
+                    values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
+                },
+            );
+            store.record_node_capacity(
+                n,
+                NodeCapacity {
+                    cpu_cores: 8.0,
+                    memory_bytes: 32e9,
+                },
+            );
+        }
+        store.record_fetch_end("metrics_server", true, 2);
+    };
+    let before = heap::live();
+    let store = Store::new();
+    fetch(&store, 0);
+    let hub_only = (heap::live() - before) / N as i64;
+    // A snapshot hands out each node's load, which the hub keeps for the next one.
+    drop(store.snapshot(t0));
+    let one = (heap::live() - before) / N as i64;
+    for k in 1..60 {
+        fetch(&store, k);
+    }
+    let snap = store.snapshot(t0 + Duration::from_secs(15 * 59));
+    assert_eq!(snap.nodes.len(), N);
+    let w = &snap.nodes[names[0].as_str()].windows[0];
+    assert_eq!(
+        w.stats[&Resource::Cpu].samples.get(),
+        60,
+        "15 minutes of samples held"
+    );
+    drop(snap);
+    let full = (heap::live() - before) / N as i64;
+    println!(
+        "hub per node, with the load it hands out: {one} B after one fetch ({hub_only} B \
+         before the first snapshot), {full} B after 60 fetches (15 min)"
+    );
+    // The rings' samples (16 B each, two resources) are the difference.
+    assert!(full - one >= 60 * 16 * 2, "{one} -> {full}");
+    assert!(
+        full <= 4_096,
+        "{full} B per node with 15 minutes of samples"
+    );
+}

@@ -363,24 +363,27 @@ fn watched(names: &[String]) -> kube_prober::fetch::metrics_server::NodeSource {
     std::sync::Arc::new(move || nodes.clone())
 }
 
-fn names(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("node-{i:04}")).collect()
+/// A stand-in with 1,100 NodeMetrics (three LIST pages), node `i` using `cpu(i)` cores and
+/// 2Gi now, and their names.
+async fn cluster_of_1100(cpu: impl Fn(usize) -> &'static str) -> (ApiServer, Vec<String>) {
+    let api = apiserver::start().await;
+    let t = now_s();
+    let names: Vec<String> = (0..1100).map(|i| format!("node-{i:04}")).collect();
+    api.set_node_metrics(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| node_metrics(n, cpu(i), "2Gi", t))
+            .collect(),
+    );
+    (api, names)
 }
 
 /// With the watcher's Nodes, NodeMetrics are turned into samples page by page (no LIST of
 /// Nodes): every page's nodes arrive, with the right ratio.
 #[tokio::test]
 async fn with_watched_nodes_every_page_becomes_samples() {
-    let api = apiserver::start().await;
-    let t = now_s();
-    let names = names(1100);
-    api.set_node_metrics(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| node_metrics(n, if i % 2 == 0 { "1" } else { "3" }, "2Gi", t))
-            .collect(),
-    );
+    let (api, names) = cluster_of_1100(|i| if i % 2 == 0 { "1" } else { "3" }).await;
     let store = Store::new();
     let mut f = fetcher(&api, false).with_node_source(watched(&names), Box::pin(async { true }));
     f.before_first_fetch().await;
@@ -405,15 +408,7 @@ async fn with_watched_nodes_every_page_becomes_samples() {
 /// other half's old ones would be a view no fetch saw.
 #[tokio::test]
 async fn with_watched_nodes_a_list_failing_after_a_page_records_no_usage() {
-    let api = apiserver::start().await;
-    let t = now_s();
-    let names = names(1100);
-    api.set_node_metrics(
-        names
-            .iter()
-            .map(|n| node_metrics(n, "1", "2Gi", t))
-            .collect(),
-    );
+    let (api, names) = cluster_of_1100(|_| "1").await;
     api.set_kind_latency(Kind::NodeMetrics, Duration::from_millis(400));
     let store = std::sync::Arc::new(Store::new());
     let mut f = fetcher(&api, false).with_node_source(watched(&names), Box::pin(async { true }));

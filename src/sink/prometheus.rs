@@ -119,6 +119,16 @@ impl Writer {
             return;
         }
         self.header(family);
+        self.histogram_rows(family, bounds, rows);
+    }
+
+    /// A histogram family's rows, without its header.
+    fn histogram_rows(
+        &mut self,
+        family: &Family,
+        bounds: &[f64],
+        rows: &[(Labels<'_>, &[u64], f64, u64)],
+    ) {
         let (bucket, sum, count) = (
             format!("{}_bucket", family.name),
             format!("{}_sum", family.name),
@@ -647,22 +657,15 @@ impl series::Visitor for PieceWriter<'_> {
         if rows.is_empty() {
             return;
         }
-        // No task or platform family is a histogram; one piece for all its rows if one is,
-        // without the header `Writer::histogram` writes (it is the shared chunk above).
+        // No task or platform family is a histogram; one piece for all its rows if one is.
         self.header(family);
-        let mut head = Writer {
-            out: String::new(),
-            format: self.format,
-        };
-        head.header(family);
         let mut w = Writer {
-            out: String::new(),
+            out: std::mem::take(&mut self.scratch),
             format: self.format,
         };
-        w.histogram(family, bounds, rows);
-        self.scratch.clear();
-        self.scratch
-            .push_str(w.out.strip_prefix(head.out.as_str()).unwrap_or(&w.out));
+        w.out.clear();
+        w.histogram_rows(family, bounds, rows);
+        self.scratch = w.out;
         self.piece((family.name, 0));
     }
 }

@@ -223,10 +223,13 @@ pub struct Stores {
     pub pod_scope: PodScope,
     pub daemonsets: Vec<Store<DaemonSet>>,
     pub deployments: Vec<Store<Deployment>>,
-    /// Turns `true` when the Node watcher's first list has ended. A channel of our own:
-    /// kube-runtime's `Store::wait_until_ready` wakes only the task that polled it last, so a
-    /// second task waiting on it (beside the derive loop) would leave the other asleep.
+    /// Turns `true` when the Node watcher's first list has ended. Readiness is waited for on
+    /// channels of our own, never on kube-runtime's `Store::wait_until_ready`: that wakes only
+    /// the task that polled it last, so two waiters (the derive loop and the metrics-server
+    /// fetch) left one asleep for good.
     nodes_listed: tokio::sync::watch::Receiver<bool>,
+    /// The same for each DaemonSet and Deployment watcher.
+    workloads_listed: Vec<tokio::sync::watch::Receiver<bool>>,
     /// Bumped after every event any watcher applied (node, pod, DaemonSet, Deployment, list
     /// start and end): the derive loop derives again only when it moved (or the clock made a
     /// node done warming).
@@ -239,8 +242,7 @@ impl Stores {
     /// Waits until the Node watcher's first list has ended (`true`), or it stopped before
     /// (`false`). Any number of tasks may wait at once.
     pub async fn nodes_listed(&self) -> bool {
-        let mut rx = self.nodes_listed.clone();
-        rx.wait_for(|listed| *listed).await.is_ok()
+        listed(&self.nodes_listed).await
     }
 
     /// How many events the watchers have applied so far (any kind, any watcher).
@@ -305,27 +307,22 @@ impl Stores {
     }
 
     async fn wait_until_ready(&self) -> bool {
-        let all = async {
-            self.nodes.wait_until_ready().await.is_ok()
-                && futures_util::future::join_all(self.pods.iter().map(|p| p.wait_until_ready()))
-                    .await
-                    .into_iter()
-                    .all(|ok| ok)
-                && futures_util::future::join_all(
-                    self.daemonsets.iter().map(|s| s.wait_until_ready()),
-                )
+        self.nodes_listed().await
+            && futures_util::future::join_all(self.pods.iter().map(|p| p.wait_until_ready()))
                 .await
-                .iter()
-                .all(Result::is_ok)
-                && futures_util::future::join_all(
-                    self.deployments.iter().map(|s| s.wait_until_ready()),
-                )
+                .into_iter()
+                .all(|ok| ok)
+            && futures_util::future::join_all(self.workloads_listed.iter().map(listed))
                 .await
-                .iter()
-                .all(Result::is_ok)
-        };
-        all.await
+                .into_iter()
+                .all(|ok| ok)
     }
+}
+
+/// Waits until a watcher's first list has ended (`true`), or it stopped before (`false`).
+async fn listed(rx: &tokio::sync::watch::Receiver<bool>) -> bool {
+    let mut rx = rx.clone();
+    rx.wait_for(|listed| *listed).await.is_ok()
 }
 
 fn keep_keys(map: &mut Option<std::collections::BTreeMap<String, String>>, keep: &[String]) {
@@ -910,9 +907,10 @@ pub fn spawn_with_tasks(
         tasks.push(t);
     }
     let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
+    let mut workloads_listed = Vec::new();
     if let Scope::Cluster { namespaces, .. } = &cfg.scope {
         for ns in namespaces {
-            let (s, _, t) = reflect(
+            let (s, l, t) = reflect(
                 |c| Api::<DaemonSet>::namespaced(c, ns),
                 client.clone(),
                 watcher::Config::default(),
@@ -924,8 +922,9 @@ pub fn spawn_with_tasks(
                 shared.clone(),
             );
             daemonsets.push(s);
+            workloads_listed.push(l);
             tasks.push(t);
-            let (s, _, t) = reflect(
+            let (s, l, t) = reflect(
                 |c| Api::<Deployment>::namespaced(c, ns),
                 client.clone(),
                 watcher::Config::default(),
@@ -937,12 +936,14 @@ pub fn spawn_with_tasks(
                 shared.clone(),
             );
             deployments.push(s);
+            workloads_listed.push(l);
             tasks.push(t);
         }
     }
     let stores = Stores {
         nodes,
         nodes_listed,
+        workloads_listed,
         pods,
         pod_scope,
         daemonsets,
@@ -1126,6 +1127,7 @@ mod tests {
             let stores = Stores {
                 nodes: reflector::store::<LeanNode>().0,
                 nodes_listed: synced.clone(),
+                workloads_listed: Vec::new(),
                 pods: pods.clone(),
                 pod_scope: scope,
                 daemonsets: Vec::new(),

@@ -83,6 +83,22 @@ impl NodeState {
     }
 }
 
+/// The state of node `name`, made when the hub has none (boxed and keyed by its shared name;
+/// looked up by `&str` first, so a known node's name is not copied), and whether it is new.
+fn state_of<'a>(
+    nodes: &'a mut HashMap<Arc<str>, Box<NodeState>>,
+    name: &str,
+    source: &str,
+    at: SystemTime,
+) -> Option<(&'a mut NodeState, bool)> {
+    let new = !nodes.contains_key(name);
+    if new {
+        let st = Box::new(NodeState::new(name, source, at));
+        nodes.insert(st.key.clone(), st);
+    }
+    nodes.get_mut(name).map(|st| (&mut **st, new))
+}
+
 /// How long a node the cluster deleted is refused usage (a backend keeps reporting a gone host
 /// for up to its longest window: Prometheus' `avg_over_time(...[15m])`).
 const TOMBSTONE_FOR: Duration = Duration::from_secs(15 * 60);
@@ -400,15 +416,11 @@ impl NodeRecorder for Store {
         let mut dropped: Vec<(Resource, f64, DropReason)> = Vec::new();
         let t = unix_seconds(sample.at);
         let horizon = Window::FifteenMinutes.duration();
-        // Looked up by `&str` first: no copy of the name per sample for a known node.
-        if !inner.nodes.contains_key(sample.node.as_str()) {
-            let st = Box::new(NodeState::new(&sample.node, source, sample.at));
-            inner.nodes.insert(st.key.clone(), st);
-            inner.nodes_changed = true;
-        }
-        let Some(st) = inner.nodes.get_mut(sample.node.as_str()) else {
+        let inner = &mut *inner;
+        let Some((st, new)) = state_of(&mut inner.nodes, &sample.node, source, sample.at) else {
             return;
         };
+        inner.nodes_changed |= new;
         // Dirty only when something the node's load is made of changed: a backend reporting
         // the very same sample again (metrics-server between two of its scrapes) leaves the
         // load, and the work of making it, as they were.
@@ -443,7 +455,7 @@ impl NodeRecorder for Store {
         inner.nodes_changed |= changed;
         for (resource, value, reason) in dropped {
             let what = resource.as_str();
-            count_dropped(&mut inner, source, &sample.node, what, Some(value), reason);
+            count_dropped(inner, source, &sample.node, what, Some(value), reason);
         }
     }
 
@@ -455,11 +467,7 @@ impl NodeRecorder for Store {
         }
         let mut dropped = Vec::new();
         inner.nodes_changed = true;
-        if !inner.nodes.contains_key(w.node.as_str()) {
-            let st = Box::new(NodeState::new(&w.node, source, w.end));
-            inner.nodes.insert(st.key.clone(), st);
-        }
-        let Some(st) = inner.nodes.get_mut(w.node.as_str()) else {
+        let Some((st, _)) = state_of(&mut inner.nodes, &w.node, source, w.end) else {
             return;
         };
         st.dirty = true;

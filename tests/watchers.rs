@@ -662,10 +662,15 @@ fn the_hub_per_node_after_one_fetch_and_after_fifteen_minutes() {
         "hub per node, with the load it hands out: {one} B after one fetch ({hub_only} B \
          before the first snapshot), {full} B after 60 fetches (15 min)"
     );
-    // The rings' samples (16 B each, two resources) are the difference.
-    assert!(full - one >= 60 * 16 * 2, "{one} -> {full}");
+    // The samples are the difference: one row per sample time, a 4-byte time and an 8-byte
+    // value per resource (20 B a row for two; was 32 B in a ring per resource).
+    assert!(full - one >= 60 * 20, "{one} -> {full}");
     assert!(
-        full <= 4_096,
+        full - one <= 64 * 4 + 128 * 8,
+        "{one} -> {full}: more than the rows' own room (capacities of 64 times, 128 values)"
+    );
+    assert!(
+        full <= 2_900,
         "{full} B per node with 15 minutes of samples"
     );
 }

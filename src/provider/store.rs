@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::validate::{self, DropReason};
-use super::window::{DEFAULT_CAP, Ring};
+use super::window::{DEFAULT_CAP, Rings};
 use super::{
     ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
     SourceRecorder, TaskRecorder,
@@ -28,7 +28,8 @@ struct NodeState {
     /// Newest ring sample.
     sampled_at: Option<SystemTime>,
     latest: ResourceMap<f64>,
-    rings: ResourceMap<Ring>,
+    /// Usage samples of every resource, one row per sample time.
+    rings: Rings,
     /// Backend-aggregated values per window, one per (name, operator), in first-seen order.
     backend: BTreeMap<Window, Vec<BackendStat>>,
     capacity: Option<NodeCapacity>,
@@ -53,7 +54,7 @@ impl NodeState {
             latest_at: at,
             sampled_at: None,
             latest: ResourceMap::new(),
-            rings: ResourceMap::new(),
+            rings: Rings::new(Window::FifteenMinutes.duration(), DEFAULT_CAP),
             backend: BTreeMap::new(),
             capacity: None,
             in_cluster: false,
@@ -317,10 +318,9 @@ fn node_load(st: &NodeState) -> NodeLoad {
     let windows = Window::ALL
         .iter()
         .filter_map(|&w| {
-            let stats: ResourceMap<_> = st
-                .rings
-                .iter()
-                .filter_map(|(&r, ring)| ring.stat(w.duration()).map(|s| (r, s)))
+            let stats: ResourceMap<_> = Resource::ALL
+                .into_iter()
+                .filter_map(|r| st.rings.stat(r, w.duration()).map(|s| (r, s)))
                 .collect();
             let backend = st.backend.get(&w).cloned().unwrap_or_default();
             let ring_end = st.sampled_at.filter(|_| !stats.is_empty());
@@ -415,7 +415,6 @@ impl NodeRecorder for Store {
         }
         let mut dropped: Vec<(Resource, f64, DropReason)> = Vec::new();
         let t = unix_seconds(sample.at);
-        let horizon = Window::FifteenMinutes.duration();
         let inner = &mut *inner;
         let Some((st, new)) = state_of(&mut inner.nodes, &sample.node, source, sample.at) else {
             return;
@@ -446,10 +445,7 @@ impl NodeRecorder for Store {
             st.reported = true;
             let old = st.latest.insert(resource, value);
             changed |= old.is_none_or(|o| o.to_bits() != value.to_bits());
-            changed |= st
-                .rings
-                .get_or_insert_with(resource, || Ring::new(horizon, DEFAULT_CAP))
-                .push(t, value);
+            changed |= st.rings.push(resource, t, value);
         }
         st.dirty |= changed;
         inner.nodes_changed |= changed;

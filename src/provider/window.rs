@@ -1,89 +1,228 @@
-//! A time-ordered ring of samples of one quantity, giving AVG and STD over trailing windows.
+//! A node's usage samples in time order, one row per sample time with a value per resource,
+//! giving AVG and STD over trailing windows.
+//!
+//! At 65,000 nodes with metrics-server's 15 s resolution every node holds 60 samples of CPU and
+//! 60 of memory (issue #12): held as one `(f64, f64)` ring per resource that was 32 bytes a
+//! sample time (1,920 bytes a node, ~119 MiB), and the five-slot map of rings itself 240 bytes.
+//! Here the time is stored once per row, as milliseconds after the ring's base time in a `u32`,
+//! and the values of every resource the node reports side by side: 20 bytes a row for two
+//! resources. Statistics are the same numbers (the same values summed in the same order);
+//! sample times are held to the millisecond (metrics-server's are whole seconds or
+//! milliseconds; the host source's are truncated below that).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::model::Stat;
+use crate::model::{Resource, Stat};
 
-/// Samples older than `horizon` behind the newest one are dropped, and at most `cap` are kept.
-#[derive(Debug, Clone)]
-pub struct Ring {
-    samples: VecDeque<(f64, f64)>,
-    horizon: f64,
-    cap: usize,
-}
-
-/// The most samples one ring keeps: 15 minutes at one sample every 0.5 s.
+/// The most samples (rows) one node keeps: 15 minutes at one sample every 0.5 s.
 pub const DEFAULT_CAP: usize = 1800;
 
-impl Ring {
+/// Column of a resource in `Resource::ALL` order (its bit in [`Rings`]'s column set).
+fn bit(r: Resource) -> u8 {
+    let i = Resource::ALL.iter().position(|&x| x == r).unwrap_or(0);
+    1 << i
+}
+
+/// Samples of one node. Rows older than `horizon` behind the newest row are dropped, and at
+/// most `cap` rows are kept. A resource without a value at a row's time holds NaN there (never
+/// a valid value: the hub validates every value before it is recorded).
+#[derive(Debug, Clone)]
+pub struct Rings {
+    /// Unix time in milliseconds that the offsets in `times` count from.
+    base_ms: i64,
+    /// Each row's time, milliseconds after `base_ms`, ascending.
+    times: VecDeque<u32>,
+    /// Values row by row, one per column (resource in `cols`, in `Resource::ALL` order).
+    values: VecDeque<f64>,
+    /// The resources with a column, as bits in `Resource::ALL` order.
+    cols: u8,
+    horizon_ms: u32,
+    cap: u32,
+}
+
+impl Rings {
     pub fn new(horizon: Duration, cap: usize) -> Self {
-        Ring {
-            samples: VecDeque::new(),
-            horizon: horizon.as_secs_f64(),
-            cap: cap.max(1),
+        Rings {
+            base_ms: 0,
+            times: VecDeque::new(),
+            values: VecDeque::new(),
+            cols: 0,
+            horizon_ms: u32::try_from(horizon.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
+            cap: u32::try_from(cap.max(1)).unwrap_or(u32::MAX),
         }
     }
 
-    /// Adds a sample at `t` (Unix seconds). A sample at the same time as an existing one replaces
-    /// it; an older one is put in its place in time order. Returns whether the ring changed (a
-    /// sample at the time of one already held with the same value leaves it as it was).
-    pub fn push(&mut self, t: f64, value: f64) -> bool {
-        let same = |&(_, v): &(f64, f64)| v.to_bits() == value.to_bits();
-        let mut changed = true;
-        match self.samples.back() {
-            Some(&(last, _)) if t < last => {
-                let pos = self.samples.partition_point(|&(ts, _)| ts < t);
-                match self.samples.get_mut(pos) {
-                    Some(s) if s.0 == t => {
-                        changed = !same(s);
-                        *s = (t, value);
+    fn width(&self) -> usize {
+        self.cols.count_ones() as usize
+    }
+
+    /// Index of `r`'s column, if it has one.
+    fn column(&self, r: Resource) -> Option<usize> {
+        let b = bit(r);
+        (self.cols & b != 0).then(|| (self.cols & (b - 1)).count_ones() as usize)
+    }
+
+    /// Adds a column for `r` (NaN in every row so far); returns its index.
+    fn add_column(&mut self, r: Resource) -> usize {
+        let old = self.width();
+        self.cols |= bit(r);
+        let at = self.column(r).unwrap_or(old);
+        let rows = self.times.len();
+        let mut values = VecDeque::with_capacity((old + 1) * rows);
+        for row in 0..rows {
+            for c in 0..=old {
+                let v = match c.cmp(&at) {
+                    std::cmp::Ordering::Less => self.values[row * old + c],
+                    std::cmp::Ordering::Equal => f64::NAN,
+                    std::cmp::Ordering::Greater => self.values[row * old + c - 1],
+                };
+                values.push_back(v);
+            }
+        }
+        self.values = values;
+        at
+    }
+
+    fn time_ms(&self, row: usize) -> i64 {
+        self.base_ms + i64::from(self.times[row])
+    }
+
+    fn pop_front_row(&mut self) {
+        self.times.pop_front();
+        for _ in 0..self.width() {
+            self.values.pop_front();
+        }
+    }
+
+    /// Adds `r`'s sample at `t` (Unix seconds). A sample at the time of a row already held sets
+    /// that row's value; an older one is put in its place in time order; one at or beyond the
+    /// horizon behind the newest row is dropped. Returns whether the samples changed (a sample
+    /// equal to the one held at its time leaves them as they were).
+    pub fn push(&mut self, r: Resource, t: f64, value: f64) -> bool {
+        if !t.is_finite() || value.is_nan() {
+            return false;
+        }
+        let ms = (t * 1000.0).round() as i64;
+        let horizon = i64::from(self.horizon_ms);
+        let mut changed = false;
+        let row = match self.times.back().map(|&b| self.base_ms + i64::from(b)) {
+            None => {
+                self.base_ms = ms;
+                self.push_row(0)
+            }
+            Some(newest) if ms > newest => {
+                while self
+                    .times
+                    .front()
+                    .is_some_and(|&f| self.base_ms + i64::from(f) <= ms - horizon)
+                {
+                    self.pop_front_row();
+                    changed = true;
+                }
+                match self.times.front().copied() {
+                    None => self.base_ms = ms,
+                    // Keep offsets small: the front row is within the horizon of `ms`.
+                    Some(front) if ms - self.base_ms > i64::from(u32::MAX) => {
+                        self.times.iter_mut().for_each(|x| *x -= front);
+                        self.base_ms += i64::from(front);
                     }
-                    _ => self.samples.insert(pos, (t, value)),
+                    Some(_) => {}
+                }
+                self.push_row(self.offset(ms))
+            }
+            Some(newest) if ms <= newest - horizon => return false,
+            Some(_) => {
+                if ms < self.base_ms {
+                    // Within the horizon of the newest row, so every offset still fits.
+                    let shift = u32::try_from(self.base_ms - ms).unwrap_or(0);
+                    self.times.iter_mut().for_each(|x| *x += shift);
+                    self.base_ms = ms;
+                }
+                let off = self.offset(ms);
+                let pos = self.times.partition_point(|&x| x < off);
+                if self.times.get(pos) == Some(&off) {
+                    pos
+                } else {
+                    self.insert_row(pos, off)
                 }
             }
-            Some(&(last, _)) if t == last => {
-                if let Some(back) = self.samples.back_mut() {
-                    changed = !same(back);
-                    *back = (t, value);
-                }
-            }
-            _ => self.samples.push_back((t, value)),
-        }
-        let newest = self.newest_time().unwrap_or(t);
-        while self
-            .samples
-            .front()
-            .is_some_and(|&(ts, _)| ts <= newest - self.horizon)
-        {
-            self.samples.pop_front();
-            changed = true;
-        }
-        while self.samples.len() > self.cap {
-            self.samples.pop_front();
+        };
+        let c = match self.column(r) {
+            Some(c) => c,
+            None => self.add_column(r),
+        };
+        let w = self.width();
+        let slot = &mut self.values[row * w + c];
+        changed |= slot.to_bits() != value.to_bits();
+        *slot = value;
+        while self.times.len() > self.cap as usize {
+            self.pop_front_row();
             changed = true;
         }
         changed
     }
 
-    pub fn newest_time(&self) -> Option<f64> {
-        self.samples.back().map(|&(t, _)| t)
+    fn offset(&self, ms: i64) -> u32 {
+        u32::try_from(ms - self.base_ms).unwrap_or(u32::MAX)
     }
 
+    /// A new newest row at offset `off`, every value NaN; its index.
+    fn push_row(&mut self, off: u32) -> usize {
+        self.times.push_back(off);
+        for _ in 0..self.width() {
+            self.values.push_back(f64::NAN);
+        }
+        self.times.len() - 1
+    }
+
+    /// A new row at index `pos` and offset `off`, every value NaN; `pos`.
+    fn insert_row(&mut self, pos: usize, off: u32) -> usize {
+        self.times.insert(pos, off);
+        let w = self.width();
+        for _ in 0..w {
+            self.values.insert(pos * w, f64::NAN);
+        }
+        pos
+    }
+
+    /// The newest row's time (Unix seconds).
+    pub fn newest_time(&self) -> Option<f64> {
+        (!self.times.is_empty()).then(|| self.time_ms(self.times.len() - 1) as f64 / 1000.0)
+    }
+
+    /// Rows held.
     pub fn len(&self) -> usize {
-        self.samples.len()
+        self.times.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
+        self.times.is_empty()
     }
 
-    /// Mean and population standard deviation of the samples newer than `end - window`, where
-    /// `end` is the newest sample's time. `None` when the ring is empty.
-    pub fn stat(&self, window: Duration) -> Option<Stat> {
-        let end = self.newest_time()?;
-        let start = end - window.as_secs_f64();
-        let in_window = || self.samples.iter().filter(move |&&(t, _)| t > start);
+    /// `(time offset, value)` of column `c`, row by row (NaN where the row has none).
+    fn values_of(&self, c: usize) -> impl DoubleEndedIterator<Item = (u32, f64)> + '_ {
+        let w = self.width();
+        self.times
+            .iter()
+            .enumerate()
+            .map(move |(row, &t)| (t, self.values[row * w + c]))
+    }
+
+    /// Mean and population standard deviation of `r`'s samples newer than `end - window`,
+    /// where `end` is the time of `r`'s newest sample. `None` when `r` has none.
+    pub fn stat(&self, r: Resource, window: Duration) -> Option<Stat> {
+        let c = self.column(r)?;
+        let end = self.values_of(c).rev().find(|(_, v)| !v.is_nan())?.0;
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let start = i64::from(end).saturating_sub(window_ms);
+        let in_window = || {
+            self.values_of(c)
+                .filter(move |&(t, v)| i64::from(t) > start && !v.is_nan())
+                .map(|(_, v)| v)
+        };
         let n = in_window().count();
         if n == 0 {
             return None;
@@ -91,11 +230,11 @@ impl Ring {
         let nf = n as f64;
         // Shifted by the first value: a constant series gives exactly its value and 0 spread,
         // and large values near each other keep their precision.
-        let shift = in_window().next().map(|&(_, v)| v).unwrap_or(0.0);
-        let mean_offset = in_window().map(|&(_, v)| v - shift).sum::<f64>() / nf;
+        let shift = in_window().next().unwrap_or(0.0);
+        let mean_offset = in_window().map(|v| v - shift).sum::<f64>() / nf;
         let avg = shift + mean_offset;
         let var = in_window()
-            .map(|&(_, v)| {
+            .map(|v| {
                 let d = v - shift - mean_offset;
                 d * d
             })
@@ -112,11 +251,14 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const M: f64 = 60.0;
+    const CPU: Resource = Resource::Cpu;
+    const MEM: Resource = Resource::Memory;
 
-    fn ring() -> Ring {
-        Ring::new(Duration::from_secs(15 * 60), DEFAULT_CAP)
+    fn rings() -> Rings {
+        Rings::new(Duration::from_secs(15 * 60), DEFAULT_CAP)
     }
 
     #[test]
@@ -129,65 +271,76 @@ mod tests {
     }
 
     #[test]
-    fn push_tells_whether_the_ring_changed() {
-        let mut r = ring();
-        assert!(r.push(100.0, 0.5), "first sample");
-        assert!(!r.push(100.0, 0.5), "the same sample again");
+    fn push_tells_whether_the_samples_changed() {
+        let mut r = rings();
+        assert!(r.push(CPU, 100.0, 0.5), "first sample");
+        assert!(!r.push(CPU, 100.0, 0.5), "the same sample again");
         assert!(
-            r.push(100.0, 0.6),
+            r.push(CPU, 100.0, 0.6),
             "a new value at the same time replaces it"
         );
         assert!(
-            r.push(110.0, 0.6),
+            r.push(CPU, 110.0, 0.6),
             "a newer sample, equal value: still a sample"
         );
-        assert!(!r.push(100.0, 0.6), "an older one equal to the one held");
-        assert!(r.push(105.0, 0.6), "an older one between two");
-        assert_eq!(r.len(), 3);
-        let mut small = Ring::new(Duration::from_secs(15 * 60), 2);
-        small.push(1.0, 1.0);
-        small.push(2.0, 1.0);
         assert!(
-            small.push(0.5, 1.0),
+            !r.push(CPU, 100.0, 0.6),
+            "an older one equal to the one held"
+        );
+        assert!(r.push(CPU, 105.0, 0.6), "an older one between two");
+        assert_eq!(r.len(), 3);
+        assert!(r.push(MEM, 105.0, 0.2), "another resource at a row's time");
+        assert_eq!(r.len(), 3, "no new row");
+        assert!(
+            !r.push(CPU, 110.0 - 900.0, 0.1),
+            "a sample a whole horizon behind the newest is dropped"
+        );
+        let mut small = Rings::new(Duration::from_secs(15 * 60), 2);
+        small.push(CPU, 1.0, 1.0);
+        small.push(CPU, 2.0, 1.0);
+        assert!(
+            small.push(CPU, 0.5, 1.0),
             "inserted, then dropped by the cap: changed anyway"
         );
+        assert_eq!(small.len(), 2);
     }
 
     #[test]
     fn avg_and_std_match_hand_computed_values() {
-        let mut r = ring();
+        let mut r = rings();
         // 2, 4, 4, 4, 5, 5, 7, 9: mean 5, population std 2 (the textbook example).
         for (i, v) in [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]
             .into_iter()
             .enumerate()
         {
-            r.push(1000.0 + i as f64 * 10.0, v);
+            r.push(CPU, 1000.0 + i as f64 * 10.0, v);
         }
-        let s = r.stat(Duration::from_secs(15 * 60)).unwrap();
+        let s = r.stat(CPU, Duration::from_secs(15 * 60)).unwrap();
         assert_eq!(s.samples.get(), 8);
         assert!((s.avg - 5.0).abs() < 1e-12);
         assert!((s.std - 2.0).abs() < 1e-12);
+        assert_eq!(r.stat(MEM, Duration::from_secs(900)), None);
     }
 
     #[test]
     fn samples_older_than_a_window_leave_it() {
-        let mut r = ring();
+        let mut r = rings();
         // One sample a minute for 20 minutes: values 0..=19 at t = 0..=19 min.
         for i in 0..=19 {
-            r.push(i as f64 * M, i as f64);
+            r.push(CPU, i as f64 * M, i as f64);
         }
         // Newest at 19 min. 5m window: t > 14 min -> 15..=19, mean 17, std sqrt(2).
-        let s5 = r.stat(Duration::from_secs(300)).unwrap();
+        let s5 = r.stat(CPU, Duration::from_secs(300)).unwrap();
         assert_eq!(s5.samples.get(), 5);
         assert!((s5.avg - 17.0).abs() < 1e-12);
         assert!((s5.std - 2f64.sqrt()).abs() < 1e-12);
         // 10m: 10..=19, mean 14.5, std sqrt(8.25).
-        let s10 = r.stat(Duration::from_secs(600)).unwrap();
+        let s10 = r.stat(CPU, Duration::from_secs(600)).unwrap();
         assert_eq!(s10.samples.get(), 10);
         assert!((s10.avg - 14.5).abs() < 1e-12);
         assert!((s10.std - 8.25f64.sqrt()).abs() < 1e-12);
-        // 15m: 5..=19 (the ring itself dropped 0..=4: at most 15 minutes behind the newest).
-        let s15 = r.stat(Duration::from_secs(900)).unwrap();
+        // 15m: 5..=19 (the rows 0..=4 were dropped: at most 15 minutes behind the newest).
+        let s15 = r.stat(CPU, Duration::from_secs(900)).unwrap();
         assert_eq!(s15.samples.get(), 15);
         assert!((s15.avg - 12.0).abs() < 1e-12);
         // population variance of 15 consecutive integers = (15^2 - 1) / 12 = 18.666...
@@ -197,47 +350,191 @@ mod tests {
 
     #[test]
     fn a_constant_series_has_exactly_its_value_and_no_spread() {
-        let mut r = ring();
+        let mut r = rings();
         for i in 0..15 {
-            r.push(i as f64 * M, 0.35);
+            r.push(CPU, i as f64 * M, 0.35);
         }
-        let s = r.stat(Duration::from_secs(900)).unwrap();
+        let s = r.stat(CPU, Duration::from_secs(900)).unwrap();
         assert_eq!((s.avg, s.std), (0.35, 0.0));
     }
 
     #[test]
     fn single_sample_has_zero_std() {
-        let mut r = ring();
-        r.push(5.0, 0.42);
-        let s = r.stat(Duration::from_secs(300)).unwrap();
+        let mut r = rings();
+        r.push(CPU, 5.0, 0.42);
+        let s = r.stat(CPU, Duration::from_secs(300)).unwrap();
         assert_eq!((s.avg, s.std, s.samples.get()), (0.42, 0.0, 1));
     }
 
     #[test]
-    fn empty_ring_has_no_stat() {
-        assert_eq!(ring().stat(Duration::from_secs(300)), None);
+    fn empty_rings_have_no_stat() {
+        assert_eq!(rings().stat(CPU, Duration::from_secs(300)), None);
+        assert_eq!(rings().newest_time(), None);
     }
 
     #[test]
     fn out_of_order_and_duplicate_samples_keep_time_order() {
-        let mut r = ring();
-        r.push(100.0, 1.0);
-        r.push(300.0, 3.0);
-        r.push(200.0, 2.0); // late arrival
-        r.push(300.0, 4.0); // same time: replaces
+        let mut r = rings();
+        r.push(CPU, 100.0, 1.0);
+        r.push(CPU, 300.0, 3.0);
+        r.push(CPU, 200.0, 2.0); // late arrival
+        r.push(CPU, 300.0, 4.0); // same time: replaces
         assert_eq!(r.len(), 3);
         assert_eq!(r.newest_time(), Some(300.0));
-        let s = r.stat(Duration::from_secs(150)).unwrap(); // t > 150: 200 and 300
+        let s = r.stat(CPU, Duration::from_secs(150)).unwrap(); // t > 150: 200 and 300
         assert_eq!(s.samples.get(), 2);
         assert!((s.avg - 3.0).abs() < 1e-12);
+        // Older than the first row (the base moves) and between rows, to the millisecond.
+        r.push(CPU, 99.999, 5.0);
+        r.push(CPU, 100.001, 6.0);
+        assert_eq!(r.len(), 5);
+        assert_eq!(
+            r.stat(CPU, Duration::from_secs(900)).unwrap().samples.get(),
+            5
+        );
+        let s = r.stat(CPU, Duration::from_millis(200_001)).unwrap(); // t > 99.999
+        assert_eq!(s.samples.get(), 4, "{s:?}");
     }
 
     #[test]
     fn cap_bounds_memory() {
-        let mut r = Ring::new(Duration::from_secs(900), 10);
+        let mut r = Rings::new(Duration::from_secs(900), 10);
         for i in 0..100 {
-            r.push(i as f64, 1.0);
+            r.push(CPU, i as f64, 1.0);
+            r.push(MEM, i as f64, 2.0);
         }
         assert_eq!(r.len(), 10);
+        assert_eq!(
+            r.stat(MEM, Duration::from_secs(900)).unwrap().samples.get(),
+            10
+        );
+    }
+
+    #[test]
+    fn each_resource_has_its_own_newest_sample_and_window() {
+        let mut r = rings();
+        for i in 0..10 {
+            r.push(CPU, i as f64 * M, i as f64);
+        }
+        // Memory only for the first five minutes.
+        for i in 0..5 {
+            r.push(MEM, i as f64 * M, 10.0 + i as f64);
+        }
+        // Memory's 2-minute window ends at its own newest sample (4 min): 3 and 4 min.
+        let m = r.stat(MEM, Duration::from_secs(120)).unwrap();
+        assert_eq!((m.samples.get(), m.avg), (2, 13.5));
+        let c = r.stat(CPU, Duration::from_secs(120)).unwrap();
+        assert_eq!((c.samples.get(), c.avg), (2, 8.5));
+        // A resource that stopped leaves with the rows, 15 minutes behind the newest.
+        r.push(CPU, 20.0 * M, 0.0);
+        assert_eq!(r.stat(MEM, Duration::from_secs(900)), None);
+        assert!(r.stat(CPU, Duration::from_secs(900)).is_some());
+    }
+
+    #[test]
+    fn a_jump_forward_of_months_keeps_the_newest_samples() {
+        let mut r = rings();
+        let t0 = 1_700_000_000.0;
+        r.push(CPU, t0, 1.0);
+        r.push(CPU, t0 + 10.0, 2.0);
+        // 100 days later (past a u32 of milliseconds): the old rows are behind the horizon.
+        let t1 = t0 + 100.0 * 86_400.0;
+        assert!(r.push(CPU, t1, 3.0));
+        assert_eq!(r.len(), 1);
+        r.push(CPU, t1 + 15.0, 5.0);
+        assert_eq!(r.newest_time(), Some(t1 + 15.0));
+        let s = r.stat(CPU, Duration::from_secs(900)).unwrap();
+        assert_eq!((s.samples.get(), s.avg), (2, 4.0));
+    }
+
+    #[test]
+    fn a_node_of_two_resources_holds_twenty_bytes_a_sample_time() {
+        let mut r = rings();
+        for i in 0..60 {
+            r.push(CPU, 1_700_000_000.0 + 15.0 * i as f64, 0.5);
+            r.push(MEM, 1_700_000_000.0 + 15.0 * i as f64, 0.25);
+        }
+        assert_eq!(r.len(), 60);
+        let heap = r.times.capacity() * 4 + r.values.capacity() * 8;
+        // Capacities round up to a power of two: 64 times, 128 values.
+        assert!(heap <= 64 * 4 + 128 * 8, "{heap} B");
+        assert!(std::mem::size_of::<Rings>() <= 88);
+    }
+
+    /// The rings of before (one `(time, value)` ring per resource), as the reference.
+    #[derive(Default)]
+    struct Reference(std::collections::BTreeMap<u8, Vec<(i64, f64)>>);
+
+    impl Reference {
+        fn push(&mut self, r: u8, ms: i64, v: f64) {
+            let ring = self.0.entry(r).or_default();
+            match ring.iter_mut().find(|(t, _)| *t == ms) {
+                Some(s) => s.1 = v,
+                None => {
+                    ring.push((ms, v));
+                    ring.sort_by_key(|s| s.0);
+                }
+            }
+        }
+        fn stat(&self, r: u8, newest: i64, horizon: i64, window: i64) -> Option<(u32, f64, f64)> {
+            let ring = self.0.get(&r)?;
+            let alive: Vec<_> = ring.iter().filter(|s| s.0 > newest - horizon).collect();
+            let end = alive.last()?.0;
+            let xs: Vec<f64> = alive
+                .iter()
+                .filter(|s| s.0 > end - window)
+                .map(|s| s.1)
+                .collect();
+            let n = xs.len() as f64;
+            let shift = xs[0];
+            let mo = xs.iter().map(|v| v - shift).sum::<f64>() / n;
+            let var = xs
+                .iter()
+                .map(|v| (v - shift - mo) * (v - shift - mo))
+                .sum::<f64>()
+                / n;
+            Some((xs.len() as u32, shift + mo, var.max(0.0).sqrt()))
+        }
+    }
+
+    proptest! {
+        /// Any order of samples of two resources gives, for every window, the statistics of
+        /// one time-ordered ring per resource holding the samples less than a horizon behind
+        /// the newest of both (the same numbers, bit for bit).
+        #[test]
+        fn stats_are_those_of_a_ring_per_resource(
+            pushes in proptest::collection::vec(
+                (
+                    0u8..2,
+                    // Anywhere, or on a 15 s grid (shared rows, same-time replacements).
+                    prop_oneof![0i64..2_000_000, (0i64..120).prop_map(|k| k * 15_000)],
+                    0u32..1000,
+                ),
+                1..120,
+            ),
+            window_s in 1u64..1200,
+        ) {
+            let horizon = 900_000;
+            let mut r = rings();
+            let mut reference = Reference::default();
+            let mut newest = i64::MIN / 2;
+            for (res, ms, v) in pushes {
+                let t = 1_700_000_000_000 + ms;
+                if t <= newest - horizon {
+                    continue; // dropped by both
+                }
+                newest = newest.max(t);
+                let value = f64::from(v) / 7.0;
+                r.push(Resource::ALL[res as usize], t as f64 / 1000.0, value);
+                reference.push(res, t, value);
+            }
+            for res in 0..2u8 {
+                let got = r
+                    .stat(Resource::ALL[res as usize], Duration::from_secs(window_s))
+                    .map(|s| (s.samples.get(), s.avg, s.std));
+                let want = reference.stat(res, newest, horizon, window_s as i64 * 1000);
+                prop_assert_eq!(got, want);
+            }
+        }
     }
 }

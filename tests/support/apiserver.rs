@@ -883,6 +883,36 @@ impl ClusterState {
     }
 
     /// Makes the objects of `K` exactly `items`: deletes the others, upserts these.
+    /// Moves every NodeMetrics to `at`, with CPU and memory usage 5 % up on an odd `step` and
+    /// back down on an even one, as metrics-server's next scrape would (benches fill the hub's
+    /// 15-minute windows with it). Returns how many were changed.
+    pub fn step_node_metrics(&mut self, step: u64, at: SystemTime) -> usize {
+        fn scaled(q: &Quantity, up: bool) -> Quantity {
+            let s = q.0.as_str();
+            let digits = s.trim_end_matches(|c: char| !c.is_ascii_digit());
+            let suffix = &s[digits.len()..];
+            match digits.parse::<u64>() {
+                Ok(n) if up => Quantity(format!("{}{suffix}", n + n / 20)),
+                Ok(n) => Quantity(format!("{}{suffix}", n - n / 21)),
+                Err(_) => q.clone(),
+            }
+        }
+        let items: Vec<NodeMetrics> = self
+            .store(Kind::NodeMetrics)
+            .objects
+            .values()
+            .filter_map(|o| serde_json::from_slice(&o.json).ok())
+            .collect();
+        let n = items.len();
+        for mut m in items {
+            m.timestamp = api_time(at);
+            m.usage.cpu = scaled(&m.usage.cpu, step % 2 == 1);
+            m.usage.memory = scaled(&m.usage.memory, step % 2 == 1);
+            self.put_typed(Kind::NodeMetrics, m, Fields::default());
+        }
+        n
+    }
+
     pub fn replace_all<K: Resource + Serialize>(&mut self, items: &[K]) {
         let kind = Kind::of::<K>();
         let values: Vec<Value> = items
@@ -1755,6 +1785,11 @@ impl ApiServer {
     /// Makes the node metrics exactly `metrics`.
     pub fn set_node_metrics(&self, metrics: Vec<NodeMetrics>) {
         self.state().replace_all(&metrics);
+    }
+
+    /// See [`ClusterState::step_node_metrics`].
+    pub fn step_node_metrics(&self, step: u64, at: SystemTime) -> usize {
+        self.state().step_node_metrics(step, at)
     }
 
     /// Makes the pod metrics exactly `metrics`.

@@ -77,8 +77,8 @@ pub struct WindowStats {
 pub struct NodeLoad {
     /// The node's name, shared with the hub's key and the node map's (no copy per snapshot).
     pub node: Arc<str>,
-    /// The source that recorded it (e.g. `host`).
-    pub source: String,
+    /// The source that recorded it (e.g. `host`), shared by every node of that source.
+    pub source: Arc<str>,
     /// Time of the newest sample.
     pub latest_at: SystemTime,
     /// The newest value per resource.

@@ -22,7 +22,8 @@ use crate::model::{
 struct NodeState {
     /// The node's name, shared with the published [`NodeMap`] (no copy per snapshot).
     key: Arc<str>,
-    source: String,
+    /// The source's name, one copy for every node of that source (see [`interned`]).
+    source: Arc<str>,
     /// Newest time any data of this node stands for.
     latest_at: SystemTime,
     /// Newest ring sample.
@@ -47,10 +48,10 @@ struct NodeState {
 }
 
 impl NodeState {
-    fn new(name: &str, source: &str, at: SystemTime) -> Self {
+    fn new(name: &str, source: Arc<str>, at: SystemTime) -> Self {
         NodeState {
             key: Arc::from(name),
-            source: source.to_string(),
+            source,
             latest_at: at,
             sampled_at: None,
             latest: ResourceMap::new(),
@@ -89,15 +90,28 @@ impl NodeState {
 fn state_of<'a>(
     nodes: &'a mut HashMap<Arc<str>, Box<NodeState>>,
     name: &str,
-    source: &str,
+    source: &Arc<str>,
     at: SystemTime,
 ) -> Option<(&'a mut NodeState, bool)> {
     let new = !nodes.contains_key(name);
     if new {
-        let st = Box::new(NodeState::new(name, source, at));
+        let st = Box::new(NodeState::new(name, source.clone(), at));
         nodes.insert(st.key.clone(), st);
     }
     nodes.get_mut(name).map(|st| (&mut **st, new))
+}
+
+/// The one shared copy of a source's name (a handful of sources; every node state and every
+/// load handed out shares it instead of holding its own `String`: 65,000 of them).
+fn interned(names: &mut Vec<Arc<str>>, source: &str) -> Arc<str> {
+    match names.iter().find(|n| ***n == *source) {
+        Some(n) => n.clone(),
+        None => {
+            let n: Arc<str> = Arc::from(source);
+            names.push(n.clone());
+            n
+        }
+    }
 }
 
 /// How long a node the cluster deleted is refused usage (a backend keeps reporting a gone host
@@ -137,6 +151,8 @@ struct Inner {
     /// A node may have been removed since `published` was made.
     nodes_removed: bool,
     sources: BTreeMap<String, SourceStatus>,
+    /// Source names shared by node states (see [`interned`]).
+    source_names: Vec<Arc<str>>,
     probes: BTreeMap<(String, String), ProbeState>,
     sinks: BTreeMap<String, SinkStatus>,
     leadership: Option<crate::model::Leadership>,
@@ -315,28 +331,28 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
 }
 
 fn node_load(st: &NodeState) -> NodeLoad {
-    let windows = Window::ALL
-        .iter()
-        .filter_map(|&w| {
-            let stats: ResourceMap<_> = Resource::ALL
-                .into_iter()
-                .filter_map(|r| st.rings.stat(r, w.duration()).map(|s| (r, s)))
-                .collect();
-            let backend = st.backend.get(&w).cloned().unwrap_or_default();
-            let ring_end = st.sampled_at.filter(|_| !stats.is_empty());
-            let end = ring_end
-                .into_iter()
-                .chain(backend.iter().map(|b| b.end))
-                .min()?;
-            Some(WindowStats {
-                window: w,
-                start: end.checked_sub(w.duration()).unwrap_or(end),
-                end,
-                stats,
-                backend,
-            })
+    // Room for exactly the windows (a `collect` of a filter would make room for four: 184
+    // bytes more per node and snapshot, and two snapshots are alive while one is rendered).
+    let mut windows = Vec::with_capacity(Window::ALL.len());
+    windows.extend(Window::ALL.iter().filter_map(|&w| {
+        let stats: ResourceMap<_> = Resource::ALL
+            .into_iter()
+            .filter_map(|r| st.rings.stat(r, w.duration()).map(|s| (r, s)))
+            .collect();
+        let backend = st.backend.get(&w).cloned().unwrap_or_default();
+        let ring_end = st.sampled_at.filter(|_| !stats.is_empty());
+        let end = ring_end
+            .into_iter()
+            .chain(backend.iter().map(|b| b.end))
+            .min()?;
+        Some(WindowStats {
+            window: w,
+            start: end.checked_sub(w.duration()).unwrap_or(end),
+            end,
+            stats,
+            backend,
         })
-        .collect();
+    }));
     NodeLoad {
         node: st.key.clone(),
         source: st.source.clone(),
@@ -416,7 +432,8 @@ impl NodeRecorder for Store {
         let mut dropped: Vec<(Resource, f64, DropReason)> = Vec::new();
         let t = unix_seconds(sample.at);
         let inner = &mut *inner;
-        let Some((st, new)) = state_of(&mut inner.nodes, &sample.node, source, sample.at) else {
+        let src = interned(&mut inner.source_names, source);
+        let Some((st, new)) = state_of(&mut inner.nodes, &sample.node, &src, sample.at) else {
             return;
         };
         inner.nodes_changed |= new;
@@ -424,8 +441,8 @@ impl NodeRecorder for Store {
         // the very same sample again (metrics-server between two of its scrapes) leaves the
         // load, and the work of making it, as they were.
         let mut changed = false;
-        if st.source != source {
-            st.source = source.to_string();
+        if *st.source != *source {
+            st.source = src.clone();
             changed = true;
         }
         let (latest_at, sampled_at) = (
@@ -463,11 +480,12 @@ impl NodeRecorder for Store {
         }
         let mut dropped = Vec::new();
         inner.nodes_changed = true;
-        let Some((st, _)) = state_of(&mut inner.nodes, &w.node, source, w.end) else {
+        let src = interned(&mut inner.source_names, source);
+        let Some((st, _)) = state_of(&mut inner.nodes, &w.node, &src, w.end) else {
             return;
         };
         st.dirty = true;
-        st.source = source.to_string();
+        st.source = src;
         st.latest_at = st.latest_at.max(w.end);
         let served = st.backend.entry(w.window).or_default();
         for mut value in w.values {
@@ -532,7 +550,7 @@ impl NodeRecorder for Store {
         let mut expired = 0u64;
         let inner = &mut *inner;
         inner.nodes.retain(|name, st| {
-            if st.source != source {
+            if *st.source != *source {
                 return true;
             }
             if std::mem::take(&mut st.reported) {
@@ -748,7 +766,7 @@ mod tests {
         let snap = s.snapshot(at(1061));
         assert_eq!(snap.tick, 1);
         let n = &snap.nodes["n1"];
-        assert_eq!(n.source, "host");
+        assert_eq!(&*n.source, "host");
         assert_eq!(n.latest_at, at(1060));
         assert_eq!(n.latest[&Resource::Cpu], 0.4);
         assert_eq!(n.windows.len(), 3);

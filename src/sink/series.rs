@@ -168,7 +168,7 @@ impl Keyed for NodeUsage {
                 }
             }
             _ => out.push((
-                vec![("node", name), ("source", n.source.as_str())],
+                vec![("node", name), ("source", &*n.source)],
                 unix_seconds(n.latest_at),
             )),
         }

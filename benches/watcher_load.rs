@@ -67,11 +67,15 @@ fn node_name(i: usize) -> String {
 
 /// A store holding `NODES` nodes with `SAMPLES` samples each, the newest at `now - 1 s`.
 fn fill_store(now: SystemTime) -> Store {
+    fill_store_of(now, NODES)
+}
+
+fn fill_store_of(now: SystemTime, nodes: usize) -> Store {
     let store = Store::new();
     store.source().register_source(SOURCE);
     let mut rng = Rng(0x5eed);
     let newest = now - Duration::from_secs(1);
-    for i in 0..NODES {
+    for i in 0..nodes {
         let name = node_name(i);
         // Each node has its own level; samples wander around it.
         let cpu_base = 0.05 + 0.8 * rng.unit();
@@ -367,6 +371,14 @@ fn main() {
         println!("watcher_load: benchmark only; run `cargo bench --bench watcher_load`");
         return;
     }
+    if let Ok(n) = std::env::var("RENDER_NODES") {
+        let n: usize = n
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("RENDER_NODES={n:?} is not a whole number"));
+        render_only(n);
+        return;
+    }
     if !Path::new(WRK).is_file() {
         eprintln!("watcher_load: {WRK} not found; install it with `apt-get install wrk`");
         std::process::exit(1);
@@ -546,4 +558,74 @@ fn hide_port(cmd: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `RENDER_NODES=N`: no server, only what a tick costs `/watcher` at N nodes (15 samples each)
+/// when every node changed since the previous tick (a new sample for each, as metrics-server's
+/// moving timestamps do every 15 s): `render_cached` with the previous tick's cache, then the
+/// gzip body (`all_gzip`, made on the first gzip request), then the plain body in one piece
+/// (`all`, as a client without gzip reads it); and a tick where nothing changed. One thread;
+/// wall time, averaged over the rounds after the first (the first has no cache).
+fn render_only(nodes: usize) {
+    const ROUNDS: u64 = 6;
+    let start = SystemTime::now();
+    let store = fill_store_of(start, nodes);
+    let mut cache = kube_prober::watcher::WatcherCache::default();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut render, mut gzip, mut plain) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut sizes = (0, 0);
+    for k in 0..ROUNDS {
+        let at = start + Duration::from_secs(15 * k);
+        let mut rng = Rng(k + 1);
+        for i in 0..nodes {
+            let cpu = rng.unit();
+            store.node().record_node_usage(
+                SOURCE,
+                UsageSample {
+                    node: node_name(i),
+                    at,
+                    values: vec![(Resource::Cpu, cpu), (Resource::Memory, 0.5)],
+                },
+            );
+        }
+        let snap = store.snapshot(at);
+        let t = Instant::now();
+        let bodies = kube_prober::watcher::render_cached(&snap, Default::default(), &mut cache)
+            .expect("no /watcher body was rendered");
+        let r = t.elapsed();
+        let t = Instant::now();
+        let gz = bodies.all_gzip().len();
+        let g = t.elapsed();
+        let t = Instant::now();
+        let all = bodies.all().len();
+        let p = t.elapsed();
+        eprintln!(
+            "round {k}: render {:.1} ms, gzip body {:.1} ms ({gz} B), plain body {:.1} ms ({all} B)",
+            ms(r),
+            ms(g),
+            ms(p)
+        );
+        if k > 0 {
+            (render, gzip, plain) = (render + r, gzip + g, plain + p);
+        }
+        sizes = (gz, all);
+    }
+    let snap = store.snapshot(start + Duration::from_secs(15 * ROUNDS));
+    let t = Instant::now();
+    let idle = kube_prober::watcher::render_cached(&snap, Default::default(), &mut cache);
+    let idle_took = t.elapsed();
+    drop(idle);
+    let n = (ROUNDS - 1) as u32;
+    println!(
+        "/watcher at {} nodes, every node changed (avg of {n} ticks): render_cached {:.1} ms, \
+         all_gzip {:.1} ms ({} B), all (plain) {:.1} ms ({} B); a tick without change: {:.3} ms",
+        group_thousands(nodes),
+        ms(render / n),
+        ms(gzip / n),
+        group_thousands(sizes.0),
+        ms(plain / n),
+        group_thousands(sizes.1),
+        ms(idle_took)
+    );
+    println!("    RENDER_NODES={nodes} cargo bench --bench watcher_load");
 }

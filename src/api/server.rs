@@ -325,7 +325,9 @@ async fn watcher_handler(
     let host = host_param(query.as_deref());
     if host.is_empty() {
         if !accepts_gzip(&headers) {
-            let mut resp = json(StatusCode::OK, chunked(bodies.chunks()));
+            // Only compressed blocks are held: each is inflated as the answer is sent.
+            let pieces = futures_util::stream::iter(bodies.plain_pieces());
+            let mut resp = json(StatusCode::OK, HttpBody::from_stream(pieces));
             resp.headers_mut()
                 .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
             return resp;

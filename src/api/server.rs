@@ -2,7 +2,9 @@
 //!
 //! Handlers only pick pre-rendered bytes out of the newest [`Published`]: the text exposition
 //! and `/watcher` bodies are encoded at tick time, OpenMetrics once per snapshot on its first
-//! request, and only the one-line snapshot age on every scrape.
+//! request, and only the one-line snapshot age on every scrape. `/watcher` holds its host
+//! entries compressed only: a client without gzip gets them inflated block by block as they
+//! are sent, and `?host=` is written from the node's load on request.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};

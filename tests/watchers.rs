@@ -734,9 +734,15 @@ fn watcher_bodies_per_node_held_and_while_every_node_changes() {
          {gzip_len} B), {held_after} B after the next tick with every node changed, {peak} B \
          at most while it rendered beside the first"
     );
-    assert!(left <= 0, "the bodies and the cache free what they held: {left} B left");
+    assert!(
+        left <= 0,
+        "the bodies and the cache free what they held: {left} B left"
+    );
     // Only compressed bytes are held (the blocks and the joined gzip body, ~50 B per node
     // each), no plain body: that held 773 B per node and 1,986 B at most while rendering.
-    assert!(held <= 160 && held_after <= 160, "{held} / {held_after} B per node held");
+    assert!(
+        held <= 160 && held_after <= 160,
+        "{held} / {held_after} B per node held"
+    );
     assert!(peak <= 400, "{peak} B per node at most while rendering");
 }

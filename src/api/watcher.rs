@@ -806,7 +806,7 @@ mod tests {
         for i in 0..n {
             let odd = ["", "\"q\"", "\\", "\u{1}", "é"][(rng.next() % 5) as usize];
             let name = format!("pool-{}-{i}{odd}", rng.next() % 1000);
-            let windows: &[Window] = if rng.next() % 10 == 0 {
+            let windows: &[Window] = if rng.next().is_multiple_of(10) {
                 &[Window::TenMinutes]
             } else {
                 &[Window::FifteenMinutes, Window::TenMinutes]
@@ -937,7 +937,15 @@ mod tests {
             .map(|(k, v)| (k.clone(), v.clone()))
             .unwrap();
         let at = old.latest_at;
-        Arc::make_mut(&mut snap.nodes).insert(name.clone(), load(&name, at, 0.999, &old.windows.iter().map(|w| w.window).collect::<Vec<_>>()));
+        Arc::make_mut(&mut snap.nodes).insert(
+            name.clone(),
+            load(
+                &name,
+                at,
+                0.999,
+                &old.windows.iter().map(|w| w.window).collect::<Vec<_>>(),
+            ),
+        );
         let (e0, b0) = (cache.entries_rendered, cache.blocks_rendered);
         let changed = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
         assert!(!changed.shares_entries_with(&first));
@@ -953,20 +961,24 @@ mod tests {
         assert_eq!(changed.all(), reference_body(&changed, &snap));
         assert_eq!(changed, render(&snap, WatcherOptions::default()).unwrap());
         let decoded: WatcherMetrics = serde_json::from_slice(&changed.all()).unwrap();
-        assert_eq!(
-            decoded.data.node_metrics_map[&*name].metrics[0].value,
-            99.9
-        );
+        assert_eq!(decoded.data.node_metrics_map[&*name].metrics[0].value, 99.9);
 
         // A node added and one removed: at most the two blocks around them (and the first
         // block when the body's first node changes) are written again.
         let nodes = Arc::make_mut(&mut snap.nodes);
         let gone = nodes.keys().nth(1_000).unwrap().clone();
         nodes.remove(&gone);
-        nodes.insert("pool-500-new".into(), load("pool-500-new", at, 0.5, &[Window::FifteenMinutes]));
+        nodes.insert(
+            "pool-500-new".into(),
+            load("pool-500-new", at, 0.5, &[Window::FifteenMinutes]),
+        );
         let b1 = cache.blocks_rendered;
         let moved = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
-        assert!((1..=3).contains(&(cache.blocks_rendered - b1)), "{}", cache.blocks_rendered - b1);
+        assert!(
+            (1..=3).contains(&(cache.blocks_rendered - b1)),
+            "{}",
+            cache.blocks_rendered - b1
+        );
         assert!(moved.blocks_shared_with(&changed).0 + 3 >= changed.blocks.len());
         assert_eq!(moved.all(), reference_body(&moved, &snap));
         assert_eq!(gunzip(moved.all_gzip()), reference_body(&moved, &snap));

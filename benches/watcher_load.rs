@@ -9,7 +9,9 @@
 //! keep-alive connections, 2 s warm-up, then `DURATION_SECS` measured): requests per second and
 //! the p50/p99 latency wrk reports. Also measured in-process: the average of 10
 //! `Published::render` calls of the snapshot, the cost paid once per tick. The result is a
-//! markdown report on stdout.
+//! markdown report on stdout. `GZIP=1`: every request asks for gzip and both servers answer
+//! with the gzip body. `RENDER_NODES=N`: no servers, only the `/watcher` tick cost at N nodes
+//! (see `render_only`).
 //!
 //! Under `cargo test --benches` (no `--bench` argument) it does nothing.
 
@@ -163,6 +165,12 @@ impl Running {
 }
 
 /// One GET through reqwest: the served body and Content-Type must match what was rendered.
+/// `GZIP=1`: every request asks for gzip (as Go's client, which Trimaran uses) and both servers
+/// answer with the gzip body; otherwise no `Accept-Encoding` and the plain body.
+fn gzip_mode() -> bool {
+    std::env::var("GZIP").is_ok_and(|v| v.trim() == "1")
+}
+
 fn check_body(rt: &Runtime, url: &str, want: &Bytes) {
     let (status, ctype, body) = rt.block_on(async {
         let client = reqwest::Client::builder()
@@ -171,8 +179,11 @@ fn check_body(rt: &Runtime, url: &str, want: &Bytes) {
             .timeout(Duration::from_secs(30))
             .build()
             .expect("reqwest client");
-        let resp = client
-            .get(url)
+        let mut req = client.get(url);
+        if gzip_mode() {
+            req = req.header(reqwest::header::ACCEPT_ENCODING, "gzip");
+        }
+        let resp = req
             .send()
             .await
             .unwrap_or_else(|e| panic!("GET {url}: {e}"));
@@ -257,7 +268,7 @@ fn parse_wrk(out: &str) -> Option<WrkResult> {
 
 /// Runs wrk against `url` for `secs` seconds; kills it if it overruns by 30 s.
 fn run_wrk(url: &str, connections: u64, secs: u64) -> (WrkResult, String) {
-    let args = [
+    let mut args = vec![
         "-t1".to_string(),
         format!("-c{connections}"),
         format!("-d{secs}s"),
@@ -266,6 +277,12 @@ fn run_wrk(url: &str, connections: u64, secs: u64) -> (WrkResult, String) {
         "--latency".to_string(),
         url.to_string(),
     ];
+    if gzip_mode() {
+        args.splice(
+            0..0,
+            ["-H".to_string(), "Accept-Encoding: gzip".to_string()],
+        );
+    }
     let mut child = Command::new(WRK)
         .args(&args)
         .stdin(Stdio::null())
@@ -446,28 +463,43 @@ fn main() {
         .build()
         .expect("tokio runtime");
 
+    // What is served: the plain body, or with GZIP=1 the gzip body (made before the load).
+    let gzip = gzip_mode();
+    let served = match &published.watcher {
+        Some(w) if gzip => w.all_gzip().clone(),
+        _ => all.clone(),
+    };
     // (a) kube-prober's router; the sender stays alive until both runs are done.
     let (tx, rx) = watch::channel(Arc::new(published));
     let app_a = router(AppState {
         published: rx,
         stale_after: Duration::from_secs(3600),
     });
-    let (a, cmd) = measure(&rt, "kube-prober router", app_a, &all, connections, secs);
+    let (a, cmd) = measure(&rt, "kube-prober router", app_a, &served, connections, secs);
 
     // (b) the ceiling: one route, the same bytes, the same Content-Type.
-    let ceiling_body = all.clone();
+    let ceiling_body = served.clone();
     let app_b = Router::new().route(
         "/watcher",
         get(move || {
             let body = ceiling_body.clone();
-            async move { ([(header::CONTENT_TYPE, "application/json")], body).into_response() }
+            async move {
+                let mut resp = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+                if gzip {
+                    resp.headers_mut().insert(
+                        header::CONTENT_ENCODING,
+                        header::HeaderValue::from_static("gzip"),
+                    );
+                }
+                resp
+            }
         }),
     );
     let (b, _) = measure(
         &rt,
         "minimal axum (ceiling)",
         app_b,
-        &all,
+        &served,
         connections,
         secs,
     );
@@ -478,11 +510,19 @@ fn main() {
     println!("## /watcher at {} nodes\n", group_thousands(NODES));
     println!(
         "`GET /watcher` (all hosts), {} nodes x {SAMPLES} samples (CPU, memory), 15m window, \
-         {metrics_per_node} metrics per node; body {} bytes. Server: one tokio multi-thread \
+         {metrics_per_node} metrics per node; body {} bytes{}. Server: one tokio multi-thread \
          runtime, {WORKER_THREADS} worker threads, 127.0.0.1; load: wrk, 1 thread, \
          {connections} keep-alive connections, {WARMUP_SECS} s warm-up then {secs} s.\n",
         group_thousands(NODES),
         group_thousands(all.len()),
+        if gzip {
+            format!(
+                ", served gzip ({} bytes; every request asks for gzip)",
+                group_thousands(served.len())
+            )
+        } else {
+            String::new()
+        },
     );
     println!("| server | body bytes | req/s | p50 | p99 | % of ceiling |");
     println!("|---|---:|---:|---:|---:|---:|");
@@ -537,7 +577,10 @@ fn main() {
     }
     println!();
     println!("Command:\n");
-    println!("    DURATION_SECS={secs} CONNECTIONS={connections} cargo bench --bench watcher_load");
+    println!(
+        "    {}DURATION_SECS={secs} CONNECTIONS={connections} cargo bench --bench watcher_load",
+        if gzip { "GZIP=1 " } else { "" }
+    );
     println!();
     println!(
         "Load, per server (preceded by a {WARMUP_SECS} s warm-up, the same flags with \

@@ -175,6 +175,7 @@ fn check_body(rt: &Runtime, url: &str, want: &Bytes) {
     let (status, ctype, body) = rt.block_on(async {
         let client = reqwest::Client::builder()
             .no_proxy()
+            .no_gzip()
             .http1_only()
             .timeout(Duration::from_secs(30))
             .build()

@@ -9,7 +9,9 @@
 //! keep-alive connections, 2 s warm-up, then `DURATION_SECS` measured): requests per second and
 //! the p50/p99 latency wrk reports. Also measured in-process: the average of 10
 //! `Published::render` calls of the snapshot, the cost paid once per tick. The result is a
-//! markdown report on stdout.
+//! markdown report on stdout. `GZIP=1`: every request asks for gzip and both servers answer
+//! with the gzip body. `RENDER_NODES=N`: no servers, only the `/watcher` tick cost at N nodes
+//! (see `render_only`).
 //!
 //! Under `cargo test --benches` (no `--bench` argument) it does nothing.
 
@@ -67,11 +69,15 @@ fn node_name(i: usize) -> String {
 
 /// A store holding `NODES` nodes with `SAMPLES` samples each, the newest at `now - 1 s`.
 fn fill_store(now: SystemTime) -> Store {
+    fill_store_of(now, NODES)
+}
+
+fn fill_store_of(now: SystemTime, nodes: usize) -> Store {
     let store = Store::new();
     store.source().register_source(SOURCE);
     let mut rng = Rng(0x5eed);
     let newest = now - Duration::from_secs(1);
-    for i in 0..NODES {
+    for i in 0..nodes {
         let name = node_name(i);
         // Each node has its own level; samples wander around it.
         let cpu_base = 0.05 + 0.8 * rng.unit();
@@ -159,16 +165,26 @@ impl Running {
 }
 
 /// One GET through reqwest: the served body and Content-Type must match what was rendered.
+/// `GZIP=1`: every request asks for gzip (as Go's client, which Trimaran uses) and both servers
+/// answer with the gzip body; otherwise no `Accept-Encoding` and the plain body.
+fn gzip_mode() -> bool {
+    std::env::var("GZIP").is_ok_and(|v| v.trim() == "1")
+}
+
 fn check_body(rt: &Runtime, url: &str, want: &Bytes) {
     let (status, ctype, body) = rt.block_on(async {
         let client = reqwest::Client::builder()
             .no_proxy()
+            .no_gzip()
             .http1_only()
             .timeout(Duration::from_secs(30))
             .build()
             .expect("reqwest client");
-        let resp = client
-            .get(url)
+        let mut req = client.get(url);
+        if gzip_mode() {
+            req = req.header(reqwest::header::ACCEPT_ENCODING, "gzip");
+        }
+        let resp = req
             .send()
             .await
             .unwrap_or_else(|e| panic!("GET {url}: {e}"));
@@ -253,7 +269,7 @@ fn parse_wrk(out: &str) -> Option<WrkResult> {
 
 /// Runs wrk against `url` for `secs` seconds; kills it if it overruns by 30 s.
 fn run_wrk(url: &str, connections: u64, secs: u64) -> (WrkResult, String) {
-    let args = [
+    let mut args = vec![
         "-t1".to_string(),
         format!("-c{connections}"),
         format!("-d{secs}s"),
@@ -262,6 +278,12 @@ fn run_wrk(url: &str, connections: u64, secs: u64) -> (WrkResult, String) {
         "--latency".to_string(),
         url.to_string(),
     ];
+    if gzip_mode() {
+        args.splice(
+            0..0,
+            ["-H".to_string(), "Accept-Encoding: gzip".to_string()],
+        );
+    }
     let mut child = Command::new(WRK)
         .args(&args)
         .stdin(Stdio::null())
@@ -367,6 +389,14 @@ fn main() {
         println!("watcher_load: benchmark only; run `cargo bench --bench watcher_load`");
         return;
     }
+    if let Ok(n) = std::env::var("RENDER_NODES") {
+        let n: usize = n
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("RENDER_NODES={n:?} is not a whole number"));
+        render_only(n);
+        return;
+    }
     if !Path::new(WRK).is_file() {
         eprintln!("watcher_load: {WRK} not found; install it with `apt-get install wrk`");
         std::process::exit(1);
@@ -434,28 +464,43 @@ fn main() {
         .build()
         .expect("tokio runtime");
 
+    // What is served: the plain body, or with GZIP=1 the gzip body (made before the load).
+    let gzip = gzip_mode();
+    let served = match &published.watcher {
+        Some(w) if gzip => w.all_gzip().clone(),
+        _ => all.clone(),
+    };
     // (a) kube-prober's router; the sender stays alive until both runs are done.
     let (tx, rx) = watch::channel(Arc::new(published));
     let app_a = router(AppState {
         published: rx,
         stale_after: Duration::from_secs(3600),
     });
-    let (a, cmd) = measure(&rt, "kube-prober router", app_a, &all, connections, secs);
+    let (a, cmd) = measure(&rt, "kube-prober router", app_a, &served, connections, secs);
 
     // (b) the ceiling: one route, the same bytes, the same Content-Type.
-    let ceiling_body = all.clone();
+    let ceiling_body = served.clone();
     let app_b = Router::new().route(
         "/watcher",
         get(move || {
             let body = ceiling_body.clone();
-            async move { ([(header::CONTENT_TYPE, "application/json")], body).into_response() }
+            async move {
+                let mut resp = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+                if gzip {
+                    resp.headers_mut().insert(
+                        header::CONTENT_ENCODING,
+                        header::HeaderValue::from_static("gzip"),
+                    );
+                }
+                resp
+            }
         }),
     );
     let (b, _) = measure(
         &rt,
         "minimal axum (ceiling)",
         app_b,
-        &all,
+        &served,
         connections,
         secs,
     );
@@ -466,11 +511,19 @@ fn main() {
     println!("## /watcher at {} nodes\n", group_thousands(NODES));
     println!(
         "`GET /watcher` (all hosts), {} nodes x {SAMPLES} samples (CPU, memory), 15m window, \
-         {metrics_per_node} metrics per node; body {} bytes. Server: one tokio multi-thread \
+         {metrics_per_node} metrics per node; body {} bytes{}. Server: one tokio multi-thread \
          runtime, {WORKER_THREADS} worker threads, 127.0.0.1; load: wrk, 1 thread, \
          {connections} keep-alive connections, {WARMUP_SECS} s warm-up then {secs} s.\n",
         group_thousands(NODES),
         group_thousands(all.len()),
+        if gzip {
+            format!(
+                ", served gzip ({} bytes; every request asks for gzip)",
+                group_thousands(served.len())
+            )
+        } else {
+            String::new()
+        },
     );
     println!("| server | body bytes | req/s | p50 | p99 | % of ceiling |");
     println!("|---|---:|---:|---:|---:|---:|");
@@ -525,7 +578,10 @@ fn main() {
     }
     println!();
     println!("Command:\n");
-    println!("    DURATION_SECS={secs} CONNECTIONS={connections} cargo bench --bench watcher_load");
+    println!(
+        "    {}DURATION_SECS={secs} CONNECTIONS={connections} cargo bench --bench watcher_load",
+        if gzip { "GZIP=1 " } else { "" }
+    );
     println!();
     println!(
         "Load, per server (preceded by a {WARMUP_SECS} s warm-up, the same flags with \
@@ -546,4 +602,74 @@ fn hide_port(cmd: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `RENDER_NODES=N`: no server, only what a tick costs `/watcher` at N nodes (15 samples each)
+/// when every node changed since the previous tick (a new sample for each, as metrics-server's
+/// moving timestamps do every 15 s): `render_cached` with the previous tick's cache, then the
+/// gzip body (`all_gzip`, made on the first gzip request), then the plain body in one piece
+/// (`all`, as a client without gzip reads it); and a tick where nothing changed. One thread;
+/// wall time, averaged over the rounds after the first (the first has no cache).
+fn render_only(nodes: usize) {
+    const ROUNDS: u64 = 6;
+    let start = SystemTime::now();
+    let store = fill_store_of(start, nodes);
+    let mut cache = kube_prober::watcher::WatcherCache::default();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut render, mut gzip, mut plain) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut sizes = (0, 0);
+    for k in 0..ROUNDS {
+        let at = start + Duration::from_secs(15 * k);
+        let mut rng = Rng(k + 1);
+        for i in 0..nodes {
+            let cpu = rng.unit();
+            store.node().record_node_usage(
+                SOURCE,
+                UsageSample {
+                    node: node_name(i),
+                    at,
+                    values: vec![(Resource::Cpu, cpu), (Resource::Memory, 0.5)],
+                },
+            );
+        }
+        let snap = store.snapshot(at);
+        let t = Instant::now();
+        let bodies = kube_prober::watcher::render_cached(&snap, Default::default(), &mut cache)
+            .expect("no /watcher body was rendered");
+        let r = t.elapsed();
+        let t = Instant::now();
+        let gz = bodies.all_gzip().len();
+        let g = t.elapsed();
+        let t = Instant::now();
+        let all = bodies.all().len();
+        let p = t.elapsed();
+        eprintln!(
+            "round {k}: render {:.1} ms, gzip body {:.1} ms ({gz} B), plain body {:.1} ms ({all} B)",
+            ms(r),
+            ms(g),
+            ms(p)
+        );
+        if k > 0 {
+            (render, gzip, plain) = (render + r, gzip + g, plain + p);
+        }
+        sizes = (gz, all);
+    }
+    let snap = store.snapshot(start + Duration::from_secs(15 * ROUNDS));
+    let t = Instant::now();
+    let idle = kube_prober::watcher::render_cached(&snap, Default::default(), &mut cache);
+    let idle_took = t.elapsed();
+    drop(idle);
+    let n = (ROUNDS - 1) as u32;
+    println!(
+        "/watcher at {} nodes, every node changed (avg of {n} ticks): render_cached {:.1} ms, \
+         all_gzip {:.1} ms ({} B), all (plain) {:.1} ms ({} B); a tick without change: {:.3} ms",
+        group_thousands(nodes),
+        ms(render / n),
+        ms(gzip / n),
+        group_thousands(sizes.0),
+        ms(plain / n),
+        group_thousands(sizes.1),
+        ms(idle_took)
+    );
+    println!("    RENDER_NODES={nodes} cargo bench --bench watcher_load");
 }

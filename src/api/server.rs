@@ -2,7 +2,9 @@
 //!
 //! Handlers only pick pre-rendered bytes out of the newest [`Published`]: the text exposition
 //! and `/watcher` bodies are encoded at tick time, OpenMetrics once per snapshot on its first
-//! request, and only the one-line snapshot age on every scrape.
+//! request, and only the one-line snapshot age on every scrape. `/watcher` holds its host
+//! entries compressed only: a client without gzip gets them inflated block by block as they
+//! are sent, and `?host=` is written from the node's load on request.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -325,7 +327,9 @@ async fn watcher_handler(
     let host = host_param(query.as_deref());
     if host.is_empty() {
         if !accepts_gzip(&headers) {
-            let mut resp = json(StatusCode::OK, chunked(bodies.chunks()));
+            // Only compressed blocks are held: each is inflated as the answer is sent.
+            let pieces = futures_util::stream::iter(bodies.plain_pieces());
+            let mut resp = json(StatusCode::OK, HttpBody::from_stream(pieces));
             resp.headers_mut()
                 .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
             return resp;

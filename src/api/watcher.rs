@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::model::{NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds};
-use crate::sink::prometheus::{Body, Chunk};
+use crate::sink::prometheus;
 
 /// load-watcher's `WatcherMetrics`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -108,18 +108,21 @@ pub fn wire_source_name(source: &str) -> &str {
     }
 }
 
-/// The pre-rendered `/watcher` bodies of one snapshot: the whole body as two pieces (the head,
-/// made each tick, and every host entry with the tail, shared between ticks while no node
-/// changed), and for `?host=` the same head and tail around one host's entry.
+/// The pre-rendered `/watcher` bodies of one snapshot: the head (made each tick) and every
+/// host entry as deflated blocks of consecutive nodes (shared between ticks while none of a
+/// block's nodes changed). Only compressed bytes are held: the gzip answer is joined from
+/// them, the plain answer is inflated block by block as it is sent, and a `?host=` answer is
+/// written on demand from the snapshot's node map.
 #[derive(Debug)]
 pub struct WatcherBodies {
     /// Everything up to the first host entry.
-    head: Arc<Chunk>,
-    /// Every host entry, comma-separated, and the tail (shared with other ticks' bodies, and
-    /// so is its compressed form).
-    rest: Arc<Chunk>,
-    /// Each host's entry (a slice of `rest`) by host.
-    entries: Arc<HashMap<Arc<str>, Entry>>,
+    head: Bytes,
+    /// Every host entry, comma-separated, in name order, as deflated blocks.
+    blocks: Arc<Vec<Arc<Block>>>,
+    /// The nodes the entries were written from, with the window and options (for `?host=`).
+    nodes: Arc<NodeMap>,
+    window: Window,
+    opts: WatcherOptions,
     /// The body gzip-compressed, joined on the first request that accepts gzip: one piece,
     /// so an answer is one write with a `Content-Length`, as a static file's.
     all_gzip: std::sync::OnceLock<Bytes>,
@@ -127,58 +130,158 @@ pub struct WatcherBodies {
     gzips: std::sync::atomic::AtomicU64,
 }
 
-/// One host's entry, `"host":{...}`, and the load it was written from.
-#[derive(Debug, PartialEq)]
-struct Entry {
-    load: Arc<NodeLoad>,
-    bytes: Bytes,
+/// The entries of consecutive nodes (of the served window) as raw deflate ending in a full
+/// flush: a piece that stands alone, so gzip streams are joined from pieces deflated once and
+/// each piece inflates by itself. Its boundaries come from the nodes' names
+/// ([`prometheus::ends_block`], ~64 nodes a block), so adding or removing a node changes one
+/// block.
+#[derive(Debug)]
+struct Block {
+    /// The name of its first node, and how many nodes it holds.
+    first: Arc<str>,
+    len: usize,
+    /// Whether it opens the host map (its bytes then start without a comma).
+    leads: bool,
+    deflated: Bytes,
+    /// CRC-32 and length of the plain bytes.
+    crc: flate2::Crc,
+}
+
+impl Block {
+    fn plain_len(&self) -> usize {
+        self.crc.amount() as usize
+    }
+
+    /// The plain bytes, inflated with `d` (reset first).
+    fn inflate(&self, d: &mut flate2::Decompress) -> std::io::Result<Bytes> {
+        d.reset(false);
+        let len = self.plain_len();
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let from = usize::try_from(d.total_in())
+                .unwrap_or(usize::MAX)
+                .min(self.deflated.len());
+            let before = (d.total_in(), out.len());
+            d.decompress_vec(
+                &self.deflated[from..],
+                &mut out,
+                flate2::FlushDecompress::Sync,
+            )
+            .map_err(std::io::Error::other)?;
+            if (d.total_in(), out.len()) == before {
+                break;
+            }
+        }
+        if out.len() != len {
+            return Err(std::io::Error::other(format!(
+                "a /watcher block inflated to {} bytes, not {len}",
+                out.len()
+            )));
+        }
+        Ok(Bytes::from(out))
+    }
 }
 
 impl PartialEq for WatcherBodies {
+    /// The same bytes, window and options (the bodies of two ticks with the same data).
     fn eq(&self, other: &Self) -> bool {
-        self.head.bytes() == other.head.bytes()
-            && self.rest.bytes() == other.rest.bytes()
-            && self.entries == other.entries
+        self.window == other.window
+            && self.opts == other.opts
+            && self.head == other.head
+            && self.all() == other.all()
     }
 }
 
 /// Closes the host map, `data` and the body.
 const TAIL: &str = "}}}";
 
+/// A gzip member's header: deflate, no name, no time, unknown OS.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+
 impl WatcherBodies {
-    fn body(&self) -> Body {
-        Body {
-            chunks: vec![self.head.clone(), self.rest.clone()],
-        }
+    /// The body for all hosts, as pieces to send one after the other: the head, each block
+    /// inflated when the piece is asked for (so the plain body is never held whole), the tail.
+    /// An error is a block that does not inflate (not seen: the bytes are our own).
+    pub fn plain_pieces(&self) -> impl Iterator<Item = std::io::Result<Bytes>> + Send + 'static {
+        let blocks = self.blocks.clone();
+        let mut d = flate2::Decompress::new(false);
+        std::iter::once(Ok(self.head.clone()))
+            .chain((0..blocks.len()).map(move |i| blocks[i].inflate(&mut d)))
+            .chain(std::iter::once(Ok(Bytes::from_static(TAIL.as_bytes()))))
     }
 
-    /// The body for all hosts, as chunks to send one after the other (no copy).
-    pub fn chunks(&self) -> Vec<Bytes> {
-        vec![self.head.bytes().clone(), self.rest.bytes().clone()]
-    }
-
-    /// The body for all hosts in one piece (a copy; tests and small bodies).
+    /// The body for all hosts in one piece (inflated and joined: tests and small bodies; empty
+    /// when a block does not inflate).
     pub fn all(&self) -> Bytes {
-        Bytes::from([&self.head.bytes()[..], &self.rest.bytes()[..]].concat())
+        let mut out = Vec::with_capacity(self.plain_len());
+        for piece in self.plain_pieces() {
+            match piece {
+                Ok(p) => out.extend_from_slice(&p),
+                Err(_) => return Bytes::new(),
+            }
+        }
+        Bytes::from(out)
     }
 
-    /// The body for `?host=host`, when that host has data.
+    /// Length of the plain body for all hosts.
+    pub fn plain_len(&self) -> usize {
+        self.head.len() + self.blocks.iter().map(|b| b.plain_len()).sum::<usize>() + TAIL.len()
+    }
+
+    /// The body for `?host=host`, when that host has data: written now from its load.
     pub fn host(&self, host: &str) -> Option<Bytes> {
-        let entry = &self.entries.get(host)?.bytes;
+        let (name, node) = self.nodes.get_key_value(host)?;
+        node.windows.iter().find(|ws| ws.window == self.window)?;
+        let mut entry = String::with_capacity(640);
+        push_json_string(&mut entry, name);
+        entry.push(':');
+        node_entry(&mut entry, node, self.window, self.opts);
         Some(Bytes::from(
-            [&self.head.bytes()[..], &entry[..], TAIL.as_bytes()].concat(),
+            [&self.head[..], entry.as_bytes(), TAIL.as_bytes()].concat(),
         ))
     }
 
     /// The body for all hosts as one gzip stream: joined once, on the first call, from the
-    /// head compressed then and the host entries compressed once for every body that shares
-    /// them (a copy of the compressed bytes, a tenth of the body or less).
+    /// head and tail compressed then and the blocks compressed once for every body that
+    /// shares them (a copy of the compressed bytes, a tenth of the body or less).
     pub fn all_gzip(&self) -> &Bytes {
         self.all_gzip.get_or_init(|| {
             self.gzips
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Bytes::from(self.body().gzip(&[]).concat())
+            self.join_gzip()
         })
+    }
+
+    fn join_gzip(&self) -> Bytes {
+        let mut c = flate2::Compress::new(flate2::Compression::fast(), false);
+        let mut head = Vec::with_capacity(self.head.len() / 2 + 64);
+        let mut tail = Vec::with_capacity(64);
+        let ok = prometheus::deflate_flushed_into(&mut c, &self.head, &mut head) && {
+            c.reset();
+            prometheus::deflate_flushed_into(&mut c, TAIL.as_bytes(), &mut tail)
+        };
+        if !ok {
+            // Not seen with a new or reset stream; pieces left out would break the stream.
+            tracing::error!("/watcher: deflating the head or tail failed; gzip body left empty");
+            return Bytes::new();
+        }
+        let blocks: usize = self.blocks.iter().map(|b| b.deflated.len()).sum();
+        let mut out = Vec::with_capacity(GZIP_HEADER.len() + head.len() + blocks + tail.len() + 10);
+        out.extend_from_slice(&GZIP_HEADER);
+        out.extend_from_slice(&head);
+        let mut crc = flate2::Crc::new();
+        crc.update(&self.head);
+        for b in self.blocks.iter() {
+            out.extend_from_slice(&b.deflated);
+            crc.combine(&b.crc);
+        }
+        out.extend_from_slice(&tail);
+        crc.update(TAIL.as_bytes());
+        // An empty final block with fixed codes (BFINAL=1, BTYPE=01, end of block).
+        out.extend_from_slice(&[0x03, 0x00]);
+        out.extend_from_slice(&crc.sum().to_le_bytes());
+        out.extend_from_slice(&crc.amount().to_le_bytes());
+        Bytes::from(out)
     }
 
     /// Whether [`WatcherBodies::all_gzip`] is made already.
@@ -191,10 +294,23 @@ impl WatcherBodies {
         self.gzips.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether the host entries of `self` and `other` are the same piece (and so compressed
+    /// Whether the host entries of `self` and `other` are the same pieces (and so compressed
     /// once for both): true for bodies of consecutive ticks when no node changed between them.
     pub fn shares_entries_with(&self, other: &WatcherBodies) -> bool {
-        Arc::ptr_eq(&self.rest, &other.rest) && Arc::ptr_eq(&self.entries, &other.entries)
+        Arc::ptr_eq(&self.blocks, &other.blocks)
+    }
+
+    /// How many of this body's blocks of entries are `other`'s own (compressed once for
+    /// both), and how many blocks it has.
+    pub fn blocks_shared_with(&self, other: &WatcherBodies) -> (usize, usize) {
+        let theirs: std::collections::HashSet<*const Block> =
+            other.blocks.iter().map(Arc::as_ptr).collect();
+        let shared = self
+            .blocks
+            .iter()
+            .filter(|b| theirs.contains(&Arc::as_ptr(b)))
+            .count();
+        (shared, self.blocks.len())
     }
 }
 
@@ -218,14 +334,18 @@ pub struct WatcherOptions {
     pub legacy_scaling: bool,
 }
 
-/// What `/watcher` made of the previous tick's nodes: a node's entry is written again only
-/// when its load (or the served window or options) changed, and when no node changed at all
-/// (the same node map) the joined entries are reused whole, without visiting a node.
+/// What `/watcher` made of the previous tick's nodes: a block of entries is written and
+/// deflated again only when one of its nodes' load (or the served window or options)
+/// changed, and when no node changed at all (the same node map) the blocks are reused whole,
+/// without visiting a node.
 #[derive(Debug, Default)]
 pub struct WatcherCache {
     whole: Option<Whole>,
-    /// Host entries written so far (a test hook: 0 more on a tick without change).
+    /// Host entries written so far (a test hook: 0 more on a tick without change, the
+    /// entries of one block when one node changed).
     pub entries_rendered: u64,
+    /// Blocks of entries written and deflated so far (a test hook).
+    pub blocks_rendered: u64,
 }
 
 /// Everything of the previous body that depends only on the node map, the window and the
@@ -237,9 +357,7 @@ struct Whole {
     opts: WatcherOptions,
     end: SystemTime,
     source: String,
-    entries: Arc<HashMap<Arc<str>, Entry>>,
-    /// Every entry in name order, comma-separated, and the tail.
-    rest: Arc<Chunk>,
+    blocks: Arc<Vec<Arc<Block>>>,
 }
 
 /// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
@@ -247,8 +365,8 @@ pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
     render_cached(snap, opts, &mut WatcherCache::default())
 }
 
-/// As [`render`], reusing the entries of nodes whose load did not change since `cache` was
-/// last used.
+/// As [`render`], reusing the blocks of entries whose nodes' load did not change since
+/// `cache` was last used.
 pub fn render_cached(
     snap: &Snapshot,
     opts: WatcherOptions,
@@ -264,7 +382,7 @@ pub fn render_cached(
         .filter(|w| w.window == window && w.opts == opts);
     let w = match previous {
         Some(w) if Arc::ptr_eq(&w.nodes, &snap.nodes) => w,
-        previous => whole(snap, window, opts, previous, &mut cache.entries_rendered)?,
+        previous => whole(snap, window, opts, previous, cache)?,
     };
     // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
     // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
@@ -281,9 +399,11 @@ pub fn render_cached(
     push_json_string(&mut head, &w.source);
     head.push_str(",\"data\":{\"NodeMetricsMap\":{");
     let bodies = WatcherBodies {
-        head: Chunk::new(head),
-        rest: w.rest.clone(),
-        entries: w.entries.clone(),
+        head: Bytes::from(head),
+        blocks: w.blocks.clone(),
+        nodes: w.nodes.clone(),
+        window,
+        opts,
         all_gzip: std::sync::OnceLock::new(),
         gzips: std::sync::atomic::AtomicU64::new(0),
     };
@@ -291,21 +411,19 @@ pub fn render_cached(
     Some(bodies)
 }
 
-/// The node-map part of a body: every entry (copying those of unchanged nodes from the
-/// previous part, of the same window and options), joined into one buffer; each host's entry
-/// is a slice of it, so the entries are held once and the previous buffer is freed.
+/// The node-map part of a body: the blocks of entries, reusing the previous part's block
+/// (same window and options) where its nodes and their loads are the same, writing and
+/// deflating the others one at a time through one reused buffer and compressor.
 fn whole(
     snap: &Snapshot,
     window: Window,
     opts: WatcherOptions,
     previous: Option<Whole>,
-    rendered: &mut u64,
+    cache: &mut WatcherCache,
 ) -> Option<Whole> {
-    let nodes: Vec<(&Arc<str>, &Arc<NodeLoad>)> = snap
-        .nodes
-        .iter()
-        .filter(|(_, n)| n.windows.iter().any(|ws| ws.window == window))
-        .collect();
+    let has_window = |n: &NodeLoad| n.windows.iter().any(|ws| ws.window == window);
+    let nodes: Vec<(&Arc<str>, &Arc<NodeLoad>)> =
+        snap.nodes.iter().filter(|(_, n)| has_window(n)).collect();
     let end = nodes
         .iter()
         .filter_map(|(_, n)| {
@@ -321,54 +439,87 @@ fn whole(
         .unwrap_or_default()
         .to_string();
 
-    let old = previous.as_ref().map(|w| &*w.entries);
-    let guess = previous.as_ref().map_or(0, |w| w.rest.bytes().len());
-    let mut rest: Vec<u8> = Vec::with_capacity(guess.max(TAIL.len()));
-    let mut ranges = Vec::with_capacity(nodes.len());
-    let mut entry = String::new();
-    for (i, (name, node)) in nodes.iter().enumerate() {
-        if i > 0 {
-            rest.push(b',');
+    // The previous blocks by their first node's name.
+    let old: HashMap<&str, &Arc<Block>> = previous
+        .as_ref()
+        .map(|w| w.blocks.iter().map(|b| (&*b.first, b)).collect())
+        .unwrap_or_default();
+    // Whether `block` (of the previous part) holds exactly `members`, with the same loads.
+    let same = |block: &Block, members: &[(&Arc<str>, &Arc<NodeLoad>)]| {
+        let Some(prev) = previous.as_ref() else {
+            return false;
+        };
+        block.len == members.len()
+            && prev
+                .nodes
+                .range::<str, _>((
+                    std::ops::Bound::Included(&*block.first),
+                    std::ops::Bound::Unbounded,
+                ))
+                .filter(|(_, n)| has_window(n))
+                .take(block.len)
+                .zip(members)
+                .all(|((name, load), (new_name, new_load))| {
+                    name == *new_name && (Arc::ptr_eq(load, new_load) || **load == ***new_load)
+                })
+    };
+
+    let mut blocks = Vec::with_capacity(old.len().max(nodes.len() / 32 + 1));
+    let mut plain = String::new();
+    let mut deflated = Vec::new();
+    let mut compress = flate2::Compress::new(flate2::Compression::fast(), false);
+    let mut from = 0;
+    for (i, (name, _)) in nodes.iter().enumerate() {
+        if !(prometheus::ends_block(name) || i + 1 == nodes.len()) {
+            continue;
         }
-        let from = rest.len();
+        let members = &nodes[from..=i];
+        let leads = from == 0;
+        from = i + 1;
         let reused = old
-            .and_then(|o| o.get(&***name))
-            .filter(|e| Arc::ptr_eq(&e.load, node) || e.load == **node);
-        match reused {
-            Some(e) => rest.extend_from_slice(&e.bytes),
-            None => {
-                *rendered += 1;
-                entry.clear();
-                push_json_string(&mut entry, name);
-                entry.push(':');
-                node_entry(&mut entry, node, window, opts);
-                rest.extend_from_slice(entry.as_bytes());
-            }
+            .get(&**members[0].0)
+            .filter(|b| b.leads == leads && same(b, members));
+        if let Some(b) = reused {
+            blocks.push(Arc::clone(b));
+            continue;
         }
-        ranges.push(from..rest.len());
+        plain.clear();
+        for (j, (name, node)) in members.iter().enumerate() {
+            if j > 0 || !leads {
+                plain.push(',');
+            }
+            push_json_string(&mut plain, name);
+            plain.push(':');
+            node_entry(&mut plain, node, window, opts);
+        }
+        cache.entries_rendered += members.len() as u64;
+        cache.blocks_rendered += 1;
+        deflated.clear();
+        compress.reset();
+        if !prometheus::deflate_flushed_into(&mut compress, plain.as_bytes(), &mut deflated) {
+            // Not seen with a reset stream; without this block the body would be wrong.
+            tracing::error!("/watcher: deflating a block of host entries failed; no body");
+            return None;
+        }
+        let mut crc = flate2::Crc::new();
+        crc.update(plain.as_bytes());
+        blocks.push(Arc::new(Block {
+            first: members[0].0.clone(),
+            len: members.len(),
+            leads,
+            deflated: Bytes::copy_from_slice(&deflated),
+            crc,
+        }));
     }
+    drop(old);
     drop(previous);
-    rest.extend_from_slice(TAIL.as_bytes());
-    let rest = Chunk::new(rest);
-    let entries = nodes
-        .iter()
-        .zip(ranges)
-        .map(|((name, node), range)| {
-            let entry = Entry {
-                load: (*node).clone(),
-                bytes: rest.bytes().slice(range),
-            };
-            ((*name).clone(), entry)
-        })
-        .collect();
     Some(Whole {
         nodes: snap.nodes.clone(),
         window,
         opts,
         end,
         source,
-        entries: Arc::new(entries),
-        rest,
+        blocks: Arc::new(blocks),
     })
 }
 
@@ -597,5 +748,248 @@ mod tests {
             (m[1].operator.as_str(), m[1].rollup.as_str()),
             ("STD", "10m")
         );
+    }
+
+    /// A small deterministic generator (xorshift) for the random snapshots.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn unit(&mut self) -> f64 {
+            (self.next() % 1_000_000) as f64 / 1_000_000.0
+        }
+    }
+
+    fn load(name: &str, at: SystemTime, cpu: f64, windows: &[Window]) -> Arc<NodeLoad> {
+        let stat = |avg: f64| Stat {
+            avg,
+            std: avg / 7.0,
+            samples: std::num::NonZeroU32::new(3).unwrap(),
+        };
+        Arc::new(NodeLoad {
+            node: name.into(),
+            source: "metrics_server".into(),
+            latest_at: at,
+            latest: crate::model::ResourceMap::from([
+                (Resource::Cpu, cpu),
+                (Resource::Memory, 1.0 - cpu),
+            ]),
+            windows: windows
+                .iter()
+                .map(|&window| WindowStats {
+                    window,
+                    start: at - Duration::from_secs(600),
+                    end: at,
+                    stats: crate::model::ResourceMap::from([
+                        (Resource::Cpu, stat(cpu)),
+                        (Resource::Memory, stat(1.0 - cpu)),
+                    ]),
+                    backend: Vec::new(),
+                })
+                .collect(),
+            capacity: None,
+        })
+    }
+
+    /// `n` nodes with random names (some needing JSON escapes) and loads; about one in ten
+    /// lacks the 15-minute window (and so is left out of the body).
+    fn random_snapshot(rng: &mut Rng, n: usize) -> Snapshot {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut snap = Snapshot::empty(at + Duration::from_secs(5));
+        let nodes = Arc::make_mut(&mut snap.nodes);
+        for i in 0..n {
+            let odd = ["", "\"q\"", "\\", "\u{1}", "é"][(rng.next() % 5) as usize];
+            let name = format!("pool-{}-{i}{odd}", rng.next() % 1000);
+            let windows: &[Window] = if rng.next().is_multiple_of(10) {
+                &[Window::TenMinutes]
+            } else {
+                &[Window::FifteenMinutes, Window::TenMinutes]
+            };
+            nodes.insert(name.as_str().into(), load(&name, at, rng.unit(), windows));
+        }
+        snap
+    }
+
+    /// The body as the previous implementation wrote it: the head, every entry joined by
+    /// commas, the tail, in one buffer.
+    fn reference_body(bodies: &WatcherBodies, snap: &Snapshot) -> Vec<u8> {
+        let mut out = String::from_utf8(bodies.head.to_vec()).unwrap();
+        let mut first = true;
+        for (name, node) in snap.nodes.iter() {
+            if !node.windows.iter().any(|ws| ws.window == bodies.window) {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            push_json_string(&mut out, name);
+            out.push(':');
+            node_entry(&mut out, node, bodies.window, bodies.opts);
+        }
+        out.push_str(TAIL);
+        out.into_bytes()
+    }
+
+    fn gunzip(b: &[u8]) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(b)
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn plain_pieces_and_gzip_are_the_reference_bytes_for_random_snapshots() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut cache = WatcherCache::default();
+        for n in [1, 2, 63, 64, 65, 300, 1_000] {
+            for _ in 0..3 {
+                let snap = random_snapshot(&mut rng, n);
+                let Some(bodies) = render_cached(&snap, WatcherOptions::default(), &mut cache)
+                else {
+                    // Every node lacked the 15-minute window: then the 10-minute one is
+                    // served, so a body is always made.
+                    panic!("no body for {n} nodes");
+                };
+                let reference = reference_body(&bodies, &snap);
+                let plain: Vec<u8> = bodies
+                    .plain_pieces()
+                    .map(|p| p.unwrap())
+                    .collect::<Vec<_>>()
+                    .concat();
+                assert_eq!(plain, reference, "{n} nodes");
+                assert_eq!(bodies.plain_len(), reference.len());
+                assert_eq!(gunzip(bodies.all_gzip()), reference, "{n} nodes");
+                let decoded: WatcherMetrics = serde_json::from_slice(&plain).unwrap();
+                let served = snap
+                    .nodes
+                    .values()
+                    .filter(|l| l.windows.iter().any(|w| w.window == bodies.window))
+                    .count();
+                assert_eq!(decoded.data.node_metrics_map.len(), served);
+                // A fresh render (no cache) makes the same body.
+                assert_eq!(render(&snap, WatcherOptions::default()).unwrap(), bodies);
+            }
+        }
+    }
+
+    #[test]
+    fn a_host_answer_is_its_entry_between_the_head_and_the_tail() {
+        let mut rng = Rng(42);
+        let snap = random_snapshot(&mut rng, 200);
+        let bodies = render(&snap, WatcherOptions::default()).unwrap();
+        let all: WatcherMetrics = serde_json::from_slice(&bodies.all()).unwrap();
+        for (name, node) in snap.nodes.iter() {
+            let served = node.windows.iter().any(|ws| ws.window == bodies.window);
+            let Some(one) = bodies.host(name) else {
+                assert!(!served, "{name} has data");
+                continue;
+            };
+            assert!(served, "{name} has no 15m data");
+            let mut expected = bodies.head.to_vec();
+            let mut entry = String::new();
+            push_json_string(&mut entry, name);
+            entry.push(':');
+            node_entry(&mut entry, node, bodies.window, bodies.opts);
+            expected.extend_from_slice(entry.as_bytes());
+            expected.extend_from_slice(TAIL.as_bytes());
+            assert_eq!(one, expected);
+            let decoded: WatcherMetrics = serde_json::from_slice(&one).unwrap();
+            assert_eq!(
+                decoded.data.node_metrics_map[&**name],
+                all.data.node_metrics_map[&**name]
+            );
+        }
+        assert_eq!(bodies.host("nope"), None);
+    }
+
+    #[test]
+    fn one_changed_node_writes_its_block_only_and_the_others_are_shared() {
+        let mut rng = Rng(7);
+        let mut snap = random_snapshot(&mut rng, 2_000);
+        let mut cache = WatcherCache::default();
+        let first = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        let blocks = first.blocks.len();
+        assert!(blocks > 10, "{blocks} blocks for 2,000 nodes");
+        assert_eq!(cache.blocks_rendered, blocks as u64);
+        let served = first.blocks.iter().map(|b| b.len).sum::<usize>() as u64;
+        assert_eq!(cache.entries_rendered, served);
+
+        // The same node map: not a node visited, every block shared.
+        let again = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        assert!(again.shares_entries_with(&first));
+        assert_eq!(cache.entries_rendered, served);
+
+        // One node changes (a new map, the other loads the same `Arc`s): its block only.
+        let (name, old) = snap
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.windows.len() == 2)
+            .nth(777)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        let at = old.latest_at;
+        Arc::make_mut(&mut snap.nodes).insert(
+            name.clone(),
+            load(
+                &name,
+                at,
+                0.999,
+                &old.windows.iter().map(|w| w.window).collect::<Vec<_>>(),
+            ),
+        );
+        let (e0, b0) = (cache.entries_rendered, cache.blocks_rendered);
+        let changed = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        assert!(!changed.shares_entries_with(&first));
+        assert_eq!(cache.blocks_rendered - b0, 1);
+        let block = changed
+            .blocks
+            .iter()
+            .find(|b| *b.first <= *name && !first.blocks.iter().any(|o| Arc::ptr_eq(o, b)))
+            .unwrap();
+        assert_eq!(cache.entries_rendered - e0, block.len as u64);
+        assert!(block.len < 300, "one block, not every node: {}", block.len);
+        assert_eq!(changed.blocks_shared_with(&first), (blocks - 1, blocks));
+        assert_eq!(changed.all(), reference_body(&changed, &snap));
+        assert_eq!(changed, render(&snap, WatcherOptions::default()).unwrap());
+        let decoded: WatcherMetrics = serde_json::from_slice(&changed.all()).unwrap();
+        assert_eq!(decoded.data.node_metrics_map[&*name].metrics[0].value, 99.9);
+
+        // A node added and one removed: at most the two blocks around them (and the first
+        // block when the body's first node changes) are written again.
+        let nodes = Arc::make_mut(&mut snap.nodes);
+        let gone = nodes.keys().nth(1_000).unwrap().clone();
+        nodes.remove(&gone);
+        nodes.insert(
+            "pool-500-new".into(),
+            load("pool-500-new", at, 0.5, &[Window::FifteenMinutes]),
+        );
+        let b1 = cache.blocks_rendered;
+        let moved = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        assert!(
+            (1..=3).contains(&(cache.blocks_rendered - b1)),
+            "{}",
+            cache.blocks_rendered - b1
+        );
+        assert!(moved.blocks_shared_with(&changed).0 + 3 >= changed.blocks.len());
+        assert_eq!(moved.all(), reference_body(&moved, &snap));
+        assert_eq!(gunzip(moved.all_gzip()), reference_body(&moved, &snap));
+
+        // Other options: every block is written again.
+        let b2 = cache.blocks_rendered;
+        let legacy = WatcherOptions {
+            legacy_scaling: true,
+        };
+        let scaled = render_cached(&snap, legacy, &mut cache).unwrap();
+        assert_eq!(scaled.blocks_shared_with(&moved).0, 0);
+        assert_eq!(cache.blocks_rendered - b2, scaled.blocks.len() as u64);
     }
 }

@@ -279,25 +279,40 @@ impl Chunk {
 fn deflate_flushed(data: &[u8]) -> Vec<u8> {
     let mut c = flate2::Compress::new(flate2::Compression::fast(), false);
     let mut out = Vec::with_capacity(data.len() / 4 + 64);
+    if !deflate_flushed_into(&mut c, data, &mut out) {
+        // Cannot happen with a fresh stream and a flush; an empty piece keeps the stream valid.
+        return Vec::new();
+    }
+    // Held for as long as the chunk is: the spare room of the guess above (up to half of it
+    // after a doubling) would otherwise stay with it.
+    out.shrink_to_fit();
+    out
+}
+
+/// Appends the raw deflate of `data`, ending in a full flush, to `out`, with `c` (a stream
+/// that is new or reset, so the piece stands alone; reused to spare its allocation). False
+/// when the compressor failed (not seen with a new or reset stream).
+pub(crate) fn deflate_flushed_into(
+    c: &mut flate2::Compress,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
+    let start = c.total_in();
+    let consumed = |c: &flate2::Compress| usize::try_from(c.total_in() - start).ok();
     loop {
         if out.capacity() - out.len() < 64 {
             out.reserve(out.capacity().max(1024));
         }
-        let consumed = usize::try_from(c.total_in())
-            .unwrap_or(data.len())
-            .min(data.len());
-        if c.compress_vec(&data[consumed..], &mut out, flate2::FlushCompress::Full)
+        let from = consumed(c).unwrap_or(data.len()).min(data.len());
+        if c.compress_vec(&data[from..], out, flate2::FlushCompress::Full)
             .is_err()
         {
-            // Cannot happen with a fresh stream and a flush; an empty piece keeps the stream valid.
-            return Vec::new();
+            return false;
         }
-        let done = usize::try_from(c.total_in()).is_ok_and(|n| n >= data.len());
+        let done = consumed(c).is_some_and(|n| n >= data.len());
+        // The flush is complete once it leaves room in `out`.
         if done && out.len() < out.capacity() {
-            // Held for as long as the chunk is: the spare room of the guess above (up to half
-            // of it after a doubling) would otherwise stay with it.
-            out.shrink_to_fit();
-            return out;
+            return true;
         }
     }
 }
@@ -378,7 +393,7 @@ pub struct RenderStats {
 /// hash is a multiple of this ends a block), so adding or removing a node changes one block.
 const BLOCK_KEYS: u64 = 64;
 
-fn ends_block(key: &str) -> bool {
+pub(crate) fn ends_block(key: &str) -> bool {
     // FNV-1a: stable across runs and builds.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.bytes() {

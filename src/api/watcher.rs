@@ -128,6 +128,11 @@ pub struct WatcherBodies {
     all_gzip: std::sync::OnceLock<Bytes>,
     /// How many times the gzip body was joined (once per body at most; a test hook).
     gzips: std::sync::atomic::AtomicU64,
+    /// The plain body, inflated on the first request of this body that does not accept gzip
+    /// and kept with it: held only while such a client polls (Trimaran's Go client asks for
+    /// gzip), so every plain answer of a tick after the first is one write of these bytes,
+    /// as a static file's. `None`: a block did not inflate (not seen: the bytes are our own).
+    all_plain: std::sync::OnceLock<Option<Bytes>>,
 }
 
 /// The entries of consecutive nodes (of the served window) as raw deflate ending in a full
@@ -221,6 +226,31 @@ impl WatcherBodies {
             }
         }
         Bytes::from(out)
+    }
+
+    /// The plain body for all hosts in one piece: inflated once, on the first call, and kept
+    /// with this body (see the field); `None` when a block does not inflate.
+    pub fn all_plain(&self) -> Option<&Bytes> {
+        self.all_plain
+            .get_or_init(|| {
+                let mut out = Vec::with_capacity(self.plain_len());
+                for piece in self.plain_pieces() {
+                    match piece {
+                        Ok(p) => out.extend_from_slice(&p),
+                        Err(e) => {
+                            tracing::error!(error = %e, "/watcher: a block did not inflate");
+                            return None;
+                        }
+                    }
+                }
+                Some(Bytes::from(out))
+            })
+            .as_ref()
+    }
+
+    /// Whether [`WatcherBodies::all_plain`] is made already.
+    pub fn has_plain(&self) -> bool {
+        self.all_plain.get().is_some()
     }
 
     /// Length of the plain body for all hosts.
@@ -406,6 +436,7 @@ pub fn render_cached(
         opts,
         all_gzip: std::sync::OnceLock::new(),
         gzips: std::sync::atomic::AtomicU64::new(0),
+        all_plain: std::sync::OnceLock::new(),
     };
     cache.whole = Some(w);
     Some(bodies)

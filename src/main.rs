@@ -309,6 +309,25 @@ fn after_tick() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 const AFTER_TICK: Option<fn()> = None;
 
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const AFTER_SETUP: Option<fn(&'static str)> = Some(after_setup);
+
+/// At the points of the start `app` names (the Kubernetes client built; every role started):
+/// the start-up's code and free heap handed back before the next step faults in its own
+/// (issue #11, node-role VmHWM). The start-up runs its steps one after another, each touching
+/// code the others do not (the kubeconfig's YAML and the TLS trust anchors; then the watches'
+/// first lists, the probes' and sinks' set-up and the first render), and with one hand-back
+/// only before the roles start all of it was resident at once, up to the first tick's
+/// hand-back: that was the start-up peak. What a later step needs again faults back in.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn after_setup(point: &'static str) {
+    heap::trim();
+    let bytes = code::release_startup_pages();
+    tracing::debug!(point, bytes, "start-up pages handed back");
+}
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+const AFTER_SETUP: Option<fn(&'static str)> = None;
+
 fn main() -> ExitCode {
     // Bad flags: clap prints the problem and exits with 2.
     let mut cli = Cli::parse();
@@ -348,7 +367,11 @@ fn main() -> ExitCode {
     // start keeps it out of the start-up peak (issue #11, VmHWM).
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     code::release_startup_pages();
-    match runtime.block_on(app::run(cfg, AFTER_TICK)) {
+    let hooks = app::Hooks {
+        after_tick: AFTER_TICK,
+        after_setup: AFTER_SETUP,
+    };
+    match runtime.block_on(app::run_with(cfg, hooks)) {
         Ok(()) => ExitCode::SUCCESS,
         // Said once, as a plain line: a log filter (`--log-level off`) must not hide why we stop.
         Err(e) => fail(&e, &logs),

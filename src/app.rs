@@ -65,7 +65,7 @@ pub struct Hooks {
     /// On the start's own thread, with the point's name, before the first tick: `"kube
     /// client"` once the Kubernetes client is built (the kubeconfig's YAML, the TLS set-up and
     /// its trust anchors are done with; not in a host role without one), and `"set-up"` once
-    /// every source, sink and the listener are started.
+    /// every source and sink is started, before the tick loop is.
     pub after_setup: Option<fn(&'static str)>,
 }
 
@@ -348,6 +348,9 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         &cancel,
     )
     .await?;
+    if let Some(f) = hooks.after_setup {
+        f("set-up");
+    }
     let tick_task = tokio::spawn(tick_loop(
         store.clone(),
         tx,
@@ -384,9 +387,6 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         usage_source,
         "listening"
     );
-    if let Some(f) = hooks.after_setup {
-        f("set-up");
-    }
 
     let server_result = tokio::select! {
         r = &mut server_task => Some(r),

@@ -62,7 +62,7 @@ mod code {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Ticks after which the start-up pages are handed back (besides once before the runtime
-    /// runs the roles, see `main`): the first (the kube client, TLS and kubeconfig set-up,
+    /// runs the roles, see `main`, and at the set-up points, see `after_setup`): the first (the kube client, TLS and kubeconfig set-up,
     /// the watches' first lists and the first collection and render have run: what they
     /// faulted in would otherwise stay resident through the second tick, where the start-up
     /// peak formed) and the third (whatever start-up work the first ticks still did).
@@ -192,7 +192,8 @@ mod code {
         }
 
         /// Start-up pages are handed back after the first and the third tick only (and once
-        /// before the roles start, in `main`), never on every tick.
+        /// before the roles start, in `main`, and at the set-up points, `after_setup`), never
+        /// on every tick.
         #[test]
         fn pages_out_after_the_first_and_third_tick_only() {
             let due: Vec<u32> = (1..=100).filter(|&t| super::due(t)).collect();

@@ -174,8 +174,20 @@ async fn node_role_hands_start_up_pages_back_at_each_set_up_point_before_the_fir
     api.write_kubeconfig(&kc).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"))
         .args(["--role", "node", "--listen", "127.0.0.1:0"])
-        .args(["--log-format", "json", "--log-level", "warn,kube_prober=debug"])
-        .args(["--tick-interval", "1s", "--interval", "1s", "--timeout", "1s"])
+        .args([
+            "--log-format",
+            "json",
+            "--log-level",
+            "warn,kube_prober=debug",
+        ])
+        .args([
+            "--tick-interval",
+            "1s",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+        ])
         .arg("--cgroup-root")
         .arg(&cg)
         .arg("--sysfs")
@@ -193,7 +205,10 @@ async fn node_role_hands_start_up_pages_back_at_each_set_up_point_before_the_fir
     // test's threads: the stand-in API server runs on them.
     let reader = tokio::task::spawn_blocking(move || {
         let mut seen = Vec::new();
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };

@@ -46,8 +46,9 @@ mod heap {
 /// A read fault on the binary maps up to 64 KiB of its neighbouring code (the kernel's
 /// `fault_around_bytes`), and start-up runs code all over it (flag and config parsing, the
 /// kubeconfig's YAML, TLS set-up), so after start most of the 20 MB of code and read-only data
-/// is resident although the steady state runs a fraction of it. `MADV_PAGEOUT` on the binary's
-/// read-only and executable mappings unmaps their pages and lets the kernel reclaim them; it
+/// is resident although the steady state runs a fraction of it (the same holds, smaller, for
+/// libc, libm and ld.so). `MADV_PAGEOUT` on the read-only and executable file mappings unmaps
+/// their pages and lets the kernel reclaim them (pages other processes map stay cached); it
 /// never changes their contents (they are clean file pages: the writable and relocated
 /// mappings are left alone), and whatever runs later faults its pages back in from the file.
 ///
@@ -111,7 +112,9 @@ mod code {
                 let path = f.nth(3).unwrap_or("");
                 current = match (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
                     // A file (not [heap], [stack], [vdso] or an anon_inode), never writable.
-                    (Ok(lo), Ok(hi)) if path.starts_with('/') && !perms.contains('w') && hi > lo => {
+                    (Ok(lo), Ok(hi))
+                        if path.starts_with('/') && !perms.contains('w') && hi > lo =>
+                    {
                         Some((lo, hi))
                     }
                     _ => None,

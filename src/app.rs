@@ -46,6 +46,31 @@ use crate::watch::derive::DeriveConfig;
 /// `after_tick` runs (on a blocking thread) after each published snapshot; the binary uses it
 /// to hand freed heap back to the kernel.
 pub async fn run(cfg: Config, after_tick: Option<fn()>) -> Result<()> {
+    run_with(
+        cfg,
+        Hooks {
+            after_tick,
+            after_setup: None,
+        },
+    )
+    .await
+}
+
+/// What the binary runs at fixed points of the start and after each tick (issue #11: it hands
+/// the start-up's memory back there); tests run without.
+#[derive(Clone, Copy, Default)]
+pub struct Hooks {
+    /// After each published snapshot, on a blocking thread.
+    pub after_tick: Option<fn()>,
+    /// On the start's own thread, with the point's name, before the first tick: `"kube
+    /// client"` once the Kubernetes client is built (the kubeconfig's YAML, the TLS set-up and
+    /// its trust anchors are done with; not in a host role without one), and `"set-up"` once
+    /// every source and sink is started, before the tick loop is.
+    pub after_setup: Option<fn(&'static str)>,
+}
+
+/// [`run`] with every hook.
+pub async fn run_with(cfg: Config, hooks: Hooks) -> Result<()> {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     // Handlers are installed here, before anything is logged or served: a SIGTERM that
@@ -59,7 +84,7 @@ pub async fn run(cfg: Config, after_tick: Option<fn()>) -> Result<()> {
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
-    run_until_with(cfg, cancel, after_tick).await
+    run_until_with(cfg, cancel, hooks).await
 }
 
 /// SIGTERM and SIGINT, installed when created.
@@ -123,14 +148,11 @@ impl Signals {
 
 /// Runs until `cancel` fires.
 pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
-    run_until_with(cfg, cancel, None).await
+    run_until_with(cfg, cancel, Hooks::default()).await
 }
 
-async fn run_until_with(
-    cfg: Config,
-    cancel: CancellationToken,
-    after_tick: Option<fn()>,
-) -> Result<()> {
+async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) -> Result<()> {
+    let after_tick = hooks.after_tick;
     let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
     let provider_kind = cfg.usage.provider.unwrap_or(match choice.role {
         Role::Host => MetricsProvider::Host,
@@ -160,6 +182,9 @@ async fn run_until_with(
     } else {
         None
     };
+    if let (Some(f), true) = (hooks.after_setup, kube_client.is_some()) {
+        f("kube client");
+    }
     let auth_kube_client = kube_client.clone();
     if provider_kind == MetricsProvider::Host && !cfg.procfs.is_dir() {
         return Err(Error::Config {
@@ -323,6 +348,9 @@ async fn run_until_with(
         &cancel,
     )
     .await?;
+    if let Some(f) = hooks.after_setup {
+        f("set-up");
+    }
     let tick_task = tokio::spawn(tick_loop(
         store.clone(),
         tx,

@@ -40,13 +40,15 @@ mod heap {
     }
 }
 
-/// Pages of the binary that only start-up used, handed back once (issue #11, node-role RSS).
+/// Pages of the binary (and of the shared libraries) that only start-up used, handed back at
+/// the start's fixed points (issue #11, node-role RSS).
 ///
 /// A read fault on the binary maps up to 64 KiB of its neighbouring code (the kernel's
 /// `fault_around_bytes`), and start-up runs code all over it (flag and config parsing, the
 /// kubeconfig's YAML, TLS set-up), so after start most of the 20 MB of code and read-only data
-/// is resident although the steady state runs a fraction of it. `MADV_PAGEOUT` on the binary's
-/// read-only and executable mappings unmaps their pages and lets the kernel reclaim them; it
+/// is resident although the steady state runs a fraction of it (the same holds, smaller, for
+/// libc, libm and ld.so). `MADV_PAGEOUT` on the read-only and executable file mappings unmaps
+/// their pages and lets the kernel reclaim them (pages other processes map stay cached); it
 /// never changes their contents (they are clean file pages: the writable and relocated
 /// mappings are left alone), and whatever runs later faults its pages back in from the file.
 ///
@@ -62,7 +64,7 @@ mod code {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Ticks after which the start-up pages are handed back (besides once before the runtime
-    /// runs the roles, see `main`): the first (the kube client, TLS and kubeconfig set-up,
+    /// runs the roles, see `main`, and at the set-up points, see `after_setup`): the first (the kube client, TLS and kubeconfig set-up,
     /// the watches' first lists and the first collection and render have run: what they
     /// faulted in would otherwise stay resident through the second tick, where the start-up
     /// peak formed) and the third (whatever start-up work the first ticks still did).
@@ -81,25 +83,24 @@ mod code {
         }
     }
 
-    /// `MADV_PAGEOUT`, then `MADV_DONTNEED`, on every mapping of our own executable that is not
-    /// writable and has no anonymous (copied-on-write) pages; returns the bytes the kernel
-    /// accepted the advice for. Best effort: an older kernel's EINVAL or an unreadable /proc
-    /// only means the pages stay.
+    /// `MADV_PAGEOUT`, then `MADV_DONTNEED`, on every file mapping (our own executable and the
+    /// shared libraries: libc, libm, ld.so, libgcc_s) that is not writable and has no
+    /// anonymous (copied-on-write) pages; returns the bytes the kernel accepted the advice
+    /// for. The libraries' start-up pages count too: the dynamic loader's relocation work,
+    /// libc's and libm's code that only the start ran, each kept 64 KiB around every fault
+    /// (issue #11: 2.1 MiB of libc, libm and ld.so stayed resident, 1.4 MiB of libc alone).
+    /// Best effort: an older kernel's EINVAL or an unreadable /proc only means the pages stay.
     pub fn release_startup_pages() -> usize {
-        advise_clean_exe_mappings(&[libc::MADV_PAGEOUT, libc::MADV_DONTNEED])
+        advise_clean_file_mappings(&[libc::MADV_PAGEOUT, libc::MADV_DONTNEED])
     }
 
-    /// Each of `advice` in turn on every mapping of our executable that is not writable and
-    /// has no anonymous pages; the bytes of the first advice the kernel accepted per mapping.
-    pub(crate) fn advise_clean_exe_mappings(advice: &[libc::c_int]) -> usize {
+    /// Each of `advice` in turn on every mapping of a file that is not writable and has no
+    /// anonymous pages; the bytes of the first advice the kernel accepted per mapping.
+    pub(crate) fn advise_clean_file_mappings(advice: &[libc::c_int]) -> usize {
         let mut advised = 0;
-        let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
-            return advised;
-        };
         let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
             return advised;
         };
-        let exe = exe.to_string_lossy();
         let mut current: Option<(usize, usize)> = None;
         for line in smaps.lines() {
             let mut f = line.split_whitespace();
@@ -110,7 +111,10 @@ mod code {
                 let perms = f.next().unwrap_or("");
                 let path = f.nth(3).unwrap_or("");
                 current = match (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
-                    (Ok(lo), Ok(hi)) if path == exe && !perms.contains('w') && hi > lo => {
+                    // A file (not [heap], [stack], [vdso] or an anon_inode), never writable.
+                    (Ok(lo), Ok(hi))
+                        if path.starts_with('/') && !perms.contains('w') && hi > lo =>
+                    {
                         Some((lo, hi))
                     }
                     _ => None,
@@ -121,9 +125,10 @@ mod code {
             {
                 let mut accepted = false;
                 for &a in advice {
-                    // SAFETY: [lo, hi) is a whole mapping of our own executable, page-aligned
-                    // as /proc reports it, read-only and without anonymous pages, i.e. clean
-                    // pages of the file. MADV_PAGEOUT is advisory; MADV_DONTNEED on such a
+                    // SAFETY: [lo, hi) is a whole mapping of a file (our executable or a
+                    // shared library), page-aligned as /proc reports it, read-only and without
+                    // anonymous pages, i.e. clean pages of the file (for a shared mapping the
+                    // page cache holds them). MADV_PAGEOUT is advisory; MADV_DONTNEED on such a
                     // private file mapping only drops the page table entries, and the next
                     // access maps the same file page again. Neither changes what a later
                     // access reads, only whether the page is resident.
@@ -192,7 +197,8 @@ mod code {
         }
 
         /// Start-up pages are handed back after the first and the third tick only (and once
-        /// before the roles start, in `main`), never on every tick.
+        /// before the roles start, in `main`, and at the set-up points, `after_setup`), never
+        /// on every tick.
         #[test]
         fn pages_out_after_the_first_and_third_tick_only() {
             let due: Vec<u32> = (1..=100).filter(|&t| super::due(t)).collect();
@@ -260,7 +266,7 @@ mod code {
                 unsafe { std::ptr::read_volatile(page as *const u8) };
             }
             let before = rss();
-            let advised = super::advise_clean_exe_mappings(&[libc::MADV_DONTNEED]);
+            let advised = super::advise_clean_file_mappings(&[libc::MADV_DONTNEED]);
             let after = rss();
             // SAFETY: the mapping made above, no longer used.
             unsafe { libc::munmap(at, len) };
@@ -270,6 +276,65 @@ mod code {
                 "{before} KiB resident of {len} B"
             );
             assert_eq!(after, 0, "resident {before} KiB before, {after} KiB after");
+        }
+
+        /// Any clean file mapping goes (a shared library's as much as the executable's: here a
+        /// temp file's), while a private mapping with copied-on-write pages keeps them and
+        /// their contents.
+        #[test]
+        fn clean_mappings_of_any_file_go_and_written_copies_stay() {
+            use std::os::fd::AsRawFd as _;
+            let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+            let len = 256 * 4096;
+            let mut file = tempfile::tempfile().unwrap();
+            std::io::Write::write_all(&mut file, &vec![7u8; len]).unwrap();
+            let map = |prot| {
+                // SAFETY: a fresh private mapping of a file we made; unmapped below.
+                let at = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        prot,
+                        libc::MAP_PRIVATE,
+                        file.as_raw_fd(),
+                        0,
+                    )
+                };
+                assert_ne!(at, libc::MAP_FAILED);
+                at as usize
+            };
+            let clean = map(libc::PROT_READ);
+            let written = map(libc::PROT_READ | libc::PROT_WRITE);
+            for page in (0..len).step_by(4096) {
+                // SAFETY: inside the mappings made above; the second one is writable.
+                unsafe {
+                    std::ptr::read_volatile((clean + page) as *const u8);
+                    std::ptr::write_volatile((written + page) as *mut u8, 9);
+                }
+            }
+            let rss = |lo: usize| -> u64 {
+                let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+                let head = format!("{lo:x}-");
+                let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+                lines
+                    .find_map(|l| l.strip_prefix("Rss:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            let before = (rss(clean), rss(written));
+            super::release_startup_pages();
+            let after = (rss(clean), rss(written));
+            // SAFETY: reads inside the writable mapping, then both mappings go.
+            let kept = (0..len)
+                .step_by(4096)
+                .all(|p| unsafe { std::ptr::read_volatile((written + p) as *const u8) } == 9);
+            unsafe {
+                libc::munmap(clean as *mut libc::c_void, len);
+                libc::munmap(written as *mut libc::c_void, len);
+            }
+            assert_eq!(before, (len as u64 / 1024, len as u64 / 1024));
+            assert_eq!(after, (0, len as u64 / 1024), "before {before:?}");
+            assert!(kept, "a written page lost its contents");
         }
 
         /// One arena and a small runtime for the node role only.
@@ -308,6 +373,25 @@ fn after_tick() {
 }
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 const AFTER_TICK: Option<fn()> = None;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const AFTER_SETUP: Option<fn(&'static str)> = Some(after_setup);
+
+/// At the points of the start `app` names (the Kubernetes client built; every role started):
+/// the start-up's code and free heap handed back before the next step faults in its own
+/// (issue #11, node-role VmHWM). The start-up runs its steps one after another, each touching
+/// code the others do not (the kubeconfig's YAML and the TLS trust anchors; then the watches'
+/// first lists, the probes' and sinks' set-up and the first render), and with one hand-back
+/// only before the roles start all of it was resident at once, up to the first tick's
+/// hand-back: that was the start-up peak. What a later step needs again faults back in.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn after_setup(point: &'static str) {
+    heap::trim();
+    let bytes = code::release_startup_pages();
+    tracing::debug!(point, bytes, "start-up pages handed back");
+}
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+const AFTER_SETUP: Option<fn(&'static str)> = None;
 
 fn main() -> ExitCode {
     // Bad flags: clap prints the problem and exits with 2.
@@ -348,7 +432,11 @@ fn main() -> ExitCode {
     // start keeps it out of the start-up peak (issue #11, VmHWM).
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     code::release_startup_pages();
-    match runtime.block_on(app::run(cfg, AFTER_TICK)) {
+    let hooks = app::Hooks {
+        after_tick: AFTER_TICK,
+        after_setup: AFTER_SETUP,
+    };
+    match runtime.block_on(app::run_with(cfg, hooks)) {
         Ok(()) => ExitCode::SUCCESS,
         // Said once, as a plain line: a log filter (`--log-level off`) must not hide why we stop.
         Err(e) => fail(&e, &logs),

@@ -152,3 +152,101 @@ fn a_missing_cgroup_root_is_a_clear_error() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--cgroup-root"), "{err}");
 }
+
+/// Issue #11 (node-role VmHWM): the start-up's pages are handed back once the Kubernetes client
+/// is built and once every role is started, both before the first tick, so the kubeconfig's
+/// YAML and TLS set-up are not resident beside the watches' first lists and the first render.
+/// Read from the binary's own debug lines, in the order they were written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_role_hands_start_up_pages_back_at_each_set_up_point_before_the_first_tick() {
+    use std::io::BufRead as _;
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node(NODE, ("4", "8Gi"), ("4", "8Gi"))]);
+    let uid = "aaaaaaaa-1111-2222-3333-444444444444";
+    api.upsert(&apiserver::task_pod("web-a", uid, "c0ffee01", NODE));
+    let dir = tempfile::tempdir().unwrap();
+    let cg = dir.path().join("cgroup");
+    let sys = dir.path().join("sys");
+    fixture::init(&cg, Layout::V2).unwrap();
+    support::write_task_cgroups(&cg, uid, "c0ffee01", 1);
+    write_sysfs(&sys);
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"))
+        .args(["--role", "node", "--listen", "127.0.0.1:0"])
+        .args([
+            "--log-format",
+            "json",
+            "--log-level",
+            "warn,kube_prober=debug",
+        ])
+        .args([
+            "--tick-interval",
+            "1s",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+        ])
+        .arg("--cgroup-root")
+        .arg(&cg)
+        .arg("--sysfs")
+        .arg(&sys)
+        .env("KUBECONFIG", &kc)
+        .env("NODE_NAME", NODE)
+        .env("HOME", "/nonexistent")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // The lines up to the first complete snapshot (or the end of the output), read off the
+    // test's threads: the stand-in API server runs on them.
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let message = v["message"].as_str().unwrap_or_default().to_string();
+            let point = v["point"].as_str().map(str::to_string);
+            let bytes = v["bytes"].as_u64();
+            let done = message == "ready: first complete snapshot";
+            seen.push((message, point, bytes));
+            if done {
+                break;
+            }
+        }
+        seen
+    });
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(30), reader).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let seen = seen.expect("no first snapshot within 30 s").unwrap();
+    let at = |message: &str, point: Option<&str>| {
+        seen.iter()
+            .position(|(m, p, _)| m == message && p.as_deref() == point)
+            .unwrap_or_else(|| panic!("no `{message}` {point:?} in {seen:?}"))
+    };
+    let handed = "start-up pages handed back";
+    let client = at(handed, Some("kube client"));
+    let set_up = at(handed, Some("set-up"));
+    let ready = at("ready: first complete snapshot", None);
+    assert!(client < set_up && set_up < ready, "{seen:?}");
+    for i in [client, set_up] {
+        assert!(
+            seen[i].2.is_some_and(|b| b > 0),
+            "nothing handed back: {:?}",
+            seen[i]
+        );
+    }
+    assert_eq!(
+        seen.iter().filter(|(m, _, _)| m == handed).count(),
+        2,
+        "once at each point: {seen:?}"
+    );
+}

@@ -101,7 +101,8 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
         (m1.blocks, m1.keys, m1.steps, w1),
         (m0.blocks, m0.keys, m0.steps, w0)
     );
-    let text = |p: &Published| -> Vec<u8> { p.metrics_text.plain().flatten().collect() };
+    let text =
+        |p: &Published| -> Vec<u8> { p.metrics_text.clone().into_plain().flatten().collect() };
     let fresh = Published::render(second.snapshot.clone(), "host");
     assert_eq!(text(&second), text(&fresh));
     assert_eq!(second.watcher, fresh.watcher);

@@ -759,3 +759,74 @@ fn watcher_bodies_per_node_held_and_while_every_node_changes() {
     );
     assert!(peak <= 400, "{peak} B per node at most while rendering");
 }
+
+#[test]
+fn metrics_blocks_of_nodes_are_held_compressed() {
+    use kube_prober::model::{Resource, UsageSample};
+    use kube_prober::provider::{NodeRecorder, Store};
+    use kube_prober::sink::prometheus::{Format, Renderer};
+    use std::io::Read;
+    const N: usize = 5000;
+    let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let names: Vec<String> = (0..N).map(|i| format!("gke-pool-1-{i:08}")).collect();
+    let store = Store::new();
+    let fetch = |k: u64| {
+        let at = t0 + Duration::from_secs(15 * k);
+        for (i, n) in names.iter().enumerate() {
+            let v = (i as f64 + k as f64 * 7.0) / (N as f64 + 100.0);
+            store.record_node_usage(
+                "metrics_server",
+                UsageSample {
+                    node: n.clone(),
+                    at,
+                    values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
+                },
+            );
+        }
+    };
+    for k in 0..4 {
+        fetch(k);
+    }
+    let snap = Arc::new(store.snapshot(t0 + Duration::from_secs(60)));
+    let before = heap::live();
+    let mut renderer = Renderer::new(Format::Text);
+    let body = renderer.render(snap.clone());
+    let held = (heap::live() - before) / N as i64;
+    let text_len = body.len();
+    let compressed = body.chunks.iter().filter(|c| !c.holds_text()).count();
+    // The text as a plain answer sends it (each compressed chunk inflated as it goes) and as
+    // a gzip answer does: the same bytes, and the rows of every node.
+    let plain: Vec<u8> = body.clone().into_plain().flatten().collect();
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(&body.gzip(&[]).concat()[..])
+        .read_to_end(&mut unzipped)
+        .unwrap();
+    assert_eq!(plain.len(), text_len);
+    assert_eq!(plain, unzipped);
+    let text = String::from_utf8(plain).unwrap();
+    for n in [&names[0], &names[N / 2], &names[N - 1]] {
+        assert!(
+            text.contains(&format!("kube_prober_node_usage_samples{{node=\"{n}\"")),
+            "{n}'s rows"
+        );
+    }
+    drop((text, unzipped, body, renderer));
+    // Before printing: the test harness's capture buffer grows on this thread.
+    let left = heap::live() - before;
+    println!(
+        "/metrics body per node at {N} nodes: {held} B held for {} B of text ({compressed} \
+         chunks held compressed)",
+        text_len / N
+    );
+    assert!(
+        left <= 0,
+        "the body and the renderer free what they held: {left} B left"
+    );
+    assert!(compressed > N / 64, "{compressed} chunks held compressed");
+    // The node rows are held as deflate (a tenth of the text or less), not as text.
+    assert!(
+        held * 5 <= (text_len / N) as i64,
+        "{held} B held per node for {} B of text",
+        text_len / N
+    );
+}

@@ -271,17 +271,26 @@ async fn metrics(
     }
     families.retain(|(f, _)| crate::sink::select::family_allowed(&p.snapshot.selection, f));
     let server = Bytes::from(prometheus::render_families(&families, format));
-    // Reference counts, not copies of the (possibly large) body.
-    let chunks: Vec<Bytes> = if gzip {
+    if gzip {
         resp_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        head.gzip(&[server, tail])
-    } else {
-        head.plain().chain([server, tail]).collect()
-    };
+    }
     if method == Method::HEAD {
         return (StatusCode::OK, resp_headers).into_response();
     }
-    (StatusCode::OK, resp_headers, chunked(chunks)).into_response()
+    let body = if gzip {
+        // Reference counts, not copies of the (possibly large) body.
+        chunked(head.gzip(&[server, tail]))
+    } else {
+        // Chunks held compressed are inflated one at a time, as the answer is sent.
+        let pieces = head
+            .clone()
+            .into_plain()
+            .chain([server, tail])
+            .filter(|c| !c.is_empty())
+            .map(Ok::<_, std::convert::Infallible>);
+        HttpBody::from_stream(futures_util::stream::iter(pieces))
+    };
+    (StatusCode::OK, resp_headers, body).into_response()
 }
 
 /// A body sent as these pieces, one after the other (reference counts, no copy).

@@ -227,8 +227,8 @@ fn push_value(out: &mut String, v: f64) {
 pub fn render(snap: &Snapshot, format: Format) -> String {
     let body = Renderer::new(format).update(snap);
     let mut out = Vec::with_capacity(body.len());
-    for c in &body.chunks {
-        out.extend_from_slice(&c.plain);
+    for c in body.into_plain() {
+        out.extend_from_slice(&c);
     }
     // Every chunk is valid UTF-8 (written from `&str`), and so is their concatenation.
     String::from_utf8(out).unwrap_or_default()
@@ -236,9 +236,11 @@ pub fn render(snap: &Snapshot, format: Format) -> String {
 
 /// One piece of a body: its bytes, and the same bytes as raw deflate ending in a full flush,
 /// made on the first gzip request, so a gzip stream can be joined from pieces compressed once.
+/// The rows of a block of nodes are held compressed only ([`Chunk::compressed`]).
 #[derive(Debug)]
 pub struct Chunk {
-    plain: Bytes,
+    /// The text; `None` for a chunk held compressed only.
+    plain: Option<Bytes>,
     deflated: OnceLock<(Bytes, flate2::Crc)>,
 }
 
@@ -251,13 +253,71 @@ impl Chunk {
             plain.shrink_to_fit();
         }
         Arc::new(Chunk {
-            plain: Bytes::from(plain),
+            plain: Some(Bytes::from(plain)),
             deflated: OnceLock::new(),
         })
     }
 
-    pub fn bytes(&self) -> &Bytes {
-        &self.plain
+    /// A chunk of `text` held only as its raw deflate (about a tenth of it), made now: the rows
+    /// of a block of nodes, which at 65,000 nodes (a shard of them) or at 5,000 unsharded are
+    /// tens of megabytes of text, written again only when one of the block's nodes changes.
+    /// Prometheus asks for gzip, which then copies nothing; a plain answer inflates the chunk
+    /// as it is sent ([`Body::into_plain`]).
+    pub fn compressed(text: &[u8]) -> Arc<Chunk> {
+        Self::compressed_with(
+            &mut flate2::Compress::new(flate2::Compression::fast(), false),
+            text,
+        )
+    }
+
+    /// As [`Chunk::compressed`], with `c` (reset first, so the piece stands alone; reused by
+    /// the caller to spare a compressor's set-up per chunk).
+    pub fn compressed_with(c: &mut flate2::Compress, text: &[u8]) -> Arc<Chunk> {
+        let mut crc = flate2::Crc::new();
+        crc.update(text);
+        c.reset();
+        let mut out = Vec::with_capacity(text.len() / 4 + 64);
+        if !deflate_flushed_into(c, text, &mut out) {
+            // Not seen with a reset stream: the text is kept rather than lost.
+            return Chunk::new(text.to_vec());
+        }
+        out.shrink_to_fit();
+        Arc::new(Chunk {
+            plain: None,
+            deflated: OnceLock::from((Bytes::from(out), crc)),
+        })
+    }
+
+    /// Length of the text.
+    pub fn len(&self) -> usize {
+        match (&self.plain, self.deflated.get()) {
+            (Some(p), _) => p.len(),
+            (None, Some((_, crc))) => crc.amount() as usize,
+            (None, None) => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The text: the bytes held (a reference count) or, for a compressed chunk, inflated now.
+    /// Empty only when a compressed chunk does not inflate (not seen: the bytes are our own),
+    /// which is logged.
+    pub fn text(&self) -> Bytes {
+        if let Some(p) = &self.plain {
+            return p.clone();
+        }
+        let Some((deflated, crc)) = self.deflated.get() else {
+            return Bytes::new();
+        };
+        match inflate_flushed(deflated, crc.amount() as usize) {
+            Ok(text) => Bytes::from(text),
+            Err(e) => {
+                tracing::error!(error = %e, "/metrics: a compressed chunk did not inflate");
+                Bytes::new()
+            }
+        }
     }
 
     /// Whether the compressed form is made.
@@ -265,13 +325,49 @@ impl Chunk {
         self.deflated.get().is_some()
     }
 
+    /// Whether the chunk holds its text (not only its compressed form).
+    pub fn holds_text(&self) -> bool {
+        self.plain.is_some()
+    }
+
+    /// The text held, for chunks made by [`Chunk::new`] (empty for a compressed one).
+    fn held(&self) -> &[u8] {
+        self.plain.as_deref().unwrap_or_default()
+    }
+
     fn deflated(&self) -> &(Bytes, flate2::Crc) {
         self.deflated.get_or_init(|| {
+            let plain = self.held();
             let mut crc = flate2::Crc::new();
-            crc.update(&self.plain);
-            (Bytes::from(deflate_flushed(&self.plain)), crc)
+            crc.update(plain);
+            (Bytes::from(deflate_flushed(plain)), crc)
         })
     }
+}
+
+/// Inflates a piece made by [`deflate_flushed`] (raw deflate ending in a full flush, no final
+/// block) whose text is `len` bytes.
+pub(crate) fn inflate_flushed(deflated: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    let mut d = flate2::Decompress::new(false);
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let from = usize::try_from(d.total_in())
+            .unwrap_or(usize::MAX)
+            .min(deflated.len());
+        let before = (d.total_in(), out.len());
+        d.decompress_vec(&deflated[from..], &mut out, flate2::FlushDecompress::Sync)
+            .map_err(std::io::Error::other)?;
+        if (d.total_in(), out.len()) == before {
+            break;
+        }
+    }
+    if out.len() != len {
+        return Err(std::io::Error::other(format!(
+            "a compressed piece inflated to {} bytes, not {len}",
+            out.len()
+        )));
+    }
+    Ok(out)
 }
 
 /// Raw deflate of `data`, ending in a full flush: byte-aligned, no final block and no back
@@ -326,16 +422,18 @@ pub struct Body {
 impl Body {
     /// Total bytes.
     pub fn len(&self) -> usize {
-        self.chunks.iter().map(|c| c.plain.len()).sum()
+        self.chunks.iter().map(|c| c.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.chunks.iter().all(|c| c.plain.is_empty())
+        self.chunks.iter().all(|c| c.is_empty())
     }
 
-    /// The chunks' bytes (reference counts, no copy).
-    pub fn plain(&self) -> impl Iterator<Item = Bytes> + '_ {
-        self.chunks.iter().map(|c| c.plain.clone())
+    /// The chunks' text, one after the other, each made when it is asked for: a reference
+    /// count of the bytes held, or a compressed chunk inflated then (so a plain answer never
+    /// holds the whole text at once).
+    pub fn into_plain(self) -> impl Iterator<Item = Bytes> + Send + 'static {
+        self.chunks.into_iter().map(|c| c.text())
     }
 
     /// Whether every chunk's compressed form is made (a gzip answer then copies nothing).
@@ -549,7 +647,7 @@ impl Renderer {
                 // Sized from the step's previous text (the task families of a node are
                 // megabytes): no doubling reallocations, no unused half kept in the chunk.
                 let guess = self.steps.get(&step).map_or(0, |c| {
-                    let n = c.plain.len();
+                    let n = c.len();
                     n + n / 16
                 });
                 let mut w = Writer {
@@ -563,7 +661,7 @@ impl Renderer {
                 );
                 self.steps.insert(step, Chunk::new(w.out));
             }
-            if let Some(c) = self.steps.get(&step).filter(|c| !c.plain.is_empty()) {
+            if let Some(c) = self.steps.get(&step).filter(|c| !c.is_empty()) {
                 body.chunks.push(c.clone());
             }
         }
@@ -628,7 +726,7 @@ impl PieceWriter<'_> {
     /// The piece now in `scratch`, at `place`.
     fn piece(&mut self, place: (&'static str, usize)) {
         let chunk = match self.old.remove(&place) {
-            Some(old) if old.plain.as_ref() == self.scratch.as_bytes() => {
+            Some(old) if old.held() == self.scratch.as_bytes() => {
                 self.stats.pieces_kept += 1;
                 old
             }
@@ -792,6 +890,7 @@ fn render_block<'a, P: series::Keyed>(
     format: Format,
 ) -> Vec<Option<Arc<Chunk>>> {
     let mut rows = Vec::new();
+    let mut compress = flate2::Compress::new(flate2::Compression::fast(), false);
     P::FAMILIES
         .iter()
         .enumerate()
@@ -811,7 +910,7 @@ fn render_block<'a, P: series::Keyed>(
             for (labels, value) in &rows {
                 w.sample(&sample, labels, *value);
             }
-            Some(Chunk::new(w.out))
+            Some(Chunk::compressed_with(&mut compress, w.out.as_bytes()))
         })
         .collect()
 }
@@ -959,7 +1058,7 @@ mod tests {
     fn text(body: &Body) -> String {
         body.chunks
             .iter()
-            .map(|c| std::str::from_utf8(c.bytes()).unwrap())
+            .map(|c| String::from_utf8(c.text().to_vec()).unwrap())
             .collect()
     }
 
@@ -1145,7 +1244,7 @@ mod tests {
             assert!(text(&first) == whole(&snap, format));
             let s0 = r.stats();
             // No piece near the size of the task text (1.6 MB at 110 pods on a real node).
-            let largest = first.chunks.iter().map(|c| c.bytes().len()).max().unwrap();
+            let largest = first.chunks.iter().map(|c| c.len()).max().unwrap();
             assert!(largest < 32 * 1024, "largest chunk {largest} B");
             assert!(first.len() > 200 * 1024, "{} B", first.len());
 
@@ -1163,7 +1262,7 @@ mod tests {
                 .chunks
                 .iter()
                 .filter(|c| !first.chunks.iter().any(|o| Arc::ptr_eq(o, c)))
-                .map(|c| c.bytes().len())
+                .map(|c| c.len())
                 .sum();
             assert!(new_bytes < 32 * 1024, "{new_bytes} B new");
 

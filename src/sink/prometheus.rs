@@ -884,13 +884,20 @@ fn update_part<P: series::Keyed>(
     }
 }
 
-/// The rows of `items`, one chunk per family of the part (`None` when it has none).
+/// A block's rows of one family are held compressed from this many bytes of text: the blocks
+/// of a large cluster (tens of kilobytes each), not a single node's few rows.
+const COMPRESS_FROM: usize = 4096;
+
+/// The rows of `items`, one chunk per family of the part (`None` when it has none); large
+/// ones held compressed only ([`Chunk::compressed`]).
 fn render_block<'a, P: series::Keyed>(
     items: &[(&'a str, P::Item<'a>)],
     format: Format,
 ) -> Vec<Option<Arc<Chunk>>> {
     let mut rows = Vec::new();
-    let mut compress = flate2::Compress::new(flate2::Compression::fast(), false);
+    // Made on the first chunk large enough to hold compressed (a compressor's state is about
+    // 300 KB: the node role, whose blocks are its one node's rows, never makes one).
+    let mut compress = None;
     P::FAMILIES
         .iter()
         .enumerate()
@@ -910,7 +917,12 @@ fn render_block<'a, P: series::Keyed>(
             for (labels, value) in &rows {
                 w.sample(&sample, labels, *value);
             }
-            Some(Chunk::compressed_with(&mut compress, w.out.as_bytes()))
+            if w.out.len() < COMPRESS_FROM {
+                return Some(Chunk::new(w.out));
+            }
+            let c = compress
+                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
+            Some(Chunk::compressed_with(c, w.out.as_bytes()))
         })
         .collect()
 }
@@ -1060,6 +1072,28 @@ mod tests {
             .iter()
             .map(|c| String::from_utf8(c.text().to_vec()).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn large_blocks_are_held_compressed_and_a_single_nodes_rows_as_text() {
+        let mut r = Renderer::new(Format::Text);
+        let one = r.render(Arc::new(cluster(1)));
+        assert!(
+            one.chunks.iter().all(|c| c.holds_text()),
+            "one node's rows: no compressor made, nothing to inflate"
+        );
+        let mut r = Renderer::new(Format::Text);
+        let snap = cluster(2000);
+        let many = r.render(Arc::new(snap.clone()));
+        let compressed: Vec<_> = many.chunks.iter().filter(|c| !c.holds_text()).collect();
+        assert!(!compressed.is_empty());
+        assert!(
+            compressed
+                .iter()
+                .all(|c| c.len() >= COMPRESS_FROM && c.is_deflated())
+        );
+        // Inflated, they are the text `render` writes.
+        assert_eq!(text(&many), render(&snap, Format::Text));
     }
 
     #[test]

@@ -338,32 +338,30 @@ fn samples_from<N: std::borrow::Borrow<LeanNode>>(
     conv.finish()
 }
 
-type Denominator = Result<f64, (DropReason, String)>;
-
-/// Turns NodeMetrics into [`FromLists`], one batch (a LIST page) at a time, with the
-/// denominators of `nodes` worked out once per fetch.
-struct Converter<'a> {
-    by_name: HashMap<&'a str, (Denominator, Denominator)>,
+/// Turns NodeMetrics into [`FromLists`], one batch (a LIST page) at a time. A node's
+/// denominators are worked out when its NodeMetrics arrives (and once more for the
+/// capacities): the index holds only where each node is, 24 bytes a node instead of its two
+/// results (81 bytes: 10.6 MB at 65,000 nodes, alive through every fetch).
+struct Converter<'a, N> {
+    nodes: &'a [N],
+    cfg: &'a MetricsServerConfig,
+    by_name: HashMap<&'a str, u32>,
     out: FromLists,
     not_listed: Vec<String>,
     now: SystemTime,
 }
 
-impl<'a> Converter<'a> {
-    fn new<N: std::borrow::Borrow<LeanNode>>(
-        nodes: &'a [N],
-        cfg: &MetricsServerConfig,
-        now: SystemTime,
-    ) -> Self {
+impl<'a, N: std::borrow::Borrow<LeanNode>> Converter<'a, N> {
+    fn new(nodes: &'a [N], cfg: &'a MetricsServerConfig, now: SystemTime) -> Self {
         let mut by_name = HashMap::with_capacity(nodes.len());
         let mut out = FromLists {
             samples: Vec::with_capacity(nodes.len()),
             capacities: Vec::with_capacity(nodes.len()),
             dropped: Vec::new(),
         };
-        for node in nodes {
+        for (i, node) in nodes.iter().enumerate() {
             let node = node.borrow();
-            let Some(name) = node.metadata.name.as_deref() else {
+            let (Some(name), Ok(i)) = (node.metadata.name.as_deref(), u32::try_from(i)) else {
                 continue;
             };
             let cpu = denominator(node, cfg, "cpu");
@@ -375,9 +373,11 @@ impl<'a> Converter<'a> {
                 };
                 out.capacities.push((name.to_string(), c));
             }
-            by_name.insert(name, (cpu, memory));
+            by_name.insert(name, i);
         }
         Converter {
+            nodes,
+            cfg,
             by_name,
             out,
             not_listed: Vec::new(),
@@ -391,10 +391,19 @@ impl<'a> Converter<'a> {
         let out = &mut self.out;
         for mut m in node_metrics {
             let name = m.metadata.name.take().unwrap_or_default();
-            let Some((cpu_d, memory_d)) = self.by_name.get(name.as_str()) else {
+            let Some(node) = self
+                .by_name
+                .get(name.as_str())
+                .and_then(|&i| self.nodes.get(i as usize))
+            else {
                 self.not_listed.push(name);
                 continue;
             };
+            let node = node.borrow();
+            let (cpu_d, memory_d) = (
+                &denominator(node, self.cfg, "cpu"),
+                &denominator(node, self.cfg, "memory"),
+            );
             let mut values = Vec::with_capacity(2);
             for (resource, raw, d) in [
                 (Resource::Cpu, &m.usage.cpu.0, cpu_d),

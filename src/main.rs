@@ -149,6 +149,17 @@ mod code {
         /// otherwise drop the pages the other is measuring).
         static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+        /// Resident KiB of the mapping of this process that starts at address `lo`.
+        fn mapping_rss_kib(lo: usize) -> u64 {
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let head = format!("{lo:x}-");
+            let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+            lines
+                .find_map(|l| l.strip_prefix("Rss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        }
+
         /// Resident KiB of this executable's executable mapping(s).
         fn exe_text_rss_kib() -> u64 {
             let exe = std::fs::read_link("/proc/self/exe").unwrap();
@@ -252,15 +263,7 @@ mod code {
             };
             assert_ne!(at, libc::MAP_FAILED);
             let lo = at as usize;
-            let rss = || -> u64 {
-                let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-                let head = format!("{lo:x}-");
-                let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
-                lines
-                    .find_map(|l| l.strip_prefix("Rss:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                    .unwrap_or(0)
-            };
+            let rss = || mapping_rss_kib(lo);
             for page in (lo..lo + len).step_by(4096) {
                 // SAFETY: inside the mapping made above.
                 unsafe { std::ptr::read_volatile(page as *const u8) };
@@ -312,15 +315,7 @@ mod code {
                     std::ptr::write_volatile((written + page) as *mut u8, 9);
                 }
             }
-            let rss = |lo: usize| -> u64 {
-                let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-                let head = format!("{lo:x}-");
-                let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
-                lines
-                    .find_map(|l| l.strip_prefix("Rss:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                    .unwrap_or(0)
-            };
+            let rss = mapping_rss_kib;
             let before = (rss(clean), rss(written));
             super::release_startup_pages();
             let after = (rss(clean), rss(written));

@@ -7,13 +7,30 @@
 mod apiserver;
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_prober::task::fixture::{self, Layout, Values};
 use support::{Prober, promtool_check, wait_ready};
 
 const NODE: &str = "worker-7";
+
+/// A node role's files under `dir`: a cgroup v2 tree with the pod cgroups `(uid, container id,
+/// seed)` of [`support::write_task_cgroups`], a sysfs tree and the stand-in's kubeconfig.
+fn node_fixture(
+    api: &apiserver::ApiServer,
+    dir: &Path,
+    pods: &[(&str, &str, u64)],
+) -> (PathBuf, PathBuf, PathBuf) {
+    let (cg, sys, kc) = (dir.join("cgroup"), dir.join("sys"), dir.join("kubeconfig"));
+    fixture::init(&cg, Layout::V2).unwrap();
+    for &(uid, container, seed) in pods {
+        support::write_task_cgroups(&cg, uid, container, seed);
+    }
+    write_sysfs(&sys);
+    api.write_kubeconfig(&kc).unwrap();
+    (cg, sys, kc)
+}
 
 fn write_sysfs(sys: &Path) {
     let cpu = sys.join("devices/system/cpu");
@@ -50,15 +67,15 @@ async fn node_role_serves_task_metrics_that_follow_the_pods() {
     ));
 
     let dir = tempfile::tempdir().unwrap();
-    let cg = dir.path().join("cgroup");
-    let sys = dir.path().join("sys");
-    fixture::init(&cg, Layout::V2).unwrap();
-    support::write_task_cgroups(&cg, uid_a, "c0ffee01", 1);
-    support::write_task_cgroups(&cg, uid_b, "c0ffee02", 3);
-    support::write_task_cgroups(&cg, uid_other, "c0ffee09", 5);
-    write_sysfs(&sys);
-    let kc = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kc).unwrap();
+    let (cg, sys, kc) = node_fixture(
+        &api,
+        dir.path(),
+        &[
+            (uid_a, "c0ffee01", 1),
+            (uid_b, "c0ffee02", 3),
+            (uid_other, "c0ffee09", 5),
+        ],
+    );
     let kc = kc.to_string_lossy().into_owned();
     let cg_s = cg.to_string_lossy().into_owned();
     let sys_s = sys.to_string_lossy().into_owned();
@@ -165,13 +182,7 @@ async fn node_role_hands_start_up_pages_back_at_each_set_up_point_before_the_fir
     let uid = "aaaaaaaa-1111-2222-3333-444444444444";
     api.upsert(&apiserver::task_pod("web-a", uid, "c0ffee01", NODE));
     let dir = tempfile::tempdir().unwrap();
-    let cg = dir.path().join("cgroup");
-    let sys = dir.path().join("sys");
-    fixture::init(&cg, Layout::V2).unwrap();
-    support::write_task_cgroups(&cg, uid, "c0ffee01", 1);
-    write_sysfs(&sys);
-    let kc = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kc).unwrap();
+    let (cg, sys, kc) = node_fixture(&api, dir.path(), &[(uid, "c0ffee01", 1)]);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"))
         .args(["--role", "node", "--listen", "127.0.0.1:0"])
         .args([

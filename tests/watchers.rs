@@ -690,32 +690,12 @@ fn the_hub_per_node_after_one_fetch_and_after_fifteen_minutes() {
 /// snapshots are made before counting: their loads are the hub's, not the bodies'.
 #[test]
 fn watcher_bodies_per_node_held_and_while_every_node_changes() {
-    use kube_prober::model::{Resource, UsageSample};
-    use kube_prober::provider::{NodeRecorder, Store};
     use kube_prober::watcher::{WatcherCache, WatcherMetrics, render_cached};
     const N: usize = 5000;
-    let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let names: Vec<String> = (0..N).map(|i| format!("gke-pool-1-{i:08}")).collect();
-    let store = Store::new();
-    let fetch = |k: u64| {
-        let at = t0 + Duration::from_secs(15 * k);
-        for (i, n) in names.iter().enumerate() {
-            let v = (i as f64 + k as f64 * 7.0) / (N as f64 + 100.0);
-            store.record_node_usage(
-                "metrics_server",
-                UsageSample {
-                    node: n.clone(),
-                    at,
-                    values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
-                },
-            );
-        }
-    };
-    for k in 0..4 {
-        fetch(k);
-    }
+    let (store, names) = store_after_fetches(N, 4);
+    let t0 = usage_t0();
     let first = store.snapshot(t0 + Duration::from_secs(60));
-    fetch(4);
+    fetch_usage(&store, &names, 4);
     let second = store.snapshot(t0 + Duration::from_secs(75));
     assert!(
         names
@@ -762,31 +742,11 @@ fn watcher_bodies_per_node_held_and_while_every_node_changes() {
 
 #[test]
 fn metrics_blocks_of_nodes_are_held_compressed() {
-    use kube_prober::model::{Resource, UsageSample};
-    use kube_prober::provider::{NodeRecorder, Store};
     use kube_prober::sink::prometheus::{Format, Renderer};
     use std::io::Read;
     const N: usize = 5000;
-    let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let names: Vec<String> = (0..N).map(|i| format!("gke-pool-1-{i:08}")).collect();
-    let store = Store::new();
-    let fetch = |k: u64| {
-        let at = t0 + Duration::from_secs(15 * k);
-        for (i, n) in names.iter().enumerate() {
-            let v = (i as f64 + k as f64 * 7.0) / (N as f64 + 100.0);
-            store.record_node_usage(
-                "metrics_server",
-                UsageSample {
-                    node: n.clone(),
-                    at,
-                    values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
-                },
-            );
-        }
-    };
-    for k in 0..4 {
-        fetch(k);
-    }
+    let (store, names) = store_after_fetches(N, 4);
+    let t0 = usage_t0();
     let snap = Arc::new(store.snapshot(t0 + Duration::from_secs(60)));
     let before = heap::live();
     let mut renderer = Renderer::new(Format::Text);
@@ -829,4 +789,42 @@ fn metrics_blocks_of_nodes_are_held_compressed() {
         "{held} B held per node for {} B of text",
         text_len / N
     );
+}
+
+/// The time of the first fetch of [`fetch_usage`].
+fn usage_t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+/// `n` node names as GKE makes them.
+fn node_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("gke-pool-1-{i:08}")).collect()
+}
+
+/// A hub after `fetches` fetches of [`fetch_usage`] of `n` nodes, and their names.
+fn store_after_fetches(n: usize, fetches: u64) -> (Store, Vec<String>) {
+    let (store, names) = (Store::new(), node_names(n));
+    for k in 0..fetches {
+        fetch_usage(&store, &names, k);
+    }
+    (store, names)
+}
+
+/// Fetch `k` of a metrics-server backend (15 s after fetch `k - 1`): a CPU and memory sample
+/// of every node, every value moved since the previous fetch.
+fn fetch_usage(store: &Store, names: &[String], k: u64) {
+    use kube_prober::model::{Resource, UsageSample};
+    use kube_prober::provider::NodeRecorder;
+    let at = usage_t0() + Duration::from_secs(15 * k);
+    for (i, n) in names.iter().enumerate() {
+        let v = (i as f64 + k as f64 * 7.0) / (names.len() as f64 + 100.0);
+        store.record_node_usage(
+            "metrics_server",
+            UsageSample {
+                node: n.clone(),
+                at,
+                values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
+            },
+        );
+    }
 }

@@ -159,31 +159,7 @@ impl Block {
 
     /// The plain bytes, inflated with `d` (reset first).
     fn inflate(&self, d: &mut flate2::Decompress) -> std::io::Result<Bytes> {
-        d.reset(false);
-        let len = self.plain_len();
-        let mut out = Vec::with_capacity(len);
-        while out.len() < len {
-            let from = usize::try_from(d.total_in())
-                .unwrap_or(usize::MAX)
-                .min(self.deflated.len());
-            let before = (d.total_in(), out.len());
-            d.decompress_vec(
-                &self.deflated[from..],
-                &mut out,
-                flate2::FlushDecompress::Sync,
-            )
-            .map_err(std::io::Error::other)?;
-            if (d.total_in(), out.len()) == before {
-                break;
-            }
-        }
-        if out.len() != len {
-            return Err(std::io::Error::other(format!(
-                "a /watcher block inflated to {} bytes, not {len}",
-                out.len()
-            )));
-        }
-        Ok(Bytes::from(out))
+        prometheus::inflate_flushed_with(d, &self.deflated, self.plain_len()).map(Bytes::from)
     }
 }
 

@@ -348,7 +348,17 @@ impl Chunk {
 /// Inflates a piece made by [`deflate_flushed`] (raw deflate ending in a full flush, no final
 /// block) whose text is `len` bytes.
 pub(crate) fn inflate_flushed(deflated: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
-    let mut d = flate2::Decompress::new(false);
+    inflate_flushed_with(&mut flate2::Decompress::new(false), deflated, len)
+}
+
+/// As [`inflate_flushed`], with `d` (reset first; reused by the caller to spare a
+/// decompressor's set-up per piece).
+pub(crate) fn inflate_flushed_with(
+    d: &mut flate2::Decompress,
+    deflated: &[u8],
+    len: usize,
+) -> std::io::Result<Vec<u8>> {
+    d.reset(false);
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let from = usize::try_from(d.total_in())

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::model::{NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds};
-use crate::sink::prometheus;
+use crate::sink::prometheus::{self, Body, Chunk};
 
 /// load-watcher's `WatcherMetrics`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -111,8 +111,8 @@ pub fn wire_source_name(source: &str) -> &str {
 /// The pre-rendered `/watcher` bodies of one snapshot: the head (made each tick) and every
 /// host entry as deflated blocks of consecutive nodes (shared between ticks while none of a
 /// block's nodes changed). Only compressed bytes are held: the gzip answer is joined from
-/// them, the plain answer is inflated block by block as it is sent, and a `?host=` answer is
-/// written on demand from the snapshot's node map.
+/// them, the plain answer inflated from them on the first plain request, and a `?host=` answer
+/// is written on demand from the snapshot's node map.
 #[derive(Debug)]
 pub struct WatcherBodies {
     /// Everything up to the first host entry.
@@ -135,9 +135,9 @@ pub struct WatcherBodies {
     all_plain: std::sync::OnceLock<Option<Bytes>>,
 }
 
-/// The entries of consecutive nodes (of the served window) as raw deflate ending in a full
-/// flush: a piece that stands alone, so gzip streams are joined from pieces deflated once and
-/// each piece inflates by itself. Its boundaries come from the nodes' names
+/// The entries of consecutive nodes (of the served window), held compressed only
+/// ([`Chunk::compressed`]: a piece that stands alone, so gzip streams are joined from pieces
+/// deflated once and each piece inflates by itself). Its boundaries come from the nodes' names
 /// ([`prometheus::ends_block`], ~64 nodes a block), so adding or removing a node changes one
 /// block.
 #[derive(Debug)]
@@ -147,20 +147,7 @@ struct Block {
     len: usize,
     /// Whether it opens the host map (its bytes then start without a comma).
     leads: bool,
-    deflated: Bytes,
-    /// CRC-32 and length of the plain bytes.
-    crc: flate2::Crc,
-}
-
-impl Block {
-    fn plain_len(&self) -> usize {
-        self.crc.amount() as usize
-    }
-
-    /// The plain bytes, inflated with `d` (reset first).
-    fn inflate(&self, d: &mut flate2::Decompress) -> std::io::Result<Bytes> {
-        prometheus::inflate_flushed_with(d, &self.deflated, self.plain_len()).map(Bytes::from)
-    }
+    entries: Arc<Chunk>,
 }
 
 impl PartialEq for WatcherBodies {
@@ -176,32 +163,29 @@ impl PartialEq for WatcherBodies {
 /// Closes the host map, `data` and the body.
 const TAIL: &str = "}}}";
 
-/// A gzip member's header: deflate, no name, no time, unknown OS.
-const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
-
 impl WatcherBodies {
     /// The body for all hosts, as pieces to send one after the other: the head, each block
     /// inflated when the piece is asked for (so the plain body is never held whole), the tail.
     /// An error is a block that does not inflate (not seen: the bytes are our own).
     pub fn plain_pieces(&self) -> impl Iterator<Item = std::io::Result<Bytes>> + Send + 'static {
         let blocks = self.blocks.clone();
-        let mut d = flate2::Decompress::new(false);
         std::iter::once(Ok(self.head.clone()))
-            .chain((0..blocks.len()).map(move |i| blocks[i].inflate(&mut d)))
+            .chain((0..blocks.len()).map(move |i| blocks[i].entries.try_text()))
             .chain(std::iter::once(Ok(Bytes::from_static(TAIL.as_bytes()))))
     }
 
     /// The body for all hosts in one piece (inflated and joined: tests and small bodies; empty
     /// when a block does not inflate).
     pub fn all(&self) -> Bytes {
+        self.join_plain().unwrap_or_default()
+    }
+
+    fn join_plain(&self) -> std::io::Result<Bytes> {
         let mut out = Vec::with_capacity(self.plain_len());
         for piece in self.plain_pieces() {
-            match piece {
-                Ok(p) => out.extend_from_slice(&p),
-                Err(_) => return Bytes::new(),
-            }
+            out.extend_from_slice(&piece?);
         }
-        Bytes::from(out)
+        Ok(Bytes::from(out))
     }
 
     /// The plain body for all hosts in one piece: inflated once, on the first call, and kept
@@ -209,17 +193,11 @@ impl WatcherBodies {
     pub fn all_plain(&self) -> Option<&Bytes> {
         self.all_plain
             .get_or_init(|| {
-                let mut out = Vec::with_capacity(self.plain_len());
-                for piece in self.plain_pieces() {
-                    match piece {
-                        Ok(p) => out.extend_from_slice(&p),
-                        Err(e) => {
-                            tracing::error!(error = %e, "/watcher: a block did not inflate");
-                            return None;
-                        }
-                    }
-                }
-                Some(Bytes::from(out))
+                self.join_plain()
+                    .inspect_err(
+                        |e| tracing::error!(error = %e, "/watcher: a block did not inflate"),
+                    )
+                    .ok()
             })
             .as_ref()
     }
@@ -231,7 +209,7 @@ impl WatcherBodies {
 
     /// Length of the plain body for all hosts.
     pub fn plain_len(&self) -> usize {
-        self.head.len() + self.blocks.iter().map(|b| b.plain_len()).sum::<usize>() + TAIL.len()
+        self.head.len() + self.blocks.iter().map(|b| b.entries.len()).sum::<usize>() + TAIL.len()
     }
 
     /// The body for `?host=host`, when that host has data: written now from its load.
@@ -258,36 +236,14 @@ impl WatcherBodies {
         })
     }
 
+    /// The head (compressed now), the blocks' compressed forms and the tail as one gzip
+    /// stream ([`Body::gzip`]), joined into one piece.
     fn join_gzip(&self) -> Bytes {
-        let mut c = flate2::Compress::new(flate2::Compression::fast(), false);
-        let mut head = Vec::with_capacity(self.head.len() / 2 + 64);
-        let mut tail = Vec::with_capacity(64);
-        let ok = prometheus::deflate_flushed_into(&mut c, &self.head, &mut head) && {
-            c.reset();
-            prometheus::deflate_flushed_into(&mut c, TAIL.as_bytes(), &mut tail)
-        };
-        if !ok {
-            // Not seen with a new or reset stream; pieces left out would break the stream.
-            tracing::error!("/watcher: deflating the head or tail failed; gzip body left empty");
-            return Bytes::new();
-        }
-        let blocks: usize = self.blocks.iter().map(|b| b.deflated.len()).sum();
-        let mut out = Vec::with_capacity(GZIP_HEADER.len() + head.len() + blocks + tail.len() + 10);
-        out.extend_from_slice(&GZIP_HEADER);
-        out.extend_from_slice(&head);
-        let mut crc = flate2::Crc::new();
-        crc.update(&self.head);
-        for b in self.blocks.iter() {
-            out.extend_from_slice(&b.deflated);
-            crc.combine(&b.crc);
-        }
-        out.extend_from_slice(&tail);
-        crc.update(TAIL.as_bytes());
-        // An empty final block with fixed codes (BFINAL=1, BTYPE=01, end of block).
-        out.extend_from_slice(&[0x03, 0x00]);
-        out.extend_from_slice(&crc.sum().to_le_bytes());
-        out.extend_from_slice(&crc.amount().to_le_bytes());
-        Bytes::from(out)
+        let mut chunks = Vec::with_capacity(self.blocks.len() + 1);
+        chunks.push(Chunk::new(self.head.to_vec()));
+        chunks.extend(self.blocks.iter().map(|b| b.entries.clone()));
+        let tail = Bytes::from_static(TAIL.as_bytes());
+        Bytes::from(Body { chunks }.gzip(&[tail]).concat())
     }
 
     /// Whether [`WatcherBodies::all_gzip`] is made already.
@@ -473,7 +429,6 @@ fn whole(
 
     let mut blocks = Vec::with_capacity(old.len().max(nodes.len() / 32 + 1));
     let mut plain = String::new();
-    let mut deflated = Vec::new();
     let mut compress = flate2::Compress::new(flate2::Compression::fast(), false);
     let mut from = 0;
     for (i, (name, _)) in nodes.iter().enumerate() {
@@ -501,21 +456,11 @@ fn whole(
         }
         cache.entries_rendered += members.len() as u64;
         cache.blocks_rendered += 1;
-        deflated.clear();
-        compress.reset();
-        if !prometheus::deflate_flushed_into(&mut compress, plain.as_bytes(), &mut deflated) {
-            // Not seen with a reset stream; without this block the body would be wrong.
-            tracing::error!("/watcher: deflating a block of host entries failed; no body");
-            return None;
-        }
-        let mut crc = flate2::Crc::new();
-        crc.update(plain.as_bytes());
         blocks.push(Arc::new(Block {
             first: members[0].0.clone(),
             len: members.len(),
             leads,
-            deflated: Bytes::copy_from_slice(&deflated),
-            crc,
+            entries: Chunk::compressed_with(&mut compress, plain.as_bytes()),
         }));
     }
     drop(old);

@@ -302,22 +302,23 @@ impl Chunk {
     }
 
     /// The text: the bytes held (a reference count) or, for a compressed chunk, inflated now.
-    /// Empty only when a compressed chunk does not inflate (not seen: the bytes are our own),
-    /// which is logged.
-    pub fn text(&self) -> Bytes {
-        if let Some(p) = &self.plain {
-            return p.clone();
-        }
-        let Some((deflated, crc)) = self.deflated.get() else {
-            return Bytes::new();
-        };
-        match inflate_flushed(deflated, crc.amount() as usize) {
-            Ok(text) => Bytes::from(text),
-            Err(e) => {
-                tracing::error!(error = %e, "/metrics: a compressed chunk did not inflate");
-                Bytes::new()
+    /// An error is a compressed chunk that does not inflate (not seen: the bytes are our own).
+    pub fn try_text(&self) -> std::io::Result<Bytes> {
+        match (&self.plain, self.deflated.get()) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, Some((deflated, crc))) => {
+                inflate_flushed(deflated, crc.amount() as usize).map(Bytes::from)
             }
+            (None, None) => Ok(Bytes::new()),
         }
+    }
+
+    /// [`Chunk::try_text`], empty (and logged) when the chunk does not inflate.
+    pub fn text(&self) -> Bytes {
+        self.try_text().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a compressed chunk did not inflate");
+            Bytes::new()
+        })
     }
 
     /// Whether the compressed form is made.
@@ -347,18 +348,8 @@ impl Chunk {
 
 /// Inflates a piece made by [`deflate_flushed`] (raw deflate ending in a full flush, no final
 /// block) whose text is `len` bytes.
-pub(crate) fn inflate_flushed(deflated: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
-    inflate_flushed_with(&mut flate2::Decompress::new(false), deflated, len)
-}
-
-/// As [`inflate_flushed`], with `d` (reset first; reused by the caller to spare a
-/// decompressor's set-up per piece).
-pub(crate) fn inflate_flushed_with(
-    d: &mut flate2::Decompress,
-    deflated: &[u8],
-    len: usize,
-) -> std::io::Result<Vec<u8>> {
-    d.reset(false);
+fn inflate_flushed(deflated: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    let mut d = flate2::Decompress::new(false);
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let from = usize::try_from(d.total_in())
@@ -398,11 +389,7 @@ fn deflate_flushed(data: &[u8]) -> Vec<u8> {
 /// Appends the raw deflate of `data`, ending in a full flush, to `out`, with `c` (a stream
 /// that is new or reset, so the piece stands alone; reused to spare its allocation). False
 /// when the compressor failed (not seen with a new or reset stream).
-pub(crate) fn deflate_flushed_into(
-    c: &mut flate2::Compress,
-    data: &[u8],
-    out: &mut Vec<u8>,
-) -> bool {
+fn deflate_flushed_into(c: &mut flate2::Compress, data: &[u8], out: &mut Vec<u8>) -> bool {
     let start = c.total_in();
     let consumed = |c: &flate2::Compress| usize::try_from(c.total_in() - start).ok();
     loop {

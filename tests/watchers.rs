@@ -611,33 +611,10 @@ async fn stop(cancel: CancellationToken, tasks: Vec<tokio::task::JoinHandle<()>>
 /// difference is what the bench's steady RSS lacks; docs/benchmarks.md adds it per node.
 #[test]
 fn the_hub_per_node_after_one_fetch_and_after_fifteen_minutes() {
-    use kube_prober::model::{NodeCapacity, Resource, UsageSample};
-    use kube_prober::provider::{NodeRecorder, Store};
+    use kube_prober::model::Resource;
     const N: usize = 2000;
-    let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let names: Vec<String> = (0..N).map(|i| format!("gke-pool-1-{i:08}")).collect();
-    let fetch = |store: &Store, k: u64| {
-        let at = t0 + Duration::from_secs(15 * k);
-        for (i, n) in names.iter().enumerate() {
-            let v = (i as f64 + k as f64) / (N as f64 + 100.0);
-            store.record_node_usage(
-                "metrics_server",
-                UsageSample {
-                    node: n.clone(),
-                    at,
-                    values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
-                },
-            );
-            store.record_node_capacity(
-                n,
-                NodeCapacity {
-                    cpu_cores: 8.0,
-                    memory_bytes: 32e9,
-                },
-            );
-        }
-        store.record_fetch_end("metrics_server", true, 2);
-    };
+    let (t0, names) = (usage_t0(), node_names(N));
+    let fetch = |store: &Store, k: u64| fetch_usage(store, &names, k);
     let before = heap::live();
     let store = Store::new();
     fetch(&store, 0);
@@ -811,13 +788,15 @@ fn store_after_fetches(n: usize, fetches: u64) -> (Store, Vec<String>) {
 }
 
 /// Fetch `k` of a metrics-server backend (15 s after fetch `k - 1`): a CPU and memory sample
-/// of every node, every value moved since the previous fetch.
+/// of every node, every value moved since the previous fetch, and every node's capacity.
 fn fetch_usage(store: &Store, names: &[String], k: u64) {
-    use kube_prober::model::{Resource, UsageSample};
+    use kube_prober::model::{NodeCapacity, Resource, UsageSample};
     use kube_prober::provider::NodeRecorder;
     let at = usage_t0() + Duration::from_secs(15 * k);
     for (i, n) in names.iter().enumerate() {
-        let v = (i as f64 + k as f64 * 7.0) / (names.len() as f64 + 100.0);
+        // Below 1 (a ratio) however many fetches.
+        let moved = (i as u64 + k * 7) % names.len() as u64;
+        let v = moved as f64 / (names.len() as f64 + 100.0);
         store.record_node_usage(
             "metrics_server",
             UsageSample {
@@ -826,5 +805,13 @@ fn fetch_usage(store: &Store, names: &[String], k: u64) {
                 values: vec![(Resource::Cpu, v), (Resource::Memory, 1.0 - v)],
             },
         );
+        store.record_node_capacity(
+            n,
+            NodeCapacity {
+                cpu_cores: 8.0,
+                memory_bytes: 32e9,
+            },
+        );
     }
+    store.record_fetch_end("metrics_server", true, 2);
 }

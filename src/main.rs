@@ -64,10 +64,11 @@ mod code {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Ticks after which the start-up pages are handed back (besides once before the runtime
-    /// runs the roles, see `main`, and at the set-up points, see `after_setup`): the first (the kube client, TLS and kubeconfig set-up,
-    /// the watches' first lists and the first collection and render have run: what they
-    /// faulted in would otherwise stay resident through the second tick, where the start-up
-    /// peak formed) and the third (whatever start-up work the first ticks still did).
+    /// runs the roles, see `main`, and at the set-up points, see `after_setup`): the first
+    /// (the kube client, TLS and kubeconfig set-up, the watches' first lists and the first
+    /// collection and render have run: what they faulted in would otherwise stay resident
+    /// through the second tick, where the start-up peak formed) and the third (whatever
+    /// start-up work the first ticks still did).
     const AFTER_TICKS: [u32; 2] = [1, 3];
     static TICKS: AtomicU32 = AtomicU32::new(0);
 

@@ -271,7 +271,7 @@ fn small_cluster_golden_metrics() {
         "kube_prober_addon_available{node=\"node-b\",addon=\"fluentbit\",version=\"1.2.3\",controller=\"DaemonSet\"} 0",
         "kube_prober_node_addons_available{node=\"node-a\",pool=\"pool-1\",zone=\"us-central1-a\"} 1",
         "kube_prober_container_restarts_total{namespace=\"kube-system\",pod=\"fluentbit-b\",container=\"main\",node=\"node-b\",addon=\"fluentbit\"} 4",
-        "kube_prober_container_last_termination{namespace=\"kube-system\",pod=\"fluentbit-b\",container=\"main\",reason=\"OOMKilled\",exit_code=\"137\"} 1",
+        "kube_prober_container_last_termination{namespace=\"kube-system\",pod=\"fluentbit-b\",container=\"main\",node=\"node-b\",reason=\"OOMKilled\",exit_code=\"137\"} 1",
         "kube_prober_node_pods{node=\"node-a\"} 3",
         "kube_prober_node_pod_requests_cpu_cores{node=\"node-a\"} 0.75",
         "kube_prober_node_allocatable_cpu_cores{node=\"node-a\"} 3.92",

@@ -589,18 +589,18 @@ mod counts {
                 });
                 // One container each; the first DaemonSet's pods restarted once.
                 let ended = d == 0;
-                cs.restarts.push(PodRestarts {
+                cs.restarts.push(Arc::new(PodRestarts {
                     namespace: "kube-system".into(),
-                    pod: format!("ds-{d}-{i}"),
-                    node: Some(node_name(i)),
+                    pod: format!("ds-{d}-{i}").into(),
+                    node: Some(node_name(i).into()),
                     addon: Some(addon(&format!("ds-{d}"), Controller::DaemonSet)),
                     containers: vec![ContainerRestarts {
                         name: "main".into(),
                         restarts: u32::from(ended),
-                        last_reason: ended.then(|| "Error".to_string()),
+                        last_reason: ended.then(|| "Error".into()),
                         last_exit_code: ended.then_some(1),
                     }],
-                });
+                }));
                 addon_containers += 1;
                 terminated += usize::from(ended);
             }
@@ -611,29 +611,29 @@ mod counts {
                     pods: 1,
                     ready: 1,
                 });
-                cs.restarts.push(PodRestarts {
+                cs.restarts.push(Arc::new(PodRestarts {
                     namespace: "kube-system".into(),
                     pod: "dns-abc".into(),
-                    node: Some(node_name(0)),
+                    node: Some(node_name(0).into()),
                     addon: Some(addon("dns", Controller::Deployment)),
                     containers: ["dns", "sidecar"]
                         .iter()
                         .map(|c| ContainerRestarts {
-                            name: c.to_string(),
+                            name: (*c).into(),
                             restarts: 0,
                             last_reason: None,
                             last_exit_code: None,
                         })
                         .collect(),
-                });
+                }));
                 addon_containers += 2;
             }
             node_addons += list.len();
-            cs.addons.insert(node_name(i), list);
+            cs.addons.insert(node_name(i).into(), list);
             // Every node but the last holds pods.
             if i + 1 < s.nodes {
                 cs.node_pods.insert(
-                    node_name(i),
+                    node_name(i).into(),
                     NodePods {
                         requests: CpuMem {
                             cpu_cores: 1.0,

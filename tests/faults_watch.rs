@@ -174,7 +174,7 @@ fn pod_rows(cs: &ClusterState) -> Vec<(String, u32)> {
     let mut v: Vec<_> = cs
         .restarts
         .iter()
-        .map(|p| (p.pod.clone(), p.containers[0].restarts))
+        .map(|p| (p.pod.to_string(), p.containers[0].restarts))
         .collect();
     v.sort();
     v

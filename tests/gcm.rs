@@ -65,8 +65,8 @@ fn addon(name: &str, version: &str, controller: Controller) -> Addon {
     }
 }
 
-fn restarts(pod: &str, node: &str, counts: &[(&str, u32)]) -> PodRestarts {
-    PodRestarts {
+fn restarts(pod: &str, node: &str, counts: &[(&str, u32)]) -> Arc<PodRestarts> {
+    Arc::new(PodRestarts {
         namespace: "kube-system".into(),
         pod: pod.into(),
         node: Some(node.into()),
@@ -80,7 +80,7 @@ fn restarts(pod: &str, node: &str, counts: &[(&str, u32)]) -> PodRestarts {
                 last_exit_code: Some(137),
             })
             .collect(),
-    }
+    })
 }
 
 /// `n` nodes (node-001 not ready and cordoned), fluentbit on every node, kube-dns (two
@@ -125,7 +125,7 @@ fn cluster(n: usize, fluentbit_restarts: u32) -> ClusterState {
                 ready: 1,
             });
         }
-        cs.addons.insert(format!("node-{i:03}"), list);
+        cs.addons.insert(format!("node-{i:03}").into(), list);
     }
     cs.restarts = vec![restarts(
         "fluentbit-abcde",

@@ -78,10 +78,10 @@ fn store_with(nodes: &[String]) -> Store {
         ..Default::default()
     };
     if let Some(first) = nodes.first() {
-        state.restarts.push(PodRestarts {
+        state.restarts.push(Arc::new(PodRestarts {
             namespace: "kube-system".into(),
             pod: "kube-dns-abc".into(),
-            node: Some(first.clone()),
+            node: Some(first.as_str().into()),
             addon: Some(addon),
             containers: vec![ContainerRestarts {
                 name: "dns".into(),
@@ -89,7 +89,7 @@ fn store_with(nodes: &[String]) -> Store {
                 last_reason: Some("OOMKilled".into()),
                 last_exit_code: Some(137),
             }],
-        });
+        }));
     }
     store.cluster().record_cluster_state(state);
     let now = SystemTime::now();

@@ -443,7 +443,7 @@ fn drafts(snap: &Snapshot, own_node: Option<&str>, node_series: bool) -> Vec<Dra
         (Some(cs), Some(_)) => cs
             .restarts
             .iter()
-            .filter_map(|p| Some(((p.namespace.as_str(), p.pod.as_str()), p.node.as_deref()?)))
+            .filter_map(|p| Some(((p.namespace.as_ref(), p.pod.as_ref()), p.node.as_deref()?)))
             .collect(),
         _ => HashMap::new(),
     };
@@ -553,7 +553,7 @@ fn node_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
         );
         let addons_ok = cs
             .addons
-            .get(&n.name)
+            .get(n.name.as_str())
             .is_none_or(|list| list.iter().all(|a| a.available()));
         out.add_once(
             "addon/control_plane_available",
@@ -572,7 +572,7 @@ fn node_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
         for a in list {
             out.add(
                 "addon/available",
-                Res::Node(node.clone()),
+                Res::Node(node.to_string()),
                 &[
                     ("pool", pool),
                     ("zone", zone),
@@ -589,13 +589,13 @@ fn node_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
         if own_node.is_some() && p.node.as_deref() != own_node {
             continue;
         }
-        let addon = p.addon.as_ref().map_or("", |a| a.name.as_str());
+        let addon = p.addon.as_ref().map_or("", |a| a.name.as_ref());
         for c in &p.containers {
             out.add_once(
                 "addon/restart",
                 Res::Pod {
-                    namespace: p.namespace.clone(),
-                    pod: p.pod.clone(),
+                    namespace: p.namespace.to_string(),
+                    pod: p.pod.to_string(),
                 },
                 &[("container", &c.name), ("addon", addon)],
                 i64::from(c.restarts),
@@ -1451,7 +1451,7 @@ mod tests {
                 }],
             );
         }
-        cs.restarts.push(PodRestarts {
+        cs.restarts.push(Arc::new(PodRestarts {
             namespace: "kube-system".into(),
             pod: "fb-1".into(),
             node: Some("b".into()),
@@ -1462,7 +1462,7 @@ mod tests {
                 last_reason: None,
                 last_exit_code: None,
             }],
-        });
+        }));
         let mut s = Snapshot::empty(SystemTime::now());
         s.cluster = ClusterInfo {
             cluster_name: "c".into(),

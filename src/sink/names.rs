@@ -198,7 +198,7 @@ pub const CONTAINER_RESTARTS: Family = counter(
 );
 pub const CONTAINER_LAST_TERMINATION: Family = gauge(
     "kube_prober_container_last_termination",
-    "1 per container of addon pods that has ended before, with the reason and exit code of its last termination.",
+    "1 per container of addon pods that has ended before, with its node and the reason and exit code of its last termination.",
     None,
 );
 pub const CLUSTER_SKIPPED_OBJECTS: Family = gauge(

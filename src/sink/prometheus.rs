@@ -1049,7 +1049,7 @@ mod tests {
             Arc::make_mut(&mut snap.nodes).insert(name.as_str().into(), load(&name, 0.25));
             cs.nodes.push(facts(&name, true));
             cs.node_pods.insert(
-                name,
+                name.as_str().into(),
                 NodePods {
                     requests: CpuMem {
                         cpu_cores: 1.0,
@@ -1166,7 +1166,7 @@ mod tests {
                 Arc::make_mut(&mut snap.nodes).remove(gone.as_str());
                 let mut cs = (**snap.cluster_state.as_ref().unwrap()).clone();
                 cs.nodes.retain(|n| n.name != gone);
-                cs.node_pods.remove(&gone);
+                cs.node_pods.remove(gone.as_str());
                 let added = format!("node-{:04}x", round * 53);
                 cs.nodes.push(facts(&added, round % 2 == 0));
                 Arc::make_mut(&mut snap.nodes).insert(added.as_str().into(), load(&added, 0.1));

@@ -104,6 +104,16 @@ impl<'a, V: Visitor> Filter<'a, V> {
 }
 
 impl<V: Visitor> Visitor for Filter<'_, V> {
+    fn keeps(&self, family: &Family, node: &str) -> bool {
+        let emits = self.passes_all(family)
+            || if node.is_empty() {
+                emits_cluster(self.sel)
+            } else {
+                emits_node(self.sel, node)
+            };
+        family_allowed(self.sel, family) && emits && self.inner.keeps(family, node)
+    }
+
     fn family(&mut self, family: &Family, rows: &[(Labels<'_>, f64)]) {
         if !family_allowed(self.sel, family) {
             return self.inner.family(family, &[]);
@@ -342,5 +352,44 @@ mod tests {
                 (names::TICKS.name.to_string(), 1),
             ]
         );
+    }
+
+    /// `keeps` (the hint a visit uses to skip rows) says yes exactly when the filter would
+    /// pass a row of that family and node, for every family, sharded or not, with and
+    /// without the family excluded.
+    #[test]
+    fn keeps_agrees_with_the_rows_the_filter_passes() {
+        struct Count(usize);
+        impl Visitor for Count {
+            fn family(&mut self, _: &Family, rows: &[(Labels<'_>, f64)]) {
+                self.0 += rows.len();
+            }
+            fn histogram(&mut self, _: &Family, _: &[f64], r: &[(Labels<'_>, &[u64], f64, u64)]) {
+                self.0 += r.len();
+            }
+        }
+        let nodes = ["", "n0", "n1", "n2", "n3", "n4", "n5", "gke-a-1"];
+        for shard in [None, Some((0, 3)), Some((1, 3)), Some((2, 3)), Some((0, 0))] {
+            for exclude in [false, true] {
+                for family in names::ALL {
+                    let mut s = sel(shard);
+                    if exclude {
+                        s.excluded_families.insert(family.name.to_string());
+                    }
+                    for node in nodes {
+                        let mut count = Count(0);
+                        let mut f = Filter::new(&s, &mut count);
+                        let keeps = f.keeps(family, node);
+                        f.family(family, &[(vec![("node", node)], 1.0)]);
+                        assert_eq!(
+                            keeps,
+                            count.0 == 1,
+                            "{} {node:?} {shard:?} excluded {exclude}",
+                            family.name
+                        );
+                    }
+                }
+            }
+        }
     }
 }

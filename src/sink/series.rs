@@ -25,6 +25,12 @@ pub trait Visitor {
         bounds: &[f64],
         rows: &[(Labels<'_>, &[u64], f64, u64)],
     );
+    /// Whether a row of `family` whose `node` label is `node` (`""`: none) would be kept, so a
+    /// visit can skip making rows nobody takes (a shard's filter drops most per-node rows).
+    /// Only a hint: rows it says yes to may still be dropped.
+    fn keeps(&self, _family: &Family, _node: &str) -> bool {
+        true
+    }
 }
 
 /// True for the families that describe this instance itself (build, probes it ran, its sources,
@@ -250,7 +256,7 @@ impl Keyed for NodeFactsRows {
         out.extend(cs.nodes.iter().map(|n| {
             let addons_ok = (!cs.addons_elsewhere).then(|| {
                 cs.addons
-                    .get(&n.name)
+                    .get(n.name.as_str())
                     .is_none_or(|a| a.iter().all(|x| x.available()))
             });
             (n.name.as_str(), (n, addons_ok))
@@ -330,7 +336,7 @@ impl Keyed for NodeAddons {
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a [AddonOnNode])>) {
         if let Some(cs) = &snap.cluster_state {
-            out.extend(cs.addons.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+            out.extend(cs.addons.iter().map(|(k, v)| (k.as_ref(), v.as_slice())));
         }
     }
 
@@ -339,8 +345,8 @@ impl Keyed for NodeAddons {
         for a in list {
             let labels = vec![
                 ("node", node),
-                ("addon", a.addon.name.as_str()),
-                ("version", a.addon.version.as_str()),
+                ("addon", a.addon.name.as_ref()),
+                ("version", a.addon.version.as_ref()),
                 ("controller", a.addon.controller.as_str()),
             ];
             let v = match family {
@@ -376,7 +382,7 @@ impl Keyed for NodePodSums {
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodePods)>) {
         if let Some(cs) = &snap.cluster_state {
-            out.extend(cs.node_pods.iter().map(|(k, v)| (k.as_str(), v)));
+            out.extend(cs.node_pods.iter().map(|(k, v)| (k.as_ref(), v)));
         }
     }
 
@@ -483,8 +489,8 @@ pub fn visit_step<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
                         let labels = vec![
                             ("namespace", e.namespace.as_str()),
                             ("workload", e.workload.as_str()),
-                            ("addon", e.addon.name.as_str()),
-                            ("version", e.addon.version.as_str()),
+                            ("addon", e.addon.name.as_ref()),
+                            ("version", e.addon.version.as_ref()),
                             ("controller", e.addon.controller.as_str()),
                         ];
                         (labels, f64::from(e.expected))
@@ -554,39 +560,46 @@ fn visit_cluster_counts<V: Visitor>(w: &mut V, cs: &ClusterState) {
 
 /// Container restarts and last terminations of the addon pods.
 fn visit_restarts<V: Visitor>(w: &mut V, cs: &ClusterState) {
+    // Only the pods whose rows the visitor keeps (a shard keeps its nodes' pods): at 65,000
+    // nodes there are 260,000 addon pods, and rows made only to be dropped cost a core's
+    // worth of allocation every time a restart changes.
+    let kept = |p: &&std::sync::Arc<crate::model::PodRestarts>| {
+        let node = p.node.as_deref().unwrap_or_default();
+        w.keeps(&names::CONTAINER_RESTARTS, node)
+            || w.keeps(&names::CONTAINER_LAST_TERMINATION, node)
+    };
+    let pods: Vec<_> = cs.restarts.iter().filter(kept).collect();
+    // The exit codes as text, one per container of those pods, for the rows to borrow.
+    let exit_codes: Vec<String> = pods
+        .iter()
+        .flat_map(|p| &p.containers)
+        .map(|c| c.last_exit_code.map(|e| e.to_string()).unwrap_or_default())
+        .collect();
     let mut restarts = vec![];
     let mut last = vec![];
-    let exit_codes: Vec<Vec<String>> = cs
-        .restarts
-        .iter()
-        .map(|p| {
-            p.containers
-                .iter()
-                .map(|c| c.last_exit_code.map(|e| e.to_string()).unwrap_or_default())
-                .collect()
-        })
-        .collect();
-    for (p, codes) in cs.restarts.iter().zip(&exit_codes) {
+    let mut codes = exit_codes.iter();
+    for p in pods {
         let addon = p
             .addon
             .as_ref()
-            .map(|a| a.name.as_str())
+            .map(|a| a.name.as_ref())
             .unwrap_or_default();
         let node = p.node.as_deref().unwrap_or_default();
-        for (c, code) in p.containers.iter().zip(codes) {
+        for (c, code) in p.containers.iter().zip(&mut codes) {
             let labels = vec![
-                ("namespace", p.namespace.as_str()),
-                ("pod", p.pod.as_str()),
-                ("container", c.name.as_str()),
+                ("namespace", p.namespace.as_ref()),
+                ("pod", p.pod.as_ref()),
+                ("container", c.name.as_ref()),
                 ("node", node),
                 ("addon", addon),
             ];
             restarts.push((labels, f64::from(c.restarts)));
             if c.last_reason.is_some() || c.last_exit_code.is_some() {
                 let labels = vec![
-                    ("namespace", p.namespace.as_str()),
-                    ("pod", p.pod.as_str()),
-                    ("container", c.name.as_str()),
+                    ("namespace", p.namespace.as_ref()),
+                    ("pod", p.pod.as_ref()),
+                    ("container", c.name.as_ref()),
+                    ("node", node),
                     ("reason", c.last_reason.as_deref().unwrap_or("unknown")),
                     (
                         "exit_code",

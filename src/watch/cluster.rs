@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::aggregate::PodAggregates;
+use super::aggregate::{PodAggregates, PodRecord};
 use super::backoff::{ReflectorBackoff, paced};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
 use super::lean::{LeanNode, LeanPod};
@@ -82,14 +82,13 @@ pub struct WatchConfig {
     pub interval: Duration,
 }
 
-/// (namespace, name) -> facts, `None` for a pod that could not be used.
-/// Keyed by `namespace/name` in one allocation; facts boxed so the table's buckets (sized to
-/// a power of two, doubled while a list arrives) stay small instead of a few hundred bytes.
+/// `namespace/name` -> the pod's record, in one allocation for the key; the records are held
+/// inline in the table (about 64 bytes each).
 type PodMap = std::collections::HashMap<Box<str>, PodEntry>;
 
-/// One pod of a [`PodTable`]: its facts (`None`: could not be used) and the relist mark.
+/// One pod of a [`PodTable`]: its record (`None`: could not be used) and the relist mark.
 pub(crate) struct PodEntry {
-    facts: Option<Box<PodFacts>>,
+    rec: Option<PodRecord>,
     /// The table's `mark` when the pod was last written: a relist ends by removing the pods
     /// whose mark is older than its own (not listed; a list that failed half-way leaves marks
     /// of its own, which the next list's number differs from too).
@@ -102,7 +101,8 @@ pub(crate) struct PodEntry {
 /// A relist updates this one table in place (mark and sweep) instead of building a second
 /// one beside it: every listed pod is written with the new mark, and at the end of the list
 /// the pods still carrying the old mark (deleted while the watch was gone) are removed. So a
-/// relist of 150,000 pods never holds two indexes of them.
+/// relist of 650,000 pods never holds two indexes of them, and a listed pod already held
+/// keeps its key: only a pod new to the table allocates one.
 #[derive(Default)]
 pub(crate) struct PodTable {
     map: PodMap,
@@ -112,45 +112,24 @@ pub(crate) struct PodTable {
 }
 
 impl PodTable {
-    /// Adds or replaces a pod: its old facts leave the sums, its new ones enter them.
-    pub(crate) fn insert(&mut self, key: Box<str>, facts: Option<Box<PodFacts>>) {
-        self.agg.add(facts.as_deref());
-        let entry = PodEntry {
-            facts,
-            mark: self.mark,
-        };
-        if let Some(old) = self.map.insert(key, entry) {
-            self.agg.remove(old.facts.as_deref());
-        }
-    }
-
-    /// [`insert`](Self::insert) for a pod of a relist: the list names every pod again, so a
-    /// pod already held keeps its key and its facts' allocation (overwritten in place); only
-    /// a pod new to the table allocates. (Freeing 150,000 keys and facts while allocating
-    /// their replacements kept glibc's malloc busy consolidating free chunks: most of a
-    /// relist's CPU.)
-    fn relist_insert(&mut self, key: &str, facts: Option<PodFacts>) {
-        self.agg.add(facts.as_ref());
+    /// Adds or replaces a pod: its old record leaves the sums, its new one enters them.
+    pub(crate) fn insert(&mut self, key: &str, rec: Option<PodRecord>) {
+        self.agg.add(rec.as_ref());
         let mark = self.mark;
         match self.map.get_mut(key) {
             Some(slot) => {
-                self.agg.remove(slot.facts.as_deref());
-                slot.mark = mark;
-                match (&mut slot.facts, facts) {
-                    (Some(held), Some(f)) => **held = f,
-                    (held, f) => *held = f.map(Box::new),
-                }
+                self.agg.remove(slot.rec.as_ref());
+                *slot = PodEntry { rec, mark };
             }
             None => {
-                let facts = facts.map(Box::new);
-                self.map.insert(key.into(), PodEntry { facts, mark });
+                self.map.insert(key.into(), PodEntry { rec, mark });
             }
         }
     }
 
     pub(crate) fn remove(&mut self, key: &str) {
         if let Some(old) = self.map.remove(key) {
-            self.agg.remove(old.facts.as_deref());
+            self.agg.remove(old.rec.as_ref());
         }
     }
 
@@ -165,7 +144,7 @@ impl PodTable {
         let before = self.map.len();
         self.map.retain(|_, e| {
             if e.mark != mark {
-                agg.remove(e.facts.as_deref());
+                agg.remove(e.rec.as_ref());
             }
             e.mark == mark
         });
@@ -177,15 +156,16 @@ impl PodTable {
         removed
     }
 
-    /// Every pod's facts (`None`: a pod that could not be used).
-    pub(crate) fn facts(&self) -> impl Iterator<Item = Option<&PodFacts>> + Clone {
-        self.map.values().map(|e| e.facts.as_deref())
+    /// Every pod's record (`None`: a pod that could not be used).
+    pub(crate) fn records(&self) -> impl Iterator<Item = Option<&PodRecord>> + Clone {
+        self.map.values().map(|e| e.rec.as_ref())
     }
 }
 
-/// Pods as facts, keyed by namespace and name: a pod is turned into [`PodFacts`] when its
-/// event arrives and the object is dropped, so memory follows the facts (a few hundred bytes
-/// a pod), not the objects. `None` marks a pod that could not be used.
+/// Pods as records, keyed by namespace and name: a pod is turned into a [`PodRecord`] when
+/// its event arrives and the object is dropped, so memory follows the records (about 150
+/// bytes a pod with its key and table slot), not the objects. `None` marks a pod that could
+/// not be used.
 #[derive(Clone)]
 pub struct PodIndex {
     live: Arc<std::sync::Mutex<PodTable>>,
@@ -280,12 +260,12 @@ impl Stores {
             _ => Default::default(),
         };
         st.addons = PodAggregates::addons_on_nodes(guards.iter().map(|g| &g.agg));
-        // Restart series: addon pods only, in the order the pods are held (as before).
+        // Restart series: addon pods only, in the order the pods are held (as before); a
+        // pointer each, shared with the index.
         st.restarts = guards
             .iter()
-            .flat_map(|g| g.facts().flatten())
-            .filter(|f| f.addon.is_some())
-            .map(crate::model::PodRestarts::from)
+            .flat_map(|g| g.records().flatten())
+            .filter_map(|r| r.restarts().cloned())
             .collect();
         drop(guards);
         st.addons_elsewhere = self.pod_scope == PodScope::None;
@@ -712,15 +692,25 @@ impl Interner {
         self.set.is_empty()
     }
 
-    /// `f` with its shared strings replaced by the interned copies.
-    pub fn facts(&mut self, mut f: PodFacts) -> PodFacts {
-        f.namespace = self.get(&f.namespace);
+    /// The index's record of `f`, its shared strings (node; an addon pod's namespace, addon
+    /// and container names and reasons) replaced by the interned copies.
+    pub fn record(&mut self, mut f: PodFacts) -> PodRecord {
         f.node = f.node.map(|n| self.get(&n));
-        if let Some(o) = &mut f.owner {
-            o.kind = self.get(&o.kind);
-            o.name = self.get(&o.name);
+        // The restart record was made with the facts and is not shared yet; if it were, its
+        // own copies would stay (correct, only not shared).
+        if let Some(r) = f.restarts.as_mut().and_then(Arc::get_mut) {
+            r.namespace = self.get(&r.namespace);
+            r.node = f.node.clone();
+            if let Some(a) = &mut r.addon {
+                a.name = self.get(&a.name);
+                a.version = self.get(&a.version);
+            }
+            for c in &mut r.containers {
+                c.name = self.get(&c.name);
+                c.last_reason = c.last_reason.as_ref().map(|x| self.get(x));
+            }
         }
-        f
+        PodRecord::of(f)
     }
 }
 
@@ -769,7 +759,7 @@ fn index_pods(
             pod_facts(p, &derive)
                 .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
                 .ok()
-                .map(|f| interner.facts(f))
+                .map(|f| interner.record(f))
         };
         // A pod's key, written here for each event and copied only for a pod new to the index.
         let mut key_buf = String::new();
@@ -791,7 +781,7 @@ fn index_pods(
                     tasks.iter().for_each(|t| t.relist_apply(&p));
                     let f = facts_of(&p, &mut interner);
                     write_key(&p, &mut key_buf);
-                    lock().relist_insert(&key_buf, f);
+                    lock().insert(&key_buf, f);
                 }
                 Some(Ok(Event::InitDone)) => {
                     book.on_listed();
@@ -809,9 +799,9 @@ fn index_pods(
                 }
                 Some(Ok(Event::Apply(p))) => {
                     tasks.iter().for_each(|t| t.apply(&p));
-                    let f = facts_of(&p, &mut interner).map(Box::new);
+                    let f = facts_of(&p, &mut interner);
                     write_key(&p, &mut key_buf);
-                    lock().insert(key_buf.as_str().into(), f);
+                    lock().insert(&key_buf, f);
                     changes.fetch_add(1, Ordering::Release);
                 }
                 Some(Ok(Event::Delete(p))) => {
@@ -1047,17 +1037,18 @@ mod tests {
     /// survive the next relist only when listed.
     #[test]
     fn relist_in_place_keeps_exactly_the_listed_pods() {
-        use crate::watch::aggregate::tests::{Rng, random_facts};
+        use crate::watch::aggregate::tests::{Rng, random_facts, record};
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let mut table = PodTable::default();
-        let fresh_facts =
-            |rng: &mut Rng, key: &str| (rng.below(10) != 0).then(|| random_facts(rng, key.into()));
+        let fresh = |rng: &mut Rng, key: &str| {
+            record(&(rng.below(10) != 0).then(|| random_facts(rng, key.into())))
+        };
         // The first list.
         table.begin_relist();
         for i in 0..40 {
             let key = format!("ns/p{i}");
-            let f = fresh_facts(&mut rng, &key);
-            table.relist_insert(&key, f);
+            let f = fresh(&mut rng, &key);
+            table.insert(&key, f);
         }
         assert_eq!(table.end_relist(), 0);
         for round in 0..30 {
@@ -1067,8 +1058,8 @@ mod tests {
                 if rng.below(3) == 0 {
                     table.remove(&key);
                 } else {
-                    let f = fresh_facts(&mut rng, &key).map(Box::new);
-                    table.insert(key.into(), f);
+                    let f = fresh(&mut rng, &key);
+                    table.insert(&key, f);
                 }
             }
             // Sometimes a list that stops half-way (its Init, some pages, no InitDone).
@@ -1076,8 +1067,8 @@ mod tests {
                 table.begin_relist();
                 for _ in 0..rng.below(20) {
                     let key = format!("ns/p{}", rng.below(60));
-                    let f = fresh_facts(&mut rng, &key);
-                    table.relist_insert(&key, f);
+                    let f = fresh(&mut rng, &key);
+                    table.insert(&key, f);
                 }
             }
             // A complete relist naming a random subset of the pods.
@@ -1088,9 +1079,9 @@ mod tests {
                     continue;
                 }
                 let key = format!("ns/p{i}");
-                let f = fresh_facts(&mut rng, &key);
-                want.insert(key.as_str().into(), f.clone().map(Box::new));
-                table.relist_insert(&key, f);
+                let f = fresh(&mut rng, &key);
+                want.insert(&key, f.clone());
+                table.insert(&key, f);
             }
             let held = table.map.len();
             let gone = table.end_relist();
@@ -1101,7 +1092,7 @@ mod tests {
             want_keys.sort();
             assert_eq!(got_keys, want_keys, "round {round}");
             for (k, e) in &want.map {
-                assert_eq!(table.map[k].facts, e.facts, "round {round}: {k}");
+                assert_eq!(table.map[k].rec, e.rec, "round {round}: {k}");
             }
             assert_eq!(table.agg, want.agg, "round {round}: sums");
         }
@@ -1111,7 +1102,7 @@ mod tests {
     /// random applies and deletes, for every pod scope.
     #[test]
     fn derive_from_kept_sums_equals_derive_from_every_pod() {
-        use crate::watch::aggregate::tests::{Rng, random_facts};
+        use crate::watch::aggregate::tests::{Rng, random_facts, record};
         let cfg = DeriveConfig::default();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         for scope in [PodScope::All, PodScope::Workloads] {
@@ -1135,23 +1126,31 @@ mod tests {
                 changes: Default::default(),
                 derivations: Default::default(),
             };
+            // Each index's pods as facts, beside the records the index keeps of them.
+            let mut held: Vec<std::collections::HashMap<String, Option<PodFacts>>> =
+                vec![Default::default(); indexes as usize];
             for step in 0..300 {
-                let index = &pods[rng.below(indexes) as usize];
+                let i = rng.below(indexes) as usize;
                 let key = format!("ns/p{}", rng.below(30));
                 if rng.below(4) == 0 {
-                    index.lock().remove(&key);
+                    pods[i].lock().remove(&key);
+                    held[i].remove(&key);
                 } else {
-                    let f =
-                        (rng.below(10) != 0).then(|| Box::new(random_facts(&mut rng, key.clone())));
-                    index.lock().insert(key.into(), f);
+                    let f = (rng.below(10) != 0).then(|| random_facts(&mut rng, key.clone()));
+                    pods[i].lock().insert(&key, record(&f));
+                    held[i].insert(key, f);
                 }
                 let got = stores.derive(now, &cfg);
                 let guards: Vec<_> = pods.iter().map(PodIndex::lock).collect();
-                let bad = guards
+                let bad = held
                     .iter()
-                    .map(|g| g.facts().filter(Option::is_none).count() as u64)
+                    .map(|h| h.values().filter(|f| f.is_none()).count() as u64)
                     .sum();
-                let facts = guards.iter().flat_map(|g| g.facts().flatten());
+                // In the order the indexes hold the pods (the restart rows' order).
+                let facts = guards
+                    .iter()
+                    .zip(&held)
+                    .flat_map(|(g, h)| g.map.keys().filter_map(|k| h[&**k].as_ref()));
                 let mut want = cluster_state_from_facts(
                     std::iter::empty::<&LeanNode>(),
                     facts,

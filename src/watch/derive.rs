@@ -180,7 +180,10 @@ pub fn node_facts<N: AsLeanNode + ?Sized>(
 
 /// The addon a set of annotations and labels marks, if any. The version defaults to `unknown`
 /// (label-based markers such as `app.kubernetes.io/version` are often missing).
-pub fn addon_marker(metas: &[Option<&ObjectMeta>], cfg: &DeriveConfig) -> Option<(String, String)> {
+pub fn addon_marker(
+    metas: &[Option<&ObjectMeta>],
+    cfg: &DeriveConfig,
+) -> Option<(Arc<str>, Arc<str>)> {
     for keys in &cfg.addon_keys {
         for meta in metas.iter().flatten() {
             for map in [meta.annotations.as_ref(), meta.labels.as_ref()]
@@ -191,9 +194,8 @@ pub fn addon_marker(metas: &[Option<&ObjectMeta>], cfg: &DeriveConfig) -> Option
                     let version = map
                         .get(&keys.version)
                         .filter(|v| !v.is_empty())
-                        .cloned()
-                        .unwrap_or_else(|| UNKNOWN.to_string());
-                    return Some((name.clone(), version));
+                        .map_or(UNKNOWN, String::as_str);
+                    return Some((name.as_str().into(), version.into()));
                 }
             }
         }
@@ -325,18 +327,29 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         .map(|cs| {
             let term = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
             ContainerRestarts {
-                name: cs.name.clone(),
+                name: cs.name.as_str().into(),
                 restarts: u32::try_from(cs.restart_count).unwrap_or(0),
-                last_reason: term.and_then(|t| t.reason.clone()),
+                last_reason: term.and_then(|t| t.reason.as_deref()).map(Arc::from),
                 last_exit_code: term.map(|t| t.exit_code),
             }
         })
         .collect();
+    let name: Arc<str> = name.into();
+    let node: Option<Arc<str>> = spec
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .map(Arc::from);
+    let restarts = addon.as_ref().map(|a| {
+        Arc::new(PodRestarts {
+            namespace: namespace.clone(),
+            pod: name.clone(),
+            node: node.clone(),
+            addon: Some(a.clone()),
+            containers,
+        })
+    });
     Ok(PodFacts {
-        node: spec
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty())
-            .map(Arc::from),
+        node,
         phase: phase(status.and_then(|s| s.phase.as_deref())),
         namespace,
         name,
@@ -345,7 +358,7 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         addon,
         requests,
         limits,
-        containers,
+        restarts,
     })
 }
 
@@ -356,19 +369,19 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
 /// node role (its node's pods) give the same bits for the same node.
 pub fn node_pod_sums<'a>(
     pods: impl IntoIterator<Item = &'a PodFacts>,
-) -> BTreeMap<String, NodePods> {
+) -> BTreeMap<Arc<str>, NodePods> {
     const NANO: f64 = 1e9;
     #[derive(Default)]
     struct Sum([i128; 4], u32);
     // Quantities are capped at 2^63-1, so a value in nano-units fits an i128 many times over.
     let fixed = |v: f64| (v * NANO).round() as i128;
-    let mut sums: BTreeMap<&str, Sum> = BTreeMap::new();
+    let mut sums: BTreeMap<&Arc<str>, Sum> = BTreeMap::new();
     for p in pods {
         if p.phase == "Succeeded" || p.phase == "Failed" {
             continue;
         }
         let Some(node) = &p.node else { continue };
-        let e = sums.entry(&**node).or_default();
+        let e = sums.entry(node).or_default();
         for (acc, v) in e.0.iter_mut().zip([
             p.requests.cpu_cores,
             p.requests.memory_bytes,
@@ -393,7 +406,7 @@ pub fn node_pod_sums<'a>(
                 },
                 pods,
             };
-            (node.to_string(), np)
+            (node.clone(), np)
         })
         .collect()
 }
@@ -457,10 +470,10 @@ pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
             .filter_map(|d| deployment_expected(d, cfg)),
     );
     st.node_pods = node_pod_sums(pods.clone());
-    let mut by_node: BTreeMap<String, Vec<&'p PodFacts>> = BTreeMap::new();
+    let mut by_node: BTreeMap<Arc<str>, Vec<&'p PodFacts>> = BTreeMap::new();
     for f in pods.clone() {
         if let (Some(node), Some(_)) = (&f.node, &f.addon) {
-            by_node.entry(node.to_string()).or_default().push(f);
+            by_node.entry(node.clone()).or_default().push(f);
         }
     }
     st.addons = by_node
@@ -469,8 +482,7 @@ pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
         .collect();
     st.restarts = pods
         .into_iter()
-        .filter(|f| f.addon.is_some())
-        .map(PodRestarts::from)
+        .filter_map(|f| f.restarts.clone())
         .collect();
     st
 }
@@ -804,7 +816,7 @@ mod tests {
             true,
         );
         let f = pod_facts(&p, &cfg).unwrap();
-        assert_eq!(f.addon.as_ref().unwrap().name, "fluentbit");
+        assert_eq!(&*f.addon.as_ref().unwrap().name, "fluentbit");
         assert_eq!(f.addon.as_ref().unwrap().controller, Controller::DaemonSet);
         assert_eq!(f.node.as_deref(), Some("n1"));
         // requests: max(100m + 50m, init 1) = 1 core; memory max(128Mi, 64Mi).
@@ -812,7 +824,7 @@ mod tests {
         assert_eq!(f.requests.memory_bytes, 128.0 * 1024.0 * 1024.0);
         assert_eq!(f.limits.cpu_cores, 0.5);
         assert_eq!(
-            f.containers,
+            f.restarts.as_ref().unwrap().containers,
             vec![ContainerRestarts {
                 name: "a".into(),
                 restarts: 3,
@@ -840,7 +852,7 @@ mod tests {
         );
         let a = f.addon.unwrap();
         assert_eq!(
-            (a.name.as_str(), a.version.as_str(), a.controller),
+            (&*a.name, &*a.version, a.controller),
             ("kubedns", "unknown", Controller::Deployment)
         );
 
@@ -857,7 +869,7 @@ mod tests {
         assert_eq!(&*f.owner.unwrap().kind, "ReplicaSet");
         assert!(f.addon.is_none());
         assert!(
-            f.containers.is_empty(),
+            f.restarts.is_none(),
             "restarts are kept for addon pods only"
         );
         assert_eq!(f.phase, "Running");
@@ -897,7 +909,7 @@ mod tests {
             true,
         );
         let a = pod_facts(&p, &cfg2).unwrap().addon.unwrap();
-        assert_eq!((a.name.as_str(), a.version.as_str()), ("cilium", "1.15"));
+        assert_eq!((&*a.name, &*a.version), ("cilium", "1.15"));
         assert!(pod_facts(&p, &cfg).unwrap().addon.is_none());
 
         // A bad quantity is an error, never a silent zero.

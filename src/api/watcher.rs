@@ -164,8 +164,8 @@ impl PartialEq for WatcherBodies {
 const TAIL: &str = "}}}";
 
 impl WatcherBodies {
-    /// The body for all hosts, as pieces to send one after the other: the head, each block
-    /// inflated when the piece is asked for (so the plain body is never held whole), the tail.
+    /// The body for all hosts, as pieces one after the other: the head, each block inflated
+    /// when the piece is asked for, the tail ([`WatcherBodies::all_plain`] joins them once).
     /// An error is a block that does not inflate (not seen: the bytes are our own).
     pub fn plain_pieces(&self) -> impl Iterator<Item = std::io::Result<Bytes>> + Send + 'static {
         let blocks = self.blocks.clone();

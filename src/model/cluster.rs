@@ -118,10 +118,13 @@ pub struct Owner {
 }
 
 /// Everything the metrics need of one Pod.
-#[derive(Debug, Clone, PartialEq)]
 ///
-/// Strings many pods share (namespace, node, owner) are `Arc<str>` so the pod index can hand
-/// out one copy of each (`watch::cluster::Interner`).
+/// Strings many pods share are `Arc<str>`: the pod watcher keeps a [`PodRecord`] of the facts
+/// and hands it one copy of each string the record holds (node; an addon pod's namespace,
+/// addon and container names: `watch::cluster::Interner::record`).
+///
+/// [`PodRecord`]: crate::watch::aggregate::PodRecord
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodFacts {
     pub namespace: Arc<str>,
     pub name: Arc<str>,

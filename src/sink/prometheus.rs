@@ -349,26 +349,41 @@ impl Chunk {
 /// Inflates a piece made by [`deflate_flushed`] (raw deflate ending in a full flush, no final
 /// block) whose text is `len` bytes.
 fn inflate_flushed(deflated: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    inflate_flushed_into(deflated, len, &mut out)?;
+    Ok(out)
+}
+
+/// [`inflate_flushed`], appending to `out`; on an error `out` is left as it was.
+fn inflate_flushed_into(deflated: &[u8], len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let start = out.len();
+    let end = start.saturating_add(len);
+    out.reserve(len);
     let mut d = flate2::Decompress::new(false);
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
+    let mut result = Ok(());
+    while out.len() < end {
         let from = usize::try_from(d.total_in())
             .unwrap_or(usize::MAX)
             .min(deflated.len());
         let before = (d.total_in(), out.len());
-        d.decompress_vec(&deflated[from..], &mut out, flate2::FlushDecompress::Sync)
-            .map_err(std::io::Error::other)?;
+        if let Err(e) = d.decompress_vec(&deflated[from..], out, flate2::FlushDecompress::Sync) {
+            result = Err(std::io::Error::other(e));
+            break;
+        }
         if (d.total_in(), out.len()) == before {
             break;
         }
     }
-    if out.len() != len {
-        return Err(std::io::Error::other(format!(
+    if result.is_ok() && out.len() != end {
+        result = Err(std::io::Error::other(format!(
             "a compressed piece inflated to {} bytes, not {len}",
-            out.len()
+            out.len() - start
         )));
     }
-    Ok(out)
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
 }
 
 /// Raw deflate of `data`, ending in a full flush: byte-aligned, no final block and no back
@@ -426,11 +441,46 @@ impl Body {
         self.chunks.iter().all(|c| c.is_empty())
     }
 
-    /// The chunks' text, one after the other, each made when it is asked for: a reference
-    /// count of the bytes held, or a compressed chunk inflated then (so a plain answer never
-    /// holds the whole text at once).
+    /// The chunks' text in frames of about [`FRAME_BYTES`], each made when it is asked for:
+    /// chunks held compressed are inflated then, straight into the frame, and small chunks
+    /// are copied into it; a held chunk of a frame's size or more is passed on as a reference
+    /// count. A plain answer so never holds the whole text at once.
     pub fn into_plain(self) -> impl Iterator<Item = Bytes> + Send + 'static {
-        self.chunks.into_iter().map(|c| c.text())
+        let mut chunks = self.chunks.into_iter();
+        let mut pending: Option<Bytes> = None;
+        std::iter::from_fn(move || {
+            if let Some(p) = pending.take() {
+                return Some(p);
+            }
+            let mut frame: Vec<u8> = Vec::new();
+            for c in chunks.by_ref() {
+                match (&c.plain, c.deflated.get()) {
+                    (Some(text), _) if text.len() >= FRAME_BYTES => {
+                        if frame.is_empty() {
+                            return Some(text.clone());
+                        }
+                        pending = Some(text.clone());
+                        return Some(Bytes::from(frame));
+                    }
+                    (Some(text), _) => frame.extend_from_slice(text),
+                    (None, Some((deflated, crc))) => {
+                        if frame.capacity() == 0 {
+                            frame.reserve(FRAME_BYTES + FRAME_BYTES / 4);
+                        }
+                        if let Err(e) =
+                            inflate_flushed_into(deflated, crc.amount() as usize, &mut frame)
+                        {
+                            tracing::error!(error = %e, "a compressed chunk did not inflate");
+                        }
+                    }
+                    (None, None) => {}
+                }
+                if frame.len() >= FRAME_BYTES {
+                    break;
+                }
+            }
+            (!frame.is_empty()).then(|| Bytes::from(frame))
+        })
     }
 
     /// Whether every chunk's compressed form is made (a gzip answer then copies nothing).
@@ -438,29 +488,73 @@ impl Body {
         self.chunks.iter().all(|c| c.is_deflated())
     }
 
-    /// This body followed by `extra` (made per request) as one gzip stream: the chunks'
-    /// compressed forms (made on first use, then shared), `extra` compressed now, an empty
-    /// final block and the trailer.
+    /// This body followed by `extra` (made per request) as one gzip stream in frames of
+    /// about [`FRAME_BYTES`]: the chunks' compressed forms (made on first use, then shared;
+    /// small ones copied into a frame, one of a frame's size passed on as a reference count),
+    /// `extra` compressed now, an empty final block and the trailer.
     pub fn gzip(&self, extra: &[Bytes]) -> Vec<Bytes> {
         const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
-        let mut out = Vec::with_capacity(self.chunks.len() + extra.len() + 2);
-        out.push(Bytes::from_static(&HEADER));
+        let mut frames = Frames::default();
+        frames.push(&Bytes::from_static(&HEADER));
         let mut crc = flate2::Crc::new();
         for c in &self.chunks {
             let (d, c_crc) = c.deflated();
             crc.combine(c_crc);
-            out.push(d.clone());
+            frames.push(d);
         }
         for e in extra {
             crc.update(e);
-            out.push(Bytes::from(deflate_flushed(e)));
+            frames.push(&Bytes::from(deflate_flushed(e)));
         }
         // An empty final block with fixed codes (BFINAL=1, BTYPE=01, end of block).
         let mut tail = vec![0x03, 0x00];
         tail.extend_from_slice(&crc.sum().to_le_bytes());
         tail.extend_from_slice(&crc.amount().to_le_bytes());
-        out.push(Bytes::from(tail));
-        out
+        frames.push(&Bytes::from(tail));
+        frames.finish()
+    }
+}
+
+/// Pieces of an answer are sent in frames of about this size. A `/metrics` answer is a few
+/// thousand chunks at 65,000 nodes (a shard of 10), one family's rows of a block of nodes
+/// each, about 1.4 KB compressed; a client that hands every HTTP frame from its connection
+/// task to its reader (hyper's, under reqwest) pays a wake-up per frame, and one frame per
+/// chunk cost it ~100 ms a scrape (docs/benchmarks.md).
+pub const FRAME_BYTES: usize = 128 * 1024;
+
+/// Pieces joined into frames of at least [`FRAME_BYTES`] (the last may be shorter): small
+/// pieces are copied, a piece of a frame's size or more is kept as it is.
+#[derive(Debug, Default)]
+struct Frames {
+    out: Vec<Bytes>,
+    frame: Vec<u8>,
+}
+
+impl Frames {
+    fn push(&mut self, piece: &Bytes) {
+        if piece.len() >= FRAME_BYTES {
+            self.flush();
+            self.out.push(piece.clone());
+            return;
+        }
+        if self.frame.capacity() == 0 {
+            self.frame.reserve(FRAME_BYTES * 2);
+        }
+        self.frame.extend_from_slice(piece);
+        if self.frame.len() >= FRAME_BYTES {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.frame.is_empty() {
+            self.out.push(Bytes::from(std::mem::take(&mut self.frame)));
+        }
+    }
+
+    fn finish(mut self) -> Vec<Bytes> {
+        self.flush();
+        self.out
     }
 }
 
@@ -1350,10 +1444,18 @@ mod tests {
             .unwrap();
         assert!(plain == render(&snap, Format::Text) + "extra 1\n");
         // The second answer reuses every chunk's compressed bytes.
+        let made: Vec<*const u8> = body
+            .chunks
+            .iter()
+            .map(|c| c.deflated().0.as_ptr())
+            .collect();
         let again = body.gzip(&[]);
-        for (c, g) in body.chunks.iter().zip(&again[1..]) {
-            assert_eq!(c.deflated().0.as_ptr(), g.as_ptr());
-        }
+        let kept: Vec<*const u8> = body
+            .chunks
+            .iter()
+            .map(|c| c.deflated().0.as_ptr())
+            .collect();
+        assert_eq!(made, kept);
         let mut plain2 = Vec::new();
         flate2::read::GzDecoder::new(again.concat().as_slice())
             .read_to_end(&mut plain2)
@@ -1365,6 +1467,68 @@ mod tests {
             .read_to_end(&mut empty)
             .unwrap();
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn answers_go_out_in_frames_of_about_frame_bytes() {
+        use std::io::Read as _;
+        // Many small chunks, held and compressed, and held ones of a frame's size or more,
+        // as a shard's body at 65,000 nodes is a few thousand small compressed chunks.
+        let mut text = Vec::new();
+        let mut chunks = Vec::new();
+        for i in 0..3_000usize {
+            let piece: String = (0..(i % 7) * 9 + 1)
+                .map(|j| format!("kube_prober_x{{node=\"n-{i}\",j=\"{j}\"}} {}\n", i * j))
+                .collect();
+            let big = i % 1_000 == 999;
+            let piece = if big {
+                piece.repeat(FRAME_BYTES / piece.len() + 1)
+            } else {
+                piece
+            };
+            text.extend_from_slice(piece.as_bytes());
+            chunks.push(if big || i % 3 == 0 {
+                Chunk::new(piece.into_bytes())
+            } else {
+                Chunk::compressed(piece.as_bytes())
+            });
+        }
+        let body = Body { chunks };
+        assert!(text.len() > 8 * FRAME_BYTES, "{}", text.len());
+
+        let frames: Vec<Bytes> = body.clone().into_plain().collect();
+        assert_eq!(frames.concat(), text);
+        // A frame is closed at the first piece that takes it to FRAME_BYTES, so it is under
+        // twice that; only the last one and those closed early for a large chunk passed on
+        // as it is (three here) are shorter.
+        let short = frames.iter().filter(|f| f.len() < FRAME_BYTES).count();
+        assert!(short <= 1 + 3, "{short} short frames of {}", frames.len());
+        for f in &frames {
+            assert!(f.len() < 2 * FRAME_BYTES || body.chunks.iter().any(|c| c.len() == f.len()));
+        }
+        // A large held chunk goes out as it is (a reference count, no copy).
+        let big: Vec<*const u8> = body
+            .chunks
+            .iter()
+            .filter(|c| c.len() >= FRAME_BYTES)
+            .map(|c| c.held().as_ptr())
+            .collect();
+        assert_eq!(big.len(), 3);
+        for b in &big {
+            assert!(frames.iter().any(|f| f.as_ptr() == *b));
+        }
+
+        let gz = body.gzip(&[Bytes::from_static(b"tail 1\n")]);
+        for f in &gz[..gz.len() - 1] {
+            assert!(f.len() >= FRAME_BYTES, "{}", f.len());
+        }
+        assert!(gz.len() < body.chunks.len() / 50, "{} frames", gz.len());
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(gz.concat().as_slice())
+            .read_to_end(&mut plain)
+            .unwrap();
+        text.extend_from_slice(b"tail 1\n");
+        assert_eq!(plain, text);
     }
 
     #[test]

@@ -326,6 +326,11 @@ impl Chunk {
         self.deflated.get().is_some()
     }
 
+    /// The compressed form (raw deflate ending in a full flush) if it is made; makes nothing.
+    pub fn deflated_form(&self) -> Option<&Bytes> {
+        self.deflated.get().map(|(d, _)| d)
+    }
+
     /// Whether the chunk holds its text (not only its compressed form).
     pub fn holds_text(&self) -> bool {
         self.plain.is_some()

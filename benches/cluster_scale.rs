@@ -1077,7 +1077,11 @@ fn run(report: &mut Report) -> Result<(), String> {
     report.row(
         &format!("`/metrics` scrape {what}, uncompressed (not as Prometheus), p50 / max"),
         format!("{:.1} / {:.1} ms", ms(pl50), ms(plmax)),
-        "– (the budget is judged as Prometheus scrapes: gzip)".into(),
+        if judged {
+            "– (judged as Prometheus scrapes: gzip, the row above)".into()
+        } else {
+            budget(false)
+        },
         None,
     );
     report.note(format!(
@@ -1284,7 +1288,9 @@ fn run(report: &mut Report) -> Result<(), String> {
             churn_wall.as_secs_f64()
         ),
         format!("≤ {:.2} core", b.churn_cores),
-        Some(cores <= b.churn_cores),
+        // With the fill, kube-prober fetches all NodeMetrics every 2 s instead of 15 s, and
+        // that decoding is in this window too: not the budget's configuration.
+        (s.usage_samples == 0).then_some(cores <= b.churn_cores),
     );
     report.note(format!(
         "churn: {} updates, {} creations, {} deletions over {:.1} s; bench process (stand-in + \

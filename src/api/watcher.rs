@@ -237,13 +237,13 @@ impl WatcherBodies {
     }
 
     /// The head (compressed now), the blocks' compressed forms and the tail as one gzip
-    /// stream ([`Body::gzip`]), joined into one piece.
+    /// stream ([`Body::gzip_whole`]), in one piece.
     fn join_gzip(&self) -> Bytes {
         let mut chunks = Vec::with_capacity(self.blocks.len() + 1);
         chunks.push(Chunk::new(self.head.to_vec()));
         chunks.extend(self.blocks.iter().map(|b| b.entries.clone()));
         let tail = Bytes::from_static(TAIL.as_bytes());
-        Bytes::from(Body { chunks }.gzip(&[tail]).concat())
+        Body { chunks }.gzip_whole(&[tail])
     }
 
     /// Whether [`WatcherBodies::all_gzip`] is made already.

@@ -498,25 +498,38 @@ impl Body {
     /// small ones copied into a frame, one of a frame's size passed on as a reference count),
     /// `extra` compressed now, an empty final block and the trailer.
     pub fn gzip(&self, extra: &[Bytes]) -> Vec<Bytes> {
-        const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
         let mut frames = Frames::default();
-        frames.push(&Bytes::from_static(&HEADER));
+        self.gzip_pieces(extra, |p| frames.push(p));
+        frames.finish()
+    }
+
+    /// [`Body::gzip`] as one piece, copied once into a buffer of its exact size (for a body
+    /// held whole, such as `/watcher`'s of a tick).
+    pub fn gzip_whole(&self, extra: &[Bytes]) -> Bytes {
+        let mut pieces = Vec::with_capacity(self.chunks.len() + extra.len() + 2);
+        self.gzip_pieces(extra, |p| pieces.push(p.clone()));
+        Bytes::from(pieces.concat())
+    }
+
+    /// The pieces of the gzip stream of [`Body::gzip`], in order, each handed to `push`.
+    fn gzip_pieces(&self, extra: &[Bytes], mut push: impl FnMut(&Bytes)) {
+        const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+        push(&Bytes::from_static(&HEADER));
         let mut crc = flate2::Crc::new();
         for c in &self.chunks {
             let (d, c_crc) = c.deflated();
             crc.combine(c_crc);
-            frames.push(d);
+            push(d);
         }
         for e in extra {
             crc.update(e);
-            frames.push(&Bytes::from(deflate_flushed(e)));
+            push(&Bytes::from(deflate_flushed(e)));
         }
         // An empty final block with fixed codes (BFINAL=1, BTYPE=01, end of block).
         let mut tail = vec![0x03, 0x00];
         tail.extend_from_slice(&crc.sum().to_le_bytes());
         tail.extend_from_slice(&crc.amount().to_le_bytes());
-        frames.push(&Bytes::from(tail));
-        frames.finish()
+        push(&Bytes::from(tail));
     }
 }
 
@@ -524,7 +537,7 @@ impl Body {
 /// thousand chunks at 65,000 nodes (a shard of 10), one family's rows of a block of nodes
 /// each, about 1.4 KB compressed; a client that hands every HTTP frame from its connection
 /// task to its reader (hyper's, under reqwest) pays a wake-up per frame, and one frame per
-/// chunk cost it ~100 ms a scrape (docs/benchmarks.md).
+/// chunk cost it ~130 ms a scrape (docs/benchmarks.md, "The shard scrape at 65,000 nodes").
 pub const FRAME_BYTES: usize = 128 * 1024;
 
 /// Pieces joined into frames of at least [`FRAME_BYTES`] (the last may be shorter): small
@@ -1524,6 +1537,10 @@ mod tests {
         }
 
         let gz = body.gzip(&[Bytes::from_static(b"tail 1\n")]);
+        assert_eq!(
+            body.gzip_whole(&[Bytes::from_static(b"tail 1\n")]),
+            gz.concat()
+        );
         for f in &gz[..gz.len() - 1] {
             assert!(f.len() >= FRAME_BYTES, "{}", f.len());
         }

@@ -993,21 +993,21 @@ fn run(report: &mut Report) -> Result<(), String> {
             let (status, plain_took, _, plain) =
                 get(&raw, &url, &[("accept-encoding", "identity")]).await?;
             let plain_cpu = (cpu_ticks(pid) - cpu0, cpu_ticks(std::process::id()) - self0);
+            if status != reqwest::StatusCode::OK {
+                return Err(format!("GET /metrics (identity): {status}"));
+            }
+            if i == 0 {
+                continue;
+            }
             let age = text
                 .split(|b| *b == b'\n')
                 .find_map(|l| l.strip_prefix(b"kube_prober_snapshot_age_seconds "))
                 .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<f64>().ok())
                 .unwrap_or(f64::NAN);
-            if status != reqwest::StatusCode::OK {
-                return Err(format!("GET /metrics (identity): {status}"));
-            }
             let series = text
                 .split(|b| *b == b'\n')
                 .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
                 .count();
-            if i == 0 {
-                continue;
-            }
             out.push(Scrape {
                 fetched,
                 inflated,
@@ -1047,17 +1047,19 @@ fn run(report: &mut Report) -> Result<(), String> {
     } else {
         "unsharded".into()
     };
-    let budget = |judged: bool| {
-        if judged {
-            format!("≤ {:.0} ms (one shard of 10)", b.shard_scrape_ms)
-        } else {
-            format!(
-                "– (budget is for one shard of 10: ≤ {:.0} ms)",
-                b.shard_scrape_ms
-            )
-        }
-    };
     let judged = s.shard_of > 0;
+    let (gz_budget, plain_budget) = if judged {
+        (
+            format!("≤ {:.0} ms (one shard of 10)", b.shard_scrape_ms),
+            "– (judged as Prometheus scrapes: gzip, the row above)".to_string(),
+        )
+    } else {
+        let unjudged = format!(
+            "– (budget is for one shard of 10: ≤ {:.0} ms)",
+            b.shard_scrape_ms
+        );
+        (unjudged.clone(), unjudged)
+    };
     report.row(
         &format!("`/metrics` scrape {what}, gzip (as Prometheus): fetched and inflated, p50 / max"),
         format!(
@@ -1069,7 +1071,7 @@ fn run(report: &mut Report) -> Result<(), String> {
             ms(i50),
             ms(imax)
         ),
-        budget(judged),
+        gz_budget,
         judged.then_some(ms(gzmax) <= b.shard_scrape_ms),
     );
     // Not judged: Prometheus asks for gzip (the row above). A client that does not is shown
@@ -1077,11 +1079,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     report.row(
         &format!("`/metrics` scrape {what}, uncompressed (not as Prometheus), p50 / max"),
         format!("{:.1} / {:.1} ms", ms(pl50), ms(plmax)),
-        if judged {
-            "– (judged as Prometheus scrapes: gzip, the row above)".into()
-        } else {
-            budget(false)
-        },
+        plain_budget,
         None,
     );
     report.note(format!(

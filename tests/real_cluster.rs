@@ -4,7 +4,8 @@
 //!   the aggregation layer, divided by the node's allocatable;
 //! - a DaemonSet short of pods and a Deployment scaled down give the addon counts the
 //!   DaemonSet and Deployment controllers wrote;
-//! - a node turned NotReady, and container restarts, as kwok (the kubelet here) reports them;
+//! - a node turned NotReady, and container restarts, as kwok (the kubelet here) reports them
+//!   (restarts through a kwok stage of the test support: kwok's own stages never restart);
 //! - a deleted node leaves `/metrics` and `/watcher` by the next tick, and so do its pods once
 //!   the pod-GC controller removes them;
 //! - the node role for one kwok node sees exactly its pods (field selector).
@@ -286,6 +287,93 @@ spec:
         "kube-system",
     ]);
     cp.kubectl(&["delete", "node", "kwok-node-20"]);
+}
+
+/// Container restarts as the kubelet (kwok, with the restarts stage of the test support)
+/// reports them: the restart counter of each container of an addon pod, and its last
+/// termination; a later restart moves the counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_restarts_as_the_kubelet_reports_them() {
+    let cp = cp();
+    cp.apply(&format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: test-restarts
+  namespace: kube-system
+  labels: {{components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: test-restarts}}}}
+  template:
+    metadata:
+      labels: {{app: test-restarts, components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
+      annotations: {{{}: "3"}}
+    spec:
+      tolerations: [{{operator: Exists}}]
+      containers: [{{name: app, image: app}}, {{name: sidecar, image: sidecar}}]
+"#,
+        control_plane::RESTARTS_ANNOTATION
+    ));
+    let p = cluster_role(&[]);
+    support::wait_ready(&p).await;
+    let restarts = |container: &'static str, n: f64| {
+        move |b: &str| {
+            sample(
+                b,
+                "kube_prober_container_restarts_total",
+                &[("addon", "test-restarts"), ("container", container)],
+            ) == Some(n)
+        }
+    };
+    wait_body(
+        &p,
+        "/metrics",
+        60,
+        "3 restarts of app",
+        restarts("app", 3.0),
+    )
+    .await;
+    let body = wait_body(
+        &p,
+        "/metrics",
+        10,
+        "3 restarts of sidecar",
+        restarts("sidecar", 3.0),
+    )
+    .await;
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("kube_prober_container_last_termination{")
+                && l.contains("test-restarts")
+                && l.contains("OOMKilled")),
+        "the last termination, OOMKilled:\n{body}"
+    );
+    let pods = cp.get_json(&["pods", "-n", "kube-system", "-l", "app=test-restarts"]);
+    let pod = control_plane::items(&pods)[0]["metadata"]["name"]
+        .as_str()
+        .expect("pod name")
+        .to_string();
+    cp.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "pod",
+        &pod,
+        "-n",
+        "kube-system",
+        &format!("{}=5", control_plane::RESTARTS_ANNOTATION),
+    ]);
+    wait_body(
+        &p,
+        "/metrics",
+        30,
+        "5 restarts of app",
+        restarts("app", 5.0),
+    )
+    .await;
+    assert_eq!(p.terminate(), 0);
+    cp.kubectl(&["delete", "deployment/test-restarts", "-n", "kube-system"]);
 }
 
 /// A node kwok turns NotReady (its node-not-ready stage) shows Ready=False and unavailable; a

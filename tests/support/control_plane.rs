@@ -569,6 +569,7 @@ impl ControlPlane {
                 .into_iter()
                 .filter(|d| d.contains("node-not-ready")),
         );
+        docs.push(RESTARTS_STAGE.to_string());
         docs.join("\n---\n")
     }
 
@@ -1004,6 +1005,53 @@ pub fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Ou
     }
     child.wait_with_output().expect("kubectl output")
 }
+
+/// The annotation whose value kwok reports as every container's `restartCount` of a running
+/// pod ([`RESTARTS_STAGE`]), with an OOM kill as the last termination.
+pub const RESTARTS_ANNOTATION: &str = "kube-prober.test/restarts";
+
+/// A kwok stage of ours: a kubelet that restarted a pod's containers, as many times as the
+/// pod's `kube-prober.test/restarts` annotation says (kwok's own stages never restart). The
+/// status it writes depends only on the pod, so applying it again changes nothing.
+const RESTARTS_STAGE: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: kube-prober-test-container-restarts
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.annotations["kube-prober.test/restarts"]'
+      operator: 'Exists'
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+  next:
+    statusTemplate: |
+      {{ $restarts := index .metadata.annotations "kube-prober.test/restarts" }}
+      {{ $started := .status.startTime }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: true
+        started: true
+        restartCount: {{ $restarts }}
+        lastState:
+          terminated:
+            exitCode: 137
+            reason: OOMKilled
+            startedAt: {{ $started | Quote }}
+            finishedAt: {{ $started | Quote }}
+        state:
+          running:
+            startedAt: {{ $started | Quote }}
+      {{ end }}
+"#;
 
 /// `kwok-node-<i>`.
 pub fn node_name(i: usize) -> String {

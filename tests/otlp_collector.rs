@@ -4,7 +4,8 @@
 //!
 //! - the Collector's OTLP receiver accepted points on both transports and refused and failed
 //!   none (`otelcol_receiver_*_metric_points`, `level: detailed`), and neither instance
-//!   counted a failed push;
+//!   counted a failed push; every accepted point reached the exporter, and the Collector logged
+//!   no warning or error;
 //! - what the Collector decoded holds exactly the names, units and kinds of docs/metrics.md's
 //!   "OTLP names" table: every metric sent is a row of it, and one push carries the OTLP
 //!   names of exactly the families the instance serves on /metrics before and after it;
@@ -395,6 +396,17 @@ async fn check_role(role: Role) {
             .keys()
             .all(|t| TRANSPORTS.iter().any(|(k, _)| k == t)),
         "{points:?}"
+    );
+    // Nothing the Collector had to warn about (a partial success, a dropped point).
+    let log = col.stderr();
+    let bad: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\twarn\t") || l.contains("\terror\t"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{}: the Collector logged {bad:#?}",
+        role.name
     );
     // Every point accepted reached the exporter: the receiver's count is the file's.
     let accepted: f64 = points.values().filter_map(|p| p.accepted).sum();

@@ -171,6 +171,8 @@ struct Role {
     resource: Vec<(&'static str, Option<String>)>,
     /// OTLP names that must be sent (beyond what /metrics shows).
     must_send: &'static [&'static str],
+    /// Point attribute keys that some point must carry.
+    point_keys: &'static [&'static str],
 }
 
 fn common_resource() -> Vec<(&'static str, Option<String>)> {
@@ -343,6 +345,26 @@ async fn check_instance(
         assert!(names.contains(*n), "{what}: {n} not sent");
     }
 
+    // Point attributes: the Prometheus label keys the docs rename arrive under their new names.
+    let mut all_keys = BTreeSet::new();
+    for (res, m) in otelcol::metrics(&col.batches()) {
+        if res.get("service.instance.id") != resource.get("service.instance.id") {
+            continue;
+        }
+        let keys = otelcol::point_attribute_keys(m);
+        all_keys.extend(keys.iter().cloned());
+        for renamed in ["node", "namespace", "pod", "container", "task_id"] {
+            assert!(
+                !keys.contains(renamed),
+                "{what}: {} has attribute `{renamed}`",
+                m["name"]
+            );
+        }
+    }
+    for k in role.point_keys {
+        assert!(all_keys.contains(*k), "{what}: no point has `{k}`");
+    }
+
     // Resource: the role's attributes, no other, all of them documented.
     let keys: BTreeSet<&str> = resource.keys().map(String::as_str).collect();
     let want_keys: BTreeSet<&str> = role.resource.iter().map(|(k, _)| *k).collect();
@@ -481,6 +503,7 @@ async fn cluster_role_into_the_collector_over_grpc_and_http() {
             "kube_prober.probe.duration",
             "kube_prober.sink.pushes",
         ],
+        point_keys: &["k8s.node.name", "k8s.node.condition.type"],
     })
     .await;
 }
@@ -570,6 +593,13 @@ async fn node_role_into_the_collector_over_grpc_and_http() {
             "kube_prober.platform.memory.numa_used",
             "kube_prober.sink.pushes",
         ],
+        point_keys: &[
+            "k8s.node.name",
+            "k8s.namespace.name",
+            "k8s.pod.name",
+            "k8s.pod.uid",
+            "k8s.container.name",
+        ],
     })
     .await;
 }
@@ -610,6 +640,7 @@ async fn host_role_into_the_collector_over_grpc_and_http() {
             "kube_prober.node.memory.capacity",
             "kube_prober.sink.pushes",
         ],
+        point_keys: &["k8s.node.name"],
     })
     .await;
 }

@@ -390,3 +390,13 @@ pub fn point_count(batches: &[Value]) -> usize {
         })
         .sum()
 }
+
+/// The attribute keys of every data point of an OTLP/JSON metric.
+pub fn point_attribute_keys(metric: &Value) -> std::collections::BTreeSet<String> {
+    ["gauge", "sum", "histogram"]
+        .iter()
+        .filter_map(|k| metric.get(*k))
+        .flat_map(|d| d["dataPoints"].as_array().into_iter().flatten())
+        .flat_map(|p| attributes(p).into_keys())
+        .collect()
+}

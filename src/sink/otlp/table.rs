@@ -553,7 +553,7 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
     ),
     m(
         &names::PLATFORM_NUMA_TOTAL,
-        "kube_prober.platform.memory.numa_total",
+        "kube_prober.platform.memory.numa_capacity",
         "By",
         G,
     ),
@@ -729,6 +729,11 @@ mod tests {
                 "{}",
                 m.name
             );
+            // Units go in `unit`, never in the name: a Collector that exports to Prometheus
+            // adds the unit and `_total` itself (it would make `..._total_total`).
+            for suffix in ["_total", "_seconds", "_bytes", "_ratio", ".total"] {
+                assert!(!m.name.ends_with(suffix), "{}: Prometheus suffix", m.name);
+            }
             let fam = names::ALL.iter().find(|f| f.name == m.family);
             if m.kind == OtelKind::Histogram {
                 assert_eq!(fam.map(|f| f.kind), Some(names::Kind::Histogram));

@@ -192,8 +192,20 @@ impl Prober {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// [`Self::terminate`], then every log line (JSON) it wrote after the `listening` one.
+    pub fn terminate_with_log(mut self) -> (i32, Vec<String>) {
+        let code = self.stop();
+        // stderr is closed now: the reader thread ends after the last line.
+        let log = self.log.iter().collect();
+        (code, log)
+    }
+
     /// Sends SIGTERM and waits (bounded) for the exit code.
     pub fn terminate(mut self) -> i32 {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> i32 {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());

@@ -287,7 +287,8 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
             cancel.clone(),
             task_pods.clone().filter(|_| kubelet_pods.is_none()),
         );
-        watch_tasks = tasks;
+        // Added to, not replaced: the StatefulSet shard watcher is already in there.
+        watch_tasks.extend(tasks);
         node_stores = Some(stores);
         if let Some(index) = task_pods {
             if let Some(source) = kubelet_pods {

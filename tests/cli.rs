@@ -77,29 +77,104 @@ fn bad_config_files_exit_2_naming_the_key() {
     );
 }
 
-#[test]
-fn help_documents_every_option() {
+/// `--help` of `path` (a subcommand path; empty for the top level).
+fn help_of(path: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"))
+        .args(path)
         .arg("--help")
         .output()
         .unwrap();
-    assert!(out.status.success());
-    let help = String::from_utf8_lossy(&out.stdout);
-    for flag in [
-        "--config",
-        "--role",
-        "--listen",
-        "--node-name",
-        "--cluster-name",
-        "--kubeconfig",
-        "--procfs",
-        "--interval",
-        "--timeout",
-        "--tick-interval",
-        "--shutdown-timeout",
-        "--log-level",
-        "--log-format",
-    ] {
-        assert!(help.contains(flag), "--help lacks {flag}");
+    assert!(out.status.success(), "{path:?} --help: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Whether `text` has `flag` as a whole word: `--shard` is not documented by
+/// `--shard-from-statefulset`.
+fn has_flag(text: &str, flag: &str) -> bool {
+    text.match_indices(flag).any(|(i, _)| {
+        let next = text[i + flag.len()..].chars().next();
+        let prev = text[..i].chars().next_back();
+        !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+/// The visible long flags of `cmd` (clap's own definition, so a new flag is covered here at
+/// once), each with its environment variable.
+fn visible_flags(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let long = a.get_long()?;
+            let env = a.get_env().map(|e| e.to_string_lossy().into_owned());
+            Some((format!("--{long}"), env))
+        })
+        .collect()
+}
+
+/// Every visible flag of the CLI, taken from clap's command definition, is in `--help` (the
+/// top level's and each subcommand's) and in README.md's flag table with its environment
+/// variable.
+#[test]
+fn help_documents_every_option() {
+    use clap::CommandFactory;
+    let cli = kube_prober::cli::Cli::command();
+    let top = visible_flags(&cli);
+    assert!(top.len() > 70, "clap's definition lists the flags: {top:?}");
+    let help = help_of(&[]);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // The rows of README.md's flag tables (`| flag | env | file key | default | meaning |`),
+    // by flag: `| `--flag` | `ENV` | ...`.
+    let mut rows: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line == "| flag | env | file key | default | meaning |" {
+            in_table = true;
+        } else if !line.starts_with('|') {
+            in_table = false;
+        } else if in_table && line.starts_with("| `--") {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let flag = cells[1].trim_matches('`');
+            assert!(
+                rows.insert(flag, cells).is_none(),
+                "README.md documents {flag} twice"
+            );
+        }
     }
+    let mut missing = Vec::new();
+    for (flag, env) in &top {
+        if !has_flag(&help, flag) {
+            missing.push(format!("--help lacks {flag}"));
+        }
+        match rows.get(flag.as_str()) {
+            None => missing.push(format!("README.md's flag table lacks {flag}")),
+            Some(cells) => {
+                let want = env.as_ref().map(|e| format!("`{e}`")).unwrap_or_default();
+                if cells[2] != want {
+                    missing.push(format!(
+                        "README.md's row for {flag} names env {:?}, clap {want:?}",
+                        cells[2]
+                    ));
+                }
+            }
+        }
+    }
+    // Subcommands' own flags in their own --help.
+    fn walk(cmd: &clap::Command, path: &mut Vec<String>, missing: &mut Vec<String>) {
+        for sub in cmd.get_subcommands() {
+            path.push(sub.get_name().to_string());
+            let args: Vec<&str> = path.iter().map(String::as_str).collect();
+            let help = help_of(&args);
+            for (flag, _) in visible_flags(sub) {
+                if !has_flag(&help, &flag) {
+                    missing.push(format!("{} --help lacks {flag}", args.join(" ")));
+                }
+            }
+            walk(sub, path, missing);
+            path.pop();
+        }
+    }
+    walk(&cli, &mut Vec::new(), &mut missing);
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
 }

@@ -46,6 +46,7 @@ fn prometheus_rule_carries_exactly_the_rules_file() {
         "spec": rules
     });
     if std::env::var_os("UPDATE_MANIFESTS").is_some() {
+        support::refuse_update_in_ci("UPDATE_MANIFESTS");
         let text = format!("{HEADER}{}", serde_yaml_ng::to_string(&want).unwrap());
         std::fs::write(repo().join(PROMETHEUS_RULE), text).unwrap();
     }

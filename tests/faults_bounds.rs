@@ -178,8 +178,15 @@ async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded(
     // Never retried (it would only be read again): one LIST per failed run, not three. The
     // runs are read from a snapshot made after the LISTs were counted.
     let lists = api.hits(apiserver::NODE_METRICS_PATH) as f64;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (_, later) = get(&p.url("/metrics")).await;
+    // Two ticks on from a body read after the count: that snapshot was made after it.
+    let (_, now) = get(&p.url("/metrics")).await;
+    let ticks = sample(&now, "kube_prober_ticks_total");
+    let later = wait_metrics(
+        &p,
+        &[("kube_prober_ticks_total", ticks + 2.0)],
+        Duration::from_secs(20),
+    )
+    .await;
     let runs = sample(
         &later,
         "kube_prober_source_runs_total{source=\"metrics_server\"}",
@@ -466,16 +473,34 @@ async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let started = Instant::now();
-    let code = p.terminate();
+    let (code, log) = p.terminate_with_log();
     let took = started.elapsed();
     println!(
         "fault=sigterm_during_hanging_push shutdown_ms={}",
         took.as_millis()
     );
     assert_eq!(code, 0);
+    // It waited for the push (a lower bound: load only makes it longer), then gave up on it at
+    // the shutdown timeout, not at the 3 s sink timeout, and had no time left for a final push
+    // (no second connection).
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        took >= Duration::from_millis(900),
         "shutdown took {took:?} with --shutdown-timeout 1s and a push hanging"
+    );
+    let said = |m: &str| {
+        log.iter()
+            .any(|l| l.contains(&format!("\"message\":\"{m}\"")))
+    };
+    assert!(
+        said("push in flight at shutdown did not finish in time"),
+        "{log:#?}"
+    );
+    assert!(!said("push timed out"), "{log:#?}");
+    assert!(!said("final push"), "{log:#?}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "a second push connected"
     );
 }
 

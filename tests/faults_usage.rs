@@ -134,6 +134,49 @@ where
     }
 }
 
+/// Sum of the `/metrics` samples of `family` whose labels contain `labels` (all when empty).
+fn msum(body: &str, family: &str, labels: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(family)?;
+            let (series, value) = rest.rsplit_once(' ')?;
+            (series.is_empty() || series.starts_with('{'))
+                .then_some(())
+                .filter(|()| series.contains(labels))?;
+            value.trim().parse::<f64>().ok()
+        })
+        .sum()
+}
+
+/// Waits (bounded) until `source` has run and the tick loop has ticked `n` more times than now:
+/// whatever a test checks next has been through that many more fetches and snapshots.
+async fn after_more_runs(p: &Prober, source: &str, n: f64) {
+    let runs = |m: &str| {
+        (
+            msum(
+                m,
+                "kube_prober_source_runs_total",
+                &format!("source=\"{source}\""),
+            ),
+            msum(m, "kube_prober_ticks_total", ""),
+        )
+    };
+    let (runs0, ticks0) = runs(&metrics(p).await);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (r, t) = runs(&metrics(p).await);
+        if r >= runs0 + n && t >= ticks0 + n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {n} more {source} runs and ticks within 30 s ({runs0} -> {r}, {ticks0} -> {t})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Three nodes with metrics; waits until `/watcher` and `/metrics` show all three.
 async fn three_nodes(api: &ApiServer, p: &Prober) {
     let now = SystemTime::now();
@@ -188,7 +231,7 @@ async fn a_node_deleted_by_a_watch_event_leaves_every_output() {
     })
     .await;
     // Several more fetches and ticks: it stays gone.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    after_more_runs(&p, "metrics_server", 3.0).await;
     let m = metrics(&p).await;
     assert_eq!(node_lines(&m, "node-c"), Vec::<&str>::new());
     assert_a_and_b_untouched(&p).await;
@@ -210,9 +253,9 @@ async fn a_node_missing_after_a_410_relist_leaves_every_output() {
     let p = cluster_prober(&api, dir.path());
     three_nodes(&api, &p).await;
 
-    // No bookmark may carry the watcher past the compaction (see `ClusterState::compact`).
+    // No bookmark may carry the watcher past the compaction (see `ClusterState::compact`): from
+    // here on no open watch sends one (the stand-in applies the interval at once).
     api.set_bookmark_interval(Duration::from_secs(3600));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     {
         // In one step: the deletion's event is compacted away before any watch can read it, so
         // only a relist (after 410 Gone) can show the node is missing.
@@ -226,7 +269,7 @@ async fn a_node_missing_after_a_410_relist_leaves_every_output() {
         !hosts_now(&p).await.contains(&"node-c".to_string()) && node_lines(&m, "node-c").is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    after_more_runs(&p, "metrics_server", 3.0).await;
     let m = metrics(&p).await;
     assert_eq!(node_lines(&m, "node-c"), Vec::<&str>::new());
     assert_a_and_b_untouched(&p).await;
@@ -251,7 +294,7 @@ async fn a_host_metrics_server_stops_reporting_expires_after_two_fetches() {
         !hosts_now(&p).await.contains(&"node-c".to_string()) && usage_lines(&m, "node-c").is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    after_more_runs(&p, "metrics_server", 2.0).await;
     let m = metrics(&p).await;
     assert_eq!(usage_lines(&m, "node-c"), Vec::<&str>::new());
     assert_eq!(
@@ -297,7 +340,7 @@ async fn a_host_prometheus_stops_reporting_expires_in_the_host_role() {
         hosts_now(&p).await == ["h1"] && node_lines(&m, "h2").is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    after_more_runs(&p, "prometheus", 2.0).await;
     let w = watcher(&p).await;
     assert_eq!(hosts(&w), ["h1"]);
     assert_eq!(wvalue(&w, "h1", "CPU", "AVG"), Some(30.0));
@@ -361,7 +404,7 @@ async fn a_host_signalfx_stops_reporting_expires_in_the_host_role() {
         hosts_now(&p).await == ["s1"] && node_lines(&m, "s2").is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    after_more_runs(&p, "signalfx", 2.0).await;
     let w = watcher(&p).await;
     assert_eq!(hosts(&w), ["s1"]);
     assert_eq!(wvalue(&w, "s1", "CPU", "AVG"), Some(30.0));

@@ -105,6 +105,53 @@ fn golden_metrics_text_and_openmetrics() {
     assert_eq!(code, 0, "promtool check metrics:\n{out}");
 }
 
+/// The golden file holds `CRATE_VERSION`, not this crate's version, on the build_info line
+/// (a version bump changes no golden file), and the rendered body still carries the version.
+#[test]
+fn golden_files_carry_no_crate_version() {
+    let snap = fixed_snapshot();
+    let text = prometheus::render(&snap, Format::Text);
+    let line = format!(
+        "kube_prober_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.contains(&line), "{text}");
+    for name in ["metrics.prom", "metrics.om", "cluster_metrics.prom"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        let golden = std::fs::read_to_string(&path).unwrap();
+        assert!(golden.contains("kube_prober_build_info{version=\"CRATE_VERSION\"} 1"));
+        assert!(!golden.contains(&line), "{name} carries the crate version");
+    }
+}
+
+/// `UPDATE_GOLDEN` under `CI` fails (it would rewrite the file and pass) and leaves the file as
+/// it was: the golden test is run again in a child with both set.
+#[test]
+fn update_golden_is_refused_in_ci() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/watcher.json");
+    let before = std::fs::read(&path).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["golden_watcher_body", "--exact", "--test-threads", "1"])
+        .env("CI", "true")
+        .env("UPDATE_GOLDEN", "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("UPDATE_GOLDEN is set while CI is: refusing"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 failed"),
+        "the golden test ran and failed: {text}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
 #[test]
 fn golden_watcher_body() {
     let bodies = kube_prober::watcher::render(&fixed_snapshot(), Default::default()).unwrap();

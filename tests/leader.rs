@@ -6,8 +6,11 @@
 //! them so that they cover the time its `bool` said `true`), and every scenario ends by checking
 //! that no two electors' intervals overlap.
 //!
-//! Timings are short (lease 1.5 s, written as 2 s; renew deadline 1 s; retry 0.2 s); bounds
-//! leave generous slack, and every wait is bounded.
+//! Timings are short (lease 1.5 s, written as 2 s; renew deadline 1 s; retry 0.2 s). Every wait
+//! is bounded, and no test measures how long something took against a tight bound: what an
+//! elector did and why comes from the requests its proxy saw (with whether it led at each) and
+//! from the reason it logged for stepping down. Lower bounds (not taken over before the lease
+//! could expire) stay: load only lengthens what they measure.
 
 #[path = "support/apiserver.rs"]
 mod apiserver;
@@ -36,10 +39,73 @@ const RENEW: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(200);
 
 fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("kube_prober=debug")
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::new("kube_prober=debug"))
+        .with(tracing_subscriber::fmt::layer().with_test_writer())
+        .with(CaptureLost)
         .try_init();
+}
+
+/// Every elector's `leadership lost` event in this test binary, as (identity, reason): why a
+/// leader stepped down, from the elector itself. Tests that read it use identities of their own.
+static LOST: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+struct CaptureLost;
+
+/// The reasons `id` gave for losing leadership, once it has given one (it logs right after its
+/// `bool` turns `false`).
+async fn lost_reasons(id: &str) -> Vec<String> {
+    let reasons = || -> Vec<String> {
+        LOST.lock()
+            .unwrap()
+            .iter()
+            .filter(|(who, _)| who == id)
+            .map(|(_, reason)| reason.clone())
+            .collect()
+    };
+    wait_for(
+        "the reason for stepping down",
+        Duration::from_secs(5),
+        || !reasons().is_empty(),
+    )
+    .await;
+    reasons()
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CaptureLost {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        #[derive(Default)]
+        struct Fields {
+            message: String,
+            identity: String,
+            reason: String,
+        }
+        impl Fields {
+            fn set(&mut self, field: &tracing::field::Field, value: String) {
+                match field.name() {
+                    "message" => self.message = value,
+                    "identity" => self.identity = value,
+                    "reason" => self.reason = value,
+                    _ => {}
+                }
+            }
+        }
+        impl tracing::field::Visit for Fields {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                self.set(field, value.to_string());
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.set(field, format!("{value:?}"));
+            }
+        }
+        let mut f = Fields::default();
+        event.record(&mut f);
+        if f.message == "leadership lost" {
+            LOST.lock().unwrap().push((f.identity, f.reason));
+        }
+    }
 }
 
 fn cfg(identity: &str) -> LeaseConfig {
@@ -59,26 +125,46 @@ const PASS: u8 = 0;
 const FAIL: u8 = 1;
 const STALL: u8 = 2;
 
+/// One request the proxy got, in the order they arrived.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: Method,
+    /// Whether the elector behind the proxy led when the request arrived.
+    leading: Option<bool>,
+    /// Held by [`STALL`] (never answered in time).
+    stalled: bool,
+    /// The holder of the Lease in a successful answer (`""` for none).
+    holder: Option<String>,
+}
+
 #[derive(Clone)]
 struct ProxyState {
     upstream: String,
     mode: Arc<AtomicU8>,
     http: reqwest::Client,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    leading: Arc<Mutex<Option<watch::Receiver<bool>>>>,
 }
 
 struct Proxy {
     url: String,
     mode: Arc<AtomicU8>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    leading: Arc<Mutex<Option<watch::Receiver<bool>>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Proxy {
     async fn start(upstream: &str) -> Proxy {
         let mode = Arc::new(AtomicU8::new(PASS));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let leading = Arc::new(Mutex::new(None));
         let state = ProxyState {
             upstream: upstream.to_string(),
             mode: mode.clone(),
             http: reqwest::Client::new(),
+            seen: seen.clone(),
+            leading: leading.clone(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -86,11 +172,22 @@ impl Proxy {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Proxy { url, mode, task }
+        Proxy {
+            url,
+            mode,
+            seen,
+            leading,
+            task,
+        }
     }
 
     fn set(&self, mode: u8) {
         self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    /// Every request so far.
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
     }
 }
 
@@ -107,7 +204,19 @@ async fn forward(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match st.mode.load(Ordering::SeqCst) {
+    let mode = st.mode.load(Ordering::SeqCst);
+    let leading = st.leading.lock().unwrap().as_ref().map(|l| *l.borrow());
+    let index = {
+        let mut seen = st.seen.lock().unwrap();
+        seen.push(Seen {
+            method: method.clone(),
+            leading,
+            stalled: mode == STALL,
+            holder: None,
+        });
+        seen.len() - 1
+    };
+    match mode {
         FAIL => {
             let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected by the test proxy","reason":"InternalError","code":500}"#;
             return (
@@ -136,6 +245,12 @@ async fn forward(
             let status = resp.status();
             let ct = resp.headers().get(header::CONTENT_TYPE).cloned();
             let bytes = resp.bytes().await.unwrap_or_default();
+            if status.is_success()
+                && let Ok(lease) = serde_json::from_slice::<Lease>(&bytes)
+            {
+                let holder = lease.spec.and_then(|s| s.holder_identity);
+                st.seen.lock().unwrap()[index].holder = Some(holder.unwrap_or_default());
+            }
             let mut out = (status, bytes).into_response();
             if let Some(ct) = ct {
                 out.headers_mut().insert(header::CONTENT_TYPE, ct);
@@ -169,6 +284,11 @@ struct Candidate {
 
 impl Candidate {
     async fn start(server: &ApiServer, id: &str) -> Candidate {
+        Self::start_with(server, cfg(id)).await
+    }
+
+    async fn start_with(server: &ApiServer, cfg: LeaseConfig) -> Candidate {
+        let id = cfg.identity.clone();
         let proxy = Proxy::start(&server.url).await;
         let mut config = kube::Config::new(proxy.url.parse().unwrap());
         config.default_retry = false;
@@ -178,11 +298,12 @@ impl Candidate {
             leading,
             status,
             task,
-        } = start(client, cfg(id), cancel.clone());
+        } = start(client, cfg, cancel.clone());
+        *proxy.leading.lock().unwrap() = Some(leading.clone());
         let log = Arc::new(Mutex::new(Log::default()));
         tokio::spawn(record(status.clone(), log.clone()));
         Candidate {
-            id: id.to_string(),
+            id,
             cancel,
             leading,
             status,
@@ -388,14 +509,10 @@ async fn crashed_leader_is_replaced_after_the_lease_expires() {
     let j = all.iter().position(|c| c.leads()).unwrap();
     assert_ne!(i, j);
     // Not before the lease (2 s from the last observed renewal, at most one retry before the
-    // crash) could have expired; within the lease and a few retry periods.
+    // crash) could have expired (a lower bound: load only delays the takeover).
     assert!(
         took >= LEASE_WRITTEN - RETRY * 2,
         "took over early: {took:?}"
-    );
-    assert!(
-        took <= LEASE_WRITTEN + RETRY * 5,
-        "took over late: {took:?}"
     );
     assert!(!cands[i].leads(), "an aborted elector reads as not leading");
     assert!(crashed_at.elapsed() >= took);
@@ -433,14 +550,22 @@ async fn graceful_cancel_releases_the_lease() {
     let i = one_leader(&all, Duration::from_secs(3)).await;
     let leader_id = cands[i].id.clone();
 
-    // A follower that stops leaves the Lease alone.
+    // A follower that stops leaves the Lease alone: it writes nothing.
     let f = (i + 1) % 3;
     let holder_before = spec(&server).holder_identity;
-    let started = Instant::now();
+    let writes = |c: &Candidate| {
+        c.proxy
+            .seen()
+            .iter()
+            .filter(|r| r.method != Method::GET)
+            .count()
+    };
+    let written_before = writes(&cands[f]);
     cands[f].stop().await;
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "a follower stops at once"
+    assert_eq!(
+        writes(&cands[f]),
+        written_before,
+        "a follower wrote on stop"
     );
     assert_eq!(spec(&server).holder_identity, holder_before);
     hold_steady(
@@ -450,25 +575,27 @@ async fn graceful_cancel_releases_the_lease() {
     )
     .await;
 
-    // The leader stops: false at once, the Lease released, the last one takes over in about a
-    // retry period rather than a lease duration.
+    // The leader stops: false at once, the Lease released, the last one takes it over as soon
+    // as it reads the released record, without waiting for an expiry.
     let transitions_before = spec(&server).lease_transitions.unwrap_or(0);
-    let started = Instant::now();
     cands[i].stop().await;
-    let stop_took = started.elapsed();
-    assert!(
-        stop_took < Duration::from_secs(2),
-        "release bounded: {stop_took:?}"
-    );
     let k = 3 - i - f;
-    let took = wait_for("the last one to lead", Duration::from_secs(4), || {
+    wait_for("the last one to lead", Duration::from_secs(4), || {
         cands[k].leads()
     })
     .await;
-    let took = took + stop_took;
-    assert!(
-        took < RETRY * 3 + Duration::from_millis(300),
-        "takeover after a release took {took:?} (a lease expiry takes {LEASE_WRITTEN:?})"
+    let seen = cands[k].proxy.seen();
+    let read = seen
+        .iter()
+        .position(|r| r.method == Method::GET && r.holder.as_deref() == Some(""))
+        .unwrap_or_else(|| panic!("{} never read the released Lease: {seen:#?}", cands[k].id));
+    // Its next request after that read is the write that made it the holder: no second read,
+    // no wait for the record to expire.
+    assert_eq!(seen[read + 1].method, Method::PUT, "{seen:#?}");
+    assert_eq!(
+        seen[read + 1].holder.as_deref(),
+        Some(cands[k].id.as_str()),
+        "{seen:#?}"
     );
     let after = spec(&server);
     assert_eq!(after.holder_identity.as_deref(), Some(cands[k].id.as_str()));
@@ -486,29 +613,29 @@ async fn graceful_cancel_releases_the_lease() {
 
 /// Faults on the leader's connection only: it steps down within the renew deadline, before the
 /// lease expires for the other, who then takes over.
-async fn leader_steps_down_on(mode: u8) {
+/// `prefix` names the candidates (`<prefix>-a`, `<prefix>-b`), for their events in [`LOST`].
+async fn leader_steps_down_on(mode: u8, prefix: &str) {
     init_tracing();
     let server = apiserver::start().await;
-    let mut a = Candidate::start(&server, "pod-a").await;
-    let mut b = Candidate::start(&server, "pod-b").await;
+    let mut a = Candidate::start(&server, &format!("{prefix}-a")).await;
+    let mut b = Candidate::start(&server, &format!("{prefix}-b")).await;
     let i = one_leader(&[&a, &b], Duration::from_secs(3)).await;
-    hold_steady(
-        &[&a, &b],
-        Some(if i == 0 { "pod-a" } else { "pod-b" }),
-        RETRY * 3,
-    )
-    .await;
+    let leader_id = [&a, &b][i].id.clone();
+    hold_steady(&[&a, &b], Some(&leader_id), RETRY * 3).await;
     let (leader, follower) = if i == 0 { (&a, &b) } else { (&b, &a) };
 
     leader.proxy.set(mode);
-    let faulted = Instant::now();
     let down = wait_for("the leader to step down", Duration::from_secs(3), || {
         !leader.leads()
     })
     .await;
+    // At the renew deadline, as the elector says (not, say, at the lease expiry); that this is
+    // before the other can take over is the interval log's check below.
+    let reasons = lost_reasons(&leader.id).await;
     assert!(
-        down <= RENEW + Duration::from_millis(300),
-        "stepped down after {down:?}, renew deadline {RENEW:?}"
+        reasons.len() == 1
+            && reasons[0].starts_with("no successful renewal within the renew deadline (1s)"),
+        "{reasons:?}"
     );
     // The other takes over once the lease expired for it; never before the leader stepped down
     // (checked by the interval log).
@@ -519,10 +646,6 @@ async fn leader_steps_down_on(mode: u8) {
     assert!(
         up >= down,
         "took over ({up:?}) before the old leader stepped down ({down:?})"
-    );
-    assert!(
-        faulted.elapsed() <= LEASE_WRITTEN + RETRY * 6 + Duration::from_secs(1),
-        "takeover late"
     );
     assert_eq!(
         spec(&server).holder_identity.as_deref(),
@@ -548,12 +671,12 @@ async fn leader_steps_down_on(mode: u8) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_errors_make_the_leader_step_down_before_the_lease_expires() {
-    leader_steps_down_on(FAIL).await;
+    leader_steps_down_on(FAIL, "fail").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hung_renewals_make_the_leader_step_down_on_time() {
-    leader_steps_down_on(STALL).await;
+    leader_steps_down_on(STALL, "stall").await;
 }
 
 /// 500s on every Lease GET and PUT at the server: the leader steps down within the renew
@@ -562,25 +685,28 @@ async fn hung_renewals_make_the_leader_step_down_on_time() {
 async fn server_side_lease_faults_then_recovery() {
     init_tracing();
     let server = apiserver::start().await;
-    let mut a = Candidate::start(&server, "pod-a").await;
-    let mut b = Candidate::start(&server, "pod-b").await;
+    let mut a = Candidate::start(&server, "server-a").await;
+    let mut b = Candidate::start(&server, "server-b").await;
     let i = one_leader(&[&a, &b], Duration::from_secs(3)).await;
     let leader = if i == 0 { &a } else { &b };
 
     for verb in [Verb::Get, Verb::Update, Verb::Create] {
         server.fail_verb(Kind::Leases, verb, Fault::internal("etcd is unhappy"));
     }
-    let down = wait_for("the leader to step down", Duration::from_secs(3), || {
+    wait_for("the leader to step down", Duration::from_secs(3), || {
         !leader.leads()
     })
     .await;
-    assert!(down <= RENEW + Duration::from_millis(300), "{down:?}");
+    let reasons = lost_reasons(&leader.id).await;
+    assert!(
+        reasons.len() == 1
+            && reasons[0].starts_with("no successful renewal within the renew deadline (1s)"),
+        "stepped down at the renew deadline: {reasons:?}"
+    );
     hold_steady(&[&a, &b], None, LEASE_WRITTEN).await;
 
     server.heal(Kind::Leases);
-    let healed = Instant::now();
     one_leader(&[&a, &b], Duration::from_secs(4)).await;
-    assert!(healed.elapsed() <= LEASE_WRITTEN + RETRY * 5);
     let holder = spec(&server).holder_identity;
     let now_leading = leaders(&[&a, &b]);
     assert_eq!(holder.as_deref(), Some(now_leading[0]));
@@ -611,7 +737,6 @@ async fn stale_resource_version_while_still_the_holder_keeps_leadership() {
             .get_or_insert_with(Default::default)
             .insert("touched".into(), n.to_string());
         let rv = server.upsert(&lease);
-        let written = Instant::now();
         // The leader renews on top of it (so it re-read it) and keeps leading.
         wait_for(
             "a renewal after the foreign write",
@@ -636,7 +761,6 @@ async fn stale_resource_version_while_still_the_holder_keeps_leadership() {
             l.spec.and_then(|s| s.holder_identity).as_deref(),
             Some(leader_id.as_str())
         );
-        assert!(written.elapsed() < RENEW);
         hold_steady(&[&a, &b], Some(&leader_id), RETRY * 2).await;
     }
     assert_eq!([&a, &b][i].intervals().len(), 1, "never stepped down");
@@ -655,8 +779,9 @@ async fn stale_resource_version_while_still_the_holder_keeps_leadership() {
 async fn a_foreign_holder_writing_itself_in_makes_the_leader_step_down() {
     init_tracing();
     let server = apiserver::start().await;
-    let mut a = Candidate::start(&server, "pod-a").await;
-    let mut b = Candidate::start(&server, "pod-b").await;
+    // Identities of this test's own, for its `leadership lost` events in [`LOST`].
+    let mut a = Candidate::start(&server, "foreign-a").await;
+    let mut b = Candidate::start(&server, "foreign-b").await;
     let i = one_leader(&[&a, &b], Duration::from_secs(3)).await;
     let leader = [&a, &b][i];
 
@@ -668,13 +793,25 @@ async fn a_foreign_holder_writing_itself_in_makes_the_leader_step_down() {
     spec0.renew_time = Some(now_micro());
     spec0.lease_duration_seconds = Some(2);
     server.upsert(&lease);
-    let down = wait_for("the leader to step down", Duration::from_secs(2), || {
+    wait_for("the leader to step down", Duration::from_secs(3), || {
         !leader.leads()
     })
     .await;
+    // On seeing the holder, not at the renew deadline: once an answer named the intruder, no
+    // request came from it as a leader, and the reason it gave is the holder.
+    let seen = leader.proxy.seen();
+    let named = seen
+        .iter()
+        .position(|r| r.holder.as_deref() == Some("intruder"))
+        .unwrap_or_else(|| panic!("no answer named the intruder: {seen:#?}"));
     assert!(
-        down < RENEW,
-        "stepped down after {down:?}: on seeing the holder, not at the renew deadline"
+        seen[named + 1..].iter().all(|r| r.leading == Some(false)),
+        "requests as a leader after seeing the intruder: {seen:#?}"
+    );
+    assert_eq!(
+        lost_reasons(&leader.id).await,
+        ["the Lease is held by 'intruder'"],
+        "stepped down for seeing the holder, once"
     );
 
     // The intruder renews for three lease durations: never taken.
@@ -767,31 +904,48 @@ async fn a_renewing_foreign_holder_is_never_taken() {
     b.stop().await;
 }
 
-/// Shutdown while the API hangs: `false` at once, and the task still ends within the release
-/// bound (capped at the renew deadline, 1 s here).
+/// Shutdown while the API hangs: `false` at once (before the release request goes out), and
+/// the task still ends within the release bound ([`kube_prober::leader::RELEASE_BOUND`], 2 s),
+/// not when the hung requests would (30 s). A long renew deadline here keeps the leader from
+/// stepping down on its own while the test looks, however slow the machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_is_bounded_when_the_api_hangs() {
     init_tracing();
     let server = apiserver::start().await;
-    let mut a = Candidate::start(&server, "pod-a").await;
+    let mut a = Candidate::start_with(
+        &server,
+        LeaseConfig {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: RETRY,
+            ..LeaseConfig::new(NAME, NS, "pod-a")
+        },
+    )
+    .await;
     one_leader(&[&a], Duration::from_secs(3)).await;
 
     a.proxy.set(STALL);
-    tokio::time::sleep(RETRY * 2).await; // a renewal is now hanging
-    assert!(a.leads(), "still within the renew deadline");
-    a.cancel.cancel();
+    let hanging = |leading: bool| {
+        move |r: &Seen| r.stalled && r.method == Method::PUT && r.leading == Some(leading)
+    };
+    wait_for("a renewal hanging", Duration::from_secs(5), || {
+        a.proxy.seen().iter().any(hanging(true))
+    })
+    .await;
     let cancelled = Instant::now();
-    let down = wait_for("false after cancel", Duration::from_secs(1), || !a.leads()).await;
-    assert!(down < Duration::from_millis(100), "false took {down:?}");
-    tokio::time::timeout(Duration::from_secs(3), &mut a.task)
+    a.cancel.cancel();
+    // The release (a PUT, hanging too) went out after `false` was said.
+    wait_for("the release request", Duration::from_secs(5), || {
+        a.proxy.seen().iter().any(hanging(false))
+    })
+    .await;
+    let status = a.status.borrow().clone();
+    assert!(!status.leading);
+    assert!(status.since >= cancelled, "false came from the cancel");
+    tokio::time::timeout(Duration::from_secs(15), &mut a.task)
         .await
-        .expect("the elector ends")
+        .expect("the elector ends on its own bound, not the API's")
         .unwrap();
-    let took = cancelled.elapsed();
-    assert!(
-        took < RENEW + Duration::from_millis(500),
-        "shutdown took {took:?}"
-    );
     // The release could not get through: the record still names pod-a, and expires normally.
     assert_eq!(spec(&server).holder_identity.as_deref(), Some("pod-a"));
 }

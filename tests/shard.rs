@@ -483,3 +483,94 @@ async fn only_shard_0_runs_the_probes() {
     assert_eq!(shard1.terminate(), 0);
     assert_eq!(shard0.terminate(), 0);
 }
+
+/// Holds the first event the StatefulSet watcher's task logs until released, so that task is
+/// still in the middle of its work when shutdown starts. The hold is on the task's own worker
+/// thread (`block_in_place`), so the rest of the runtime goes on.
+struct HoldShardWatcher {
+    held: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for HoldShardWatcher {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "kube_prober::watch::shard" {
+            return;
+        }
+        let Some(release) = self.release.lock().unwrap().take() else {
+            return;
+        };
+        if let Some(held) = self.held.lock().unwrap().take() {
+            let _ = held.send(());
+        }
+        tokio::task::block_in_place(|| {
+            let _ = release.recv();
+        });
+    }
+}
+
+/// Issue #25: shutdown waits for the `--shard-from-statefulset` watcher like every other watch
+/// task; `run_until` does not return while that task is still running.
+#[test]
+fn shutdown_waits_for_the_statefulset_watcher() {
+    use clap::Parser;
+    use tracing_subscriber::layer::SubscriberExt;
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let hold = tracing::Dispatch::new(tracing_subscriber::registry().with(HoldShardWatcher {
+        held: std::sync::Mutex::new(Some(held_tx)),
+        release: std::sync::Mutex::new(Some(release_rx)),
+    }));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(3)
+        .enable_all()
+        .on_thread_start(move || {
+            // This runtime's threads only: other tests in this binary keep their own logging.
+            std::mem::forget(tracing::dispatcher::set_default(&hold));
+        })
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let c = cluster(3).await;
+        c.api.upsert(&statefulset(2));
+        let cli = kube_prober::cli::Cli::try_parse_from([
+            "kube-prober",
+            "--role",
+            "cluster",
+            "--cluster-name",
+            "c1",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+            &c.kubeconfig,
+            "--disable-probes",
+            "cluster_dns,metrics_server",
+            "--shard-from-statefulset",
+            "--pod-name",
+            "kp-1",
+            "--leader-elect-namespace",
+            "monitoring",
+        ])
+        .unwrap();
+        let cfg = kube_prober::config::Config::load(cli).unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let mut run = tokio::spawn(kube_prober::app::run_until(cfg, cancel.clone()));
+        tokio::task::spawn_blocking(move || held_rx.recv_timeout(Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .expect("the StatefulSet watcher logged its shard");
+        cancel.cancel();
+        // Every other task ends at once on `cancel`; only the held watcher can keep run_until.
+        let early = tokio::time::timeout(Duration::from_secs(3), &mut run).await;
+        release_tx.send(()).unwrap();
+        assert!(
+            early.is_err(),
+            "run_until returned while the StatefulSet watcher was still running: {early:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .expect("run_until returns once the watcher is released")
+            .unwrap()
+            .unwrap();
+    });
+}

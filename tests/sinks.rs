@@ -85,6 +85,15 @@ fn published(store: &Store) -> Arc<Published> {
     ))
 }
 
+/// Waits until `f` holds, polling; panics naming `what` after 30 s (real time).
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn schedule(interval_ms: u64, timeout_ms: u64) -> SinkSchedule {
     SinkSchedule {
         interval: Duration::from_millis(interval_ms),
@@ -93,7 +102,9 @@ fn schedule(interval_ms: u64, timeout_ms: u64) -> SinkSchedule {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Paused time (these tests make no I/O): the runner's ticks and the sinks' sleeps happen at
+/// exact instants, so counts are exact and never depend on how busy the machine is.
+#[tokio::test(start_paused = true)]
 async fn pushes_every_tick_and_once_more_at_shutdown() {
     let store = Arc::new(Store::new());
     let (tx, rx) = watch::channel(published(&store));
@@ -107,12 +118,10 @@ async fn pushes_every_tick_and_once_more_at_shutdown() {
         None,
         cancel.clone(),
     ));
+    // Ticks at 100, 200, ..., 500 ms (the first push waits one interval).
     tokio::time::sleep(Duration::from_millis(550)).await;
     let before = sink.pushes.load(Ordering::SeqCst);
-    assert!(
-        (3..=6).contains(&before),
-        "about one push per 100 ms: {before}"
-    );
+    assert_eq!(before, 5, "one push per 100 ms");
     // A newer snapshot, then shutdown: the final push carries it.
     tx.send_replace(published(&store));
     let newest = tx.borrow().snapshot.tick;
@@ -126,6 +135,11 @@ async fn pushes_every_tick_and_once_more_at_shutdown() {
         newest,
         "the final push sent the newest snapshot"
     );
+    assert_eq!(
+        sink.pushes.load(Ordering::SeqCst),
+        before + 1,
+        "one final push"
+    );
     let st = &store.snapshot(SystemTime::now()).sinks["test"];
     assert_eq!(st.pushes, sink.pushes.load(Ordering::SeqCst));
     assert_eq!((st.points, st.requests), (st.pushes * 10, st.pushes));
@@ -136,13 +150,14 @@ async fn pushes_every_tick_and_once_more_at_shutdown() {
 async fn a_hanging_sink_skips_ticks_and_never_slows_the_endpoints() {
     let store = Arc::new(Store::new());
     let (_tx, rx) = watch::channel(published(&store));
-    let sink = TestSink::new(Duration::from_secs(30), None);
+    // The push hangs for an hour: every request below is answered while it hangs.
+    let sink = TestSink::new(Duration::from_secs(3600), None);
     let cancel = CancellationToken::new();
     let task = tokio::spawn(run_sink(
         sink.clone(),
         SinkSchedule {
             final_push: Duration::from_millis(200),
-            ..schedule(50, 20_000)
+            ..schedule(50, 7_200_000)
         },
         rx.clone(),
         store.clone(),
@@ -158,11 +173,18 @@ async fn a_hanging_sink_skips_ticks_and_never_slows_the_endpoints() {
     };
     tokio::spawn(async move { axum::serve(listener, server::router(state)).await });
     let http = reqwest::Client::new();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut slowest = Duration::ZERO;
+    // The push has started and ticks are being skipped behind it.
+    let skipped = || {
+        store
+            .snapshot(SystemTime::now())
+            .sinks
+            .get("test")
+            .map_or(0, |s| s.skipped)
+    };
+    until("three skipped ticks", || skipped() >= 3).await;
+    assert_eq!(*sink.scopes.lock().unwrap(), [PushScope::All]);
     for _ in 0..20 {
         for path in ["/metrics", "/watcher"] {
-            let t = Instant::now();
             let r = http
                 .get(format!("http://{addr}{path}"))
                 .send()
@@ -170,15 +192,13 @@ async fn a_hanging_sink_skips_ticks_and_never_slows_the_endpoints() {
                 .unwrap();
             assert_eq!(r.status(), 200);
             r.bytes().await.unwrap();
-            slowest = slowest.max(t.elapsed());
         }
     }
-    assert!(
-        slowest < Duration::from_millis(500),
-        "a hanging sink slowed the endpoints: {slowest:?}"
-    );
-    let skipped = store.snapshot(SystemTime::now()).sinks["test"].skipped;
-    assert!(skipped >= 3, "skipped ticks counted: {skipped}");
+    // Answered while the push still hangs (the push below never completed), so serving never
+    // waits for a push; the ticks behind it are counted as skipped.
+    assert_eq!(sink.pushes.load(Ordering::SeqCst), 0);
+    assert_eq!(sink.scopes.lock().unwrap().len(), 1, "no second push");
+    assert!(skipped() >= 3);
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
@@ -191,7 +211,7 @@ async fn a_hanging_sink_skips_ticks_and_never_slows_the_endpoints() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn failures_and_timeouts_are_counted_by_reason() {
     let store = Arc::new(Store::new());
     let (_tx, rx) = watch::channel(published(&store));
@@ -205,11 +225,13 @@ async fn failures_and_timeouts_are_counted_by_reason() {
         None,
         cancel.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Pushes at 50, 100, ..., 250 ms, then the final one.
+    tokio::time::sleep(Duration::from_millis(275)).await;
     cancel.cancel();
     t1.await.unwrap();
     let st = store.snapshot(SystemTime::now()).sinks["test"].clone();
-    assert!(st.failures["unavailable"] >= 3, "{st:?}");
+    assert_eq!(st.failures["unavailable"], 6, "{st:?}");
+    assert_eq!(st.pushes, 6, "{st:?}");
     assert_eq!(st.points, st.pushes * 4, "partly sent points still count");
     assert!(st.last_success.is_none());
 
@@ -228,29 +250,54 @@ async fn failures_and_timeouts_are_counted_by_reason() {
         None,
         cancel.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The push started at 50 ms times out at 150 ms; the next (at 150 or 200 ms: that tick and
+    // the timeout fall on one instant) times out by 300 ms; the third is cut by the shutdown.
+    tokio::time::sleep(Duration::from_millis(325)).await;
     cancel.cancel();
     t2.await.unwrap();
     let st = &store.snapshot(SystemTime::now()).sinks["test"];
-    assert!(st.failures["timeout"] >= 1, "{st:?}");
+    assert_eq!(st.failures["timeout"], 2, "{st:?}");
+    assert!(st.last_success.is_none(), "{st:?}");
 }
 
-/// CPU time (user + system) of this process so far.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|x| x.parse().unwrap())
-        .collect();
-    // CLK_TCK is 100 on Linux.
-    Duration::from_millis((f[0] + f[1]) * 10)
+/// Runs `f` on a current-thread runtime with paused time, on its own thread, and waits up to
+/// `limit` of real time for it. Paused time only advances when every task is idle, so a task
+/// that spins (busy loop) keeps the clock still and `f` never finishes: that is reported as
+/// a failure instead of a hang.
+fn paused<F: std::future::Future<Output = ()> + Send + 'static>(limit: Duration, f: F) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(f);
+        let _ = done_tx.send(());
+    });
+    match done_rx.recv_timeout(limit) {
+        Ok(()) => runner.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            // `f` panicked: report its panic.
+            if let Err(p) = runner.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("paused time did not advance for {limit:?}: a task spins")
+        }
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instance_only() {
+#[test]
+fn losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instance_only() {
+    paused(
+        Duration::from_secs(60),
+        losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instance_only_(),
+    );
+}
+
+async fn losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instance_only_() {
     let store = Arc::new(Store::new());
     let (_tx, rx) = watch::channel(published(&store));
     let (lead_tx, lead_rx) = watch::channel(true);
@@ -265,7 +312,8 @@ async fn losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instanc
         Some(lead_rx),
         cancel.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every sleep here ends between two ticks (50 ms apart), never at one.
+    tokio::time::sleep(Duration::from_millis(225)).await;
     assert_eq!(*sink.scopes.lock().unwrap(), [PushScope::All]);
 
     // The Lease is lost while that push runs: it is aborted at once and counted.
@@ -280,18 +328,18 @@ async fn losing_the_lease_aborts_a_cluster_push_and_a_gone_elector_means_instanc
         "only this instance's series after the loss"
     );
 
-    // The elector goes away: still instance-only, and the runner does not spin.
+    // The elector goes away: still instance-only, one push per tick, and the runner does not
+    // spin (it would stop paused time from advancing: `paused` reports that).
     drop(lead_tx);
-    let (cpu0, before) = (process_cpu(), sink.scopes.lock().unwrap().len());
+    let before = sink.scopes.lock().unwrap().len();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let cpu = process_cpu() - cpu0;
     let scopes = sink.scopes.lock().unwrap().clone();
-    assert!(scopes.len() > before + 5, "pushes go on: {scopes:?}");
-    assert!(scopes[1..].iter().all(|s| *s == PushScope::InstanceOnly));
-    assert!(
-        cpu < Duration::from_millis(500),
-        "busy loop: {cpu:?} CPU in 1 s"
+    assert_eq!(
+        scopes.len(),
+        before + 20,
+        "one push per 50 ms tick: {scopes:?}"
     );
+    assert!(scopes[1..].iter().all(|s| *s == PushScope::InstanceOnly));
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await

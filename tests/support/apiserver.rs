@@ -1882,8 +1882,10 @@ impl ApiServer {
         self.state().open_watches.load(Ordering::SeqCst)
     }
 
-    /// Bookmark interval for watches opened from now on (and for open ones after their next
-    /// bookmark).
+    /// Bookmark interval, counted from each watch's last bookmark (or its start), open ones
+    /// included: once this returns, no watch sends a bookmark before the new interval has
+    /// passed (a longer interval holds back bookmarks at once; a shorter one applies from each
+    /// watch's next wake-up).
     pub fn set_bookmark_interval(&self, interval: Duration) {
         self.state().bookmark_interval = interval;
     }
@@ -2346,7 +2348,9 @@ struct WatchCursor {
     /// Every event of the kind up to here has been considered.
     last_rv: u64,
     bookmarks: bool,
-    next_bookmark: Instant,
+    /// The last bookmark (or the start): the next is due the bookmark interval after it, as
+    /// the interval is when it comes due (see [`ApiServer::set_bookmark_interval`]).
+    bookmark_armed: Instant,
     deadline: Instant,
     rv_rx: watch::Receiver<u64>,
     epoch_rx: watch::Receiver<u64>,
@@ -2404,7 +2408,7 @@ fn start_watch(state: &Shared, route: Route, q: &Query) -> Response {
         selectors,
         last_rv: st.resource_version,
         bookmarks,
-        next_bookmark: now + st.bookmark_interval,
+        bookmark_armed: now,
         deadline: now + timeout,
         rv_rx: st.rv_tx.subscribe(),
         epoch_rx,
@@ -2486,7 +2490,7 @@ impl WatchCursor {
             }
             self.rv_rx.borrow_and_update();
             let state = self.state.clone();
-            let out = {
+            let (out, bookmark_at) = {
                 let st = lock(&state);
                 // Checked under the lock `drop_watches` takes: a stream open before it never
                 // carries an event written after it (without this, a write racing the drop
@@ -2494,7 +2498,7 @@ impl WatchCursor {
                 if self.dropped() {
                     return self.ended();
                 }
-                self.drain(&st)
+                (self.drain(&st), self.bookmark_armed + st.bookmark_interval)
             };
             if !out.is_empty() {
                 return Some(out.into());
@@ -2502,7 +2506,6 @@ impl WatchCursor {
             if self.finished {
                 continue;
             }
-            let bookmark_at = self.next_bookmark;
             tokio::select! {
                 changed = self.rv_rx.changed() => {
                     if changed.is_err() {
@@ -2519,11 +2522,16 @@ impl WatchCursor {
                             return self.ended();
                         }
                         let mut out = self.drain(&st);
-                        if out.is_empty() && !self.finished {
-                            self.last_rv = self.last_rv.max(st.resource_version);
-                            push_bookmark(&mut out, self.kind, st.resource_version, false);
+                        // Due by the interval as it is now: `set_bookmark_interval` may have
+                        // lengthened it while this timer ran.
+                        let now = Instant::now();
+                        if now >= self.bookmark_armed + st.bookmark_interval {
+                            if out.is_empty() && !self.finished {
+                                self.last_rv = self.last_rv.max(st.resource_version);
+                                push_bookmark(&mut out, self.kind, st.resource_version, false);
+                            }
+                            self.bookmark_armed = now;
                         }
-                        self.next_bookmark = Instant::now() + st.bookmark_interval;
                         out
                     };
                     if !out.is_empty() {

@@ -7,12 +7,42 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Compares `actual` with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites the file instead.
+/// What the golden files hold in place of this crate's version.
+pub const GOLDEN_VERSION: &str = "CRATE_VERSION";
+
+/// `actual` with this crate's version in `kube_prober_build_info` replaced by
+/// [`GOLDEN_VERSION`].
+pub fn golden_version(actual: &str) -> String {
+    let version = |v: &str| format!("kube_prober_build_info{{version=\"{v}\"}}");
+    actual.replace(
+        &version(env!("CARGO_PKG_VERSION")),
+        &version(GOLDEN_VERSION),
+    )
+}
+
+/// Panics when the `CI` environment variable is set: `var` (an `UPDATE_*` switch that rewrites
+/// checked-in files and passes) must never turn a comparison into a rewrite there.
+pub fn refuse_update_in_ci(var: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "{var} is set while CI is: refusing to rewrite checked-in files in CI (a rewrite \
+             always passes); unset {var} to compare, or run it outside CI and commit the result"
+        );
+    }
+}
+
+/// Compares `actual` with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites the file instead
+/// (refused under `CI`: there a golden file is only ever compared). The crate version in
+/// `kube_prober_build_info` is written as [`GOLDEN_VERSION`], so a version bump leaves the
+/// golden files alone; any other version there still differs.
 pub fn assert_golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
+    let actual = golden_version(actual);
+    let actual = actual.as_str();
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        refuse_update_in_ci("UPDATE_GOLDEN");
         std::fs::write(&path, actual).unwrap();
         return;
     }
@@ -167,8 +197,20 @@ impl Prober {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// [`Self::terminate`], then every log line (JSON) it wrote after the `listening` one.
+    pub fn terminate_with_log(mut self) -> (i32, Vec<String>) {
+        let code = self.stop();
+        // stderr is closed now: the reader thread ends after the last line.
+        let log = self.log.iter().collect();
+        (code, log)
+    }
+
     /// Sends SIGTERM and waits (bounded) for the exit code.
     pub fn terminate(mut self) -> i32 {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> i32 {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());

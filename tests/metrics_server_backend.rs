@@ -318,7 +318,7 @@ async fn kube_default_retry_rides_out_a_brief_503() {
 }
 
 #[tokio::test]
-async fn large_lists_come_in_pages_and_a_brief_fault_is_retried() {
+async fn nodes_come_in_pages_node_metrics_whole_and_a_brief_fault_is_retried() {
     let api = apiserver::start().await;
     let now = std::time::SystemTime::now();
     let names: Vec<String> = (0..1100).map(|i| format!("node-{i:04}")).collect();
@@ -345,8 +345,8 @@ async fn large_lists_come_in_pages_and_a_brief_fault_is_retried() {
     assert_eq!(api.hits(NODES_PATH), 3, "1,100 nodes in pages of 500");
     assert_eq!(
         api.hits(NODE_METRICS_PATH),
-        4,
-        "one failed page retried, then 3 pages"
+        2,
+        "one failed LIST retried, then every NodeMetrics in one answer (metrics-server ignores limit)"
     );
 }
 
@@ -363,8 +363,8 @@ fn watched(names: &[String]) -> kube_prober::fetch::metrics_server::NodeSource {
     std::sync::Arc::new(move || nodes.clone())
 }
 
-/// A stand-in with 1,100 NodeMetrics (three LIST pages), node `i` using `cpu(i)` cores and
-/// 2Gi now, and their names.
+/// A stand-in with 1,100 NodeMetrics (one LIST answer, as metrics-server gives), node `i`
+/// using `cpu(i)` cores and 2Gi now, and their names.
 async fn cluster_of_1100(cpu: impl Fn(usize) -> &'static str) -> (ApiServer, Vec<String>) {
     let api = apiserver::start().await;
     let t = now_s();
@@ -379,10 +379,10 @@ async fn cluster_of_1100(cpu: impl Fn(usize) -> &'static str) -> (ApiServer, Vec
     (api, names)
 }
 
-/// With the watcher's Nodes, NodeMetrics are turned into samples page by page (no LIST of
-/// Nodes): every page's nodes arrive, with the right ratio.
+/// With the watcher's Nodes, NodeMetrics are turned into samples (no LIST of Nodes): every
+/// node of the one whole answer arrives, with the right ratio.
 #[tokio::test]
-async fn with_watched_nodes_every_page_becomes_samples() {
+async fn with_watched_nodes_every_node_metrics_becomes_samples() {
     let (api, names) = cluster_of_1100(|i| if i % 2 == 0 { "1" } else { "3" }).await;
     let store = Store::new();
     let mut f = fetcher(&api, false).with_node_source(watched(&names), Box::pin(async { true }));
@@ -391,8 +391,8 @@ async fn with_watched_nodes_every_page_becomes_samples() {
     assert_eq!(api.hits(NODES_PATH), 0, "capacities from the watched Nodes");
     assert_eq!(
         api.hits(NODE_METRICS_PATH),
-        3,
-        "1,100 NodeMetrics in pages of 500"
+        1,
+        "1,100 NodeMetrics in one answer: metrics-server does not page"
     );
     let w = watcher(&store).unwrap();
     assert_eq!(w.data.node_metrics_map.len(), 1100);
@@ -403,29 +403,20 @@ async fn with_watched_nodes_every_page_becomes_samples() {
     }
 }
 
-/// A list that fails after its first page (the continue token expired: 410) records no usage
-/// of that fetch, as a list that failed at once: half a cluster's fresh values beside the
-/// other half's old ones would be a view no fetch saw.
+/// A NodeMetrics LIST refused (403: not transient, so not retried) records no usage of that
+/// fetch: no node gets a value, none is half-updated.
 #[tokio::test]
-async fn with_watched_nodes_a_list_failing_after_a_page_records_no_usage() {
+async fn with_watched_nodes_a_failed_list_records_no_usage() {
     let (api, names) = cluster_of_1100(|_| "1").await;
-    api.set_kind_latency(Kind::NodeMetrics, Duration::from_millis(400));
+    api.fail(
+        Kind::NodeMetrics,
+        apiserver::Fault::forbidden("no metrics for you").times(1),
+    );
     let store = std::sync::Arc::new(Store::new());
     let mut f = fetcher(&api, false).with_node_source(watched(&names), Box::pin(async { true }));
-    let run = {
-        let store = store.clone();
-        tokio::spawn(async move { run_once(&mut f, store.as_ref(), TIMEOUT).await })
-    };
-    // The second page's request is in its latency: expire every continue token under it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while api.hits(NODE_METRICS_PATH) < 2 {
-        assert!(std::time::Instant::now() < deadline, "no second page");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    api.compact();
-    let (reason, message) = failed(run.await.unwrap());
+    let (reason, message) = failed(run_once(&mut f, store.as_ref(), TIMEOUT).await);
     assert!(message.contains("NodeMetrics"), "{reason}: {message}");
-    assert_eq!(api.hits(NODE_METRICS_PATH), 2, "a 410 is not retried");
+    assert_eq!(api.hits(NODE_METRICS_PATH), 1, "a 403 is not retried");
     let usage = watcher(&store).map(|w| w.data.node_metrics_map.len());
     assert!(usage.is_none_or(|n| n == 0), "no usage recorded: {usage:?}");
 }

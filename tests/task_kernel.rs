@@ -14,6 +14,8 @@
 
 #[path = "support/cgroup_guard.rs"]
 mod cgroup_guard;
+#[path = "support/skip.rs"]
+mod skip;
 use cgroup_guard::CgroupGuard;
 
 use std::io::{BufRead, BufReader, Write};
@@ -149,7 +151,10 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
     let root = Path::new("/sys/fs/cgroup");
     let hier = Hierarchies::detect(root);
     if hier.is_empty() {
-        println!("SKIPPED: no cgroup hierarchy under {}", root.display());
+        skip::skip(
+            "cgroups",
+            &format!("no cgroup hierarchy under {}", root.display()),
+        );
         return;
     }
     let roots: Vec<PathBuf> = [
@@ -185,9 +190,12 @@ fn real_cgroups_match_the_kernel_and_the_processes() {
     let mut guard = CgroupGuard::default();
     for rel in [&burn_rel, &mem_rel] {
         if let Err(e) = guard.mkdirs(&roots.iter().map(PathBuf::as_path).collect::<Vec<_>>(), rel) {
-            println!(
-                "SKIPPED: cannot create cgroups under {} ({e}); needs root and writable cgroup mounts",
-                root.display()
+            skip::skip(
+                "cgroups",
+                &format!(
+                    "cannot create cgroups under {} ({e}); needs root and writable cgroup mounts",
+                    root.display()
+                ),
             );
             return;
         }

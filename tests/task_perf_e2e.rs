@@ -6,6 +6,8 @@
 
 #[path = "support/apiserver.rs"]
 mod apiserver;
+#[path = "support/skip.rs"]
+mod skip;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -160,9 +162,9 @@ impl Drop for CgroupGuard {
 async fn real_cgroups_get_software_counters_per_pod() {
     let root = Path::new("/sys/fs/cgroup");
     let Some(perf_dir) = kube_prober::task::perf::perf_root(root) else {
-        println!(
-            "SKIPPED: no perf_event cgroup hierarchy under {}",
-            root.display()
+        skip::skip(
+            "perf-cgroup",
+            &format!("no perf_event cgroup hierarchy under {}", root.display()),
         );
         return;
     };
@@ -177,9 +179,12 @@ async fn real_cgroups_get_software_counters_per_pod() {
     for comp in rel.components() {
         p.push(comp);
         if let Err(e) = std::fs::create_dir(&p) {
-            println!(
-                "SKIPPED: cannot create {} ({e}); needs root and a writable cgroup mount",
-                p.display()
+            skip::skip(
+                "cgroups",
+                &format!(
+                    "cannot create {} ({e}); needs root and a writable cgroup mount",
+                    p.display()
+                ),
             );
             return;
         }

@@ -19,6 +19,8 @@
 
 #[path = "support/cgroup_guard.rs"]
 mod cgroup_guard;
+#[path = "support/skip.rs"]
+mod skip;
 use cgroup_guard::CgroupGuard;
 
 use std::io::{BufRead, BufReader, Write};
@@ -98,9 +100,12 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     let cgroup_root = Path::new("/sys/fs/cgroup");
     let sysfs = Path::new("/sys");
     let Some(perf_dir) = perf_root(cgroup_root) else {
-        println!(
-            "SKIPPED: no perf_event cgroup hierarchy (neither {0}/perf_event nor a v2 tree) under {0}",
-            cgroup_root.display()
+        skip::skip(
+            "perf-cgroup",
+            &format!(
+                "no perf_event cgroup hierarchy (neither {0}/perf_event nor a v2 tree) under {0}",
+                cgroup_root.display()
+            ),
         );
         return;
     };
@@ -115,9 +120,12 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     ));
     let mut guard = CgroupGuard::default();
     if let Err(e) = guard.mkdirs(&[perf_dir.as_path()], &pod_rel) {
-        println!(
-            "SKIPPED: cannot create cgroups under {} ({e}); needs root and a writable cgroup mount",
-            perf_dir.display()
+        skip::skip(
+            "cgroups",
+            &format!(
+                "cannot create cgroups under {} ({e}); needs root and a writable cgroup mount",
+                perf_dir.display()
+            ),
         );
         return;
     }
@@ -149,9 +157,12 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     if sw.event_set().is_none() {
         let s = sw.collect(&[]);
         assert!(!warnings.is_empty() && !s.open_failures.is_empty());
-        println!(
-            "SKIPPED: software perf events cannot be opened in cgroup mode here ({:?}: {warnings:?}); needs root or CAP_PERFMON",
-            s.open_failures
+        skip::skip(
+            "perf-cgroup",
+            &format!(
+                "software perf events cannot be opened in cgroup mode here ({:?}: {warnings:?}); needs root or CAP_PERFMON",
+                s.open_failures
+            ),
         );
         return;
     }

@@ -268,7 +268,14 @@ impl Authorizer {
         .await;
         let answer = match answer {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(Unavailable(format!("{kind}: {e}"))),
+            Ok(Err(kube::Error::Api(status))) if status.code == 403 => Err(Unavailable(format!(
+                "the API server refused the {kind} with 403 Forbidden: kube-prober's own identity \
+                 may not create {}: bind it to ClusterRole system:auth-delegator \
+                 (README \"Securing the endpoints\"): {}",
+                K::plural(&()),
+                status.message
+            ))),
+            Ok(Err(e)) => Err(Unavailable(format!("{kind} failed: {e}"))),
             Err(_) => Err(Unavailable(format!(
                 "{kind}: no answer within {:?}",
                 self.settings.review_timeout
@@ -391,7 +398,7 @@ impl Authorizer {
                 Ok(Some(u)) => u,
                 Ok(None) => return (Decision::Unauthenticated, Some(unauthorized())),
                 Err(Unavailable(e)) => {
-                    tracing::warn!(error = %e, "cannot authenticate a request: the API server did not answer");
+                    tracing::warn!(error = %e, "cannot authenticate a request: the TokenReview failed");
                     return (Decision::Unavailable, Some(unavailable()));
                 }
             }
@@ -411,7 +418,7 @@ impl Authorizer {
                 )
             }
             Err(Unavailable(e)) => {
-                tracing::warn!(error = %e, "cannot authorize a request: the API server did not answer");
+                tracing::warn!(error = %e, "cannot authorize a request: the SubjectAccessReview failed");
                 (Decision::Unavailable, Some(unavailable()))
             }
         }
@@ -430,7 +437,7 @@ fn unauthorized() -> Response {
 fn unavailable() -> Response {
     let mut r = (
         StatusCode::SERVICE_UNAVAILABLE,
-        "authentication or authorization unavailable: the Kubernetes API server did not answer\n",
+        "authentication or authorization unavailable: the Kubernetes API server did not answer a review or refused it (see kube-prober's log)\n",
     )
         .into_response();
     r.headers_mut()

@@ -303,7 +303,12 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     };
     let (requests, limits) = (cpu_mem_of(&req), cpu_mem_of(&lim));
     let owner = owner_of(pod);
-    let addon = owner.as_ref().and_then(|o| {
+    // A terminating pod (deletionTimestamp set; it may still say Ready) is on its way out: as
+    // the ReplicaSet and DaemonSet controllers do, it no longer counts as one of its addon's
+    // pods, and it is not ready (EndpointSlices stop sending it traffic). It still holds its
+    // requests on the node until it is gone, as the scheduler counts it.
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    let addon = owner.as_ref().filter(|_| !terminating).and_then(|o| {
         let controller = match &*o.kind {
             "DaemonSet" => Controller::DaemonSet,
             "Deployment" => Controller::Deployment,
@@ -316,9 +321,10 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
             controller,
         })
     });
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = !terminating
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     let containers = status
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
@@ -920,6 +926,34 @@ mod tests {
             .unwrap()
             .requests = q(&[("cpu", "lots")]);
         assert!(pod_facts(&bad, &cfg).unwrap_err().contains("cpu"));
+    }
+
+    /// A deleted pod first arrives MODIFIED with `deletionTimestamp` set while still Ready: it
+    /// leaves its addon's counts (as the controllers count) and is not ready, and it still holds
+    /// its requests on the node until it is gone.
+    #[test]
+    fn a_terminating_pod_leaves_its_addon_and_keeps_its_requests() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let cfg = DeriveConfig::default();
+        let ds = || Some(owner_ref("DaemonSet", "fb"));
+        let running = pod("p0", "n1", ds(), &GKE_ADDON, &[], true);
+        let mut going = pod("p1", "n1", ds(), &GKE_ADDON, &[], true);
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let facts: Vec<PodFacts> = [&running, &going]
+            .iter()
+            .map(|p| pod_facts(*p, &cfg).unwrap())
+            .collect();
+        assert!(!facts[1].ready && facts[1].addon.is_none() && facts[1].restarts.is_none());
+        let a = addons_on_node(&facts);
+        assert_eq!((a[0].pods, a[0].ready, a[0].available()), (1, 1, true));
+        let sums = node_pod_sums(&facts);
+        assert_eq!(sums["n1"].pods, 2, "both still hold resources");
+        // The same through the watchers' lean decoding of the JSON the API server sends.
+        let mut json = serde_json::to_value(&going).unwrap();
+        json["metadata"]["deletionTimestamp"] = "2026-11-26T18:00:00Z".into();
+        let lean: crate::watch::lean::LeanPod = serde_json::from_value(json).unwrap();
+        let f = pod_facts(&lean, &cfg).unwrap();
+        assert!(!f.ready && f.addon.is_none());
     }
 
     #[test]

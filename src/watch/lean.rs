@@ -208,6 +208,9 @@ struct Meta {
     annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
     owner_references: Option<Vec<Owner>>,
+    /// Set once the pod is being deleted (it then arrives MODIFIED, possibly still Ready).
+    #[serde(default)]
+    deletion_timestamp: Option<Time>,
 }
 
 #[derive(Deserialize, Default)]
@@ -241,6 +244,7 @@ fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
                 })
                 .collect()
         }),
+        deletion_timestamp: m.deletion_timestamp,
         ..ObjectMeta::default()
     })
 }

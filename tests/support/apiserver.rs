@@ -5,7 +5,8 @@
 //! - core/v1 Nodes (cluster-scoped) and Pods, apps/v1 DaemonSets, Deployments and ReplicaSets,
 //!   coordination.k8s.io/v1 Leases: LIST (all namespaces or one), single-object GET, WATCH, and
 //!   POST/PUT/PATCH/DELETE;
-//! - metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics: LIST and GET only (as metrics-server);
+//! - metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics: LIST and GET only, every LIST answered
+//!   whole (`limit` and `continue` ignored), as metrics-server does;
 //! - the discovery documents (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>/<version>`)
 //!   and the health endpoints (`/readyz`, `/livez`, `/healthz`: `ok`, or 500 after
 //!   [`ApiServer::set_healthy`]`(false)`);
@@ -1122,7 +1123,10 @@ impl ClusterState {
     fn list_parts(&self, route: &Route, q: &Query) -> Result<ListParts, ApiError> {
         let kind = route.kind;
         let selectors = Selectors::parse(kind, q)?;
-        let limit = match q.get("limit").filter(|s| !s.is_empty()) {
+        // metrics-server (metrics.k8s.io) answers every LIST whole: `limit` and `continue` are
+        // ignored, as its storage ignores them (sigs.k8s.io/metrics-server pkg/api).
+        let whole = matches!(kind, Kind::NodeMetrics | Kind::PodMetrics);
+        let limit = match q.get("limit").filter(|s| !s.is_empty() && !whole) {
             None => None,
             Some(s) => match s.parse::<usize>() {
                 Ok(0) => None,
@@ -1134,7 +1138,8 @@ impl ClusterState {
         let current = self.resource_version;
         let rv = q.get("resourceVersion").filter(|s| !s.is_empty());
         let rv_match = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
-        let (at, after) = if let Some(token) = q.get("continue").filter(|s| !s.is_empty()) {
+        let (at, after) = if let Some(token) = q.get("continue").filter(|s| !s.is_empty() && !whole)
+        {
             if rv.is_some_and(|r| r != "0") {
                 return Err(ApiError::bad_request(
                     "specifying resource version is not allowed when using continue",

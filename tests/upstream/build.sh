@@ -13,7 +13,8 @@
 #
 # build.env in each folder sets VERSION (the component's release, for the cache key and the
 # log), BINARIES ("package=name ..."; the packages are the go.mod's `tool` lines) and
-# optionally LDFLAGS.
+# optionally LDFLAGS and DATA ("module:folder=name ...": a folder of a dependency module's
+# source, e.g. kwok's stage and metric configurations, copied beside the binaries as NAME).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -41,7 +42,7 @@ mkdir -p "$cache" "$bin"
 for f in "${folders[@]}"; do
   dir="$here/$f"
   [ -f "$dir/go.mod" ] && [ -f "$dir/build.env" ] || { echo "error: $dir has no go.mod and build.env" >&2; exit 1; }
-  VERSION="" BINARIES="" LDFLAGS=""
+  VERSION="" BINARIES="" LDFLAGS="" DATA=""
   # shellcheck disable=SC1091
   . "$dir/build.env"
   key=$(cd "$dir" && cat go.mod go.sum build.env $(ls ./*.go 2>/dev/null) | sha256sum | cut -c1-12)
@@ -56,11 +57,16 @@ for f in "${folders[@]}"; do
       pkg=${pair%%=*} name=${pair#*=}
       (cd "$dir" && go build -trimpath -ldflags "-s -w $LDFLAGS" -o "$out.tmp/$name" "$pkg")
     done
+    for pair in $DATA; do
+      src=${pair%%=*} name=${pair#*=}
+      moddir=$(cd "$dir" && go list -m -f '{{.Dir}}' "${src%%:*}")
+      cp -r "$moddir/${src#*:}" "$out.tmp/$name" && chmod -R u+w "$out.tmp/$name"
+    done
     touch "$out.tmp/.built"
     rm -rf "$out" && mv "$out.tmp" "$out"
     echo "upstream $f $VERSION: built in $(( $(date +%s) - start )) s"
   fi
-  for pair in $BINARIES; do
+  for pair in $BINARIES $DATA; do
     name=${pair#*=}
     ln -sfn "$out/$name" "$bin/$name"
   done

@@ -116,16 +116,21 @@ impl Prober {
             }
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let line = match rx.recv_timeout(left) {
                 Ok(l) => l,
                 Err(_) => {
                     let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("kube-prober did not log `listening` within 20 s");
+                    let status = child.wait();
+                    panic!(
+                        "kube-prober did not log `listening` within 20 s ({status:?}); its log:\n{}",
+                        seen.join("\n")
+                    );
                 }
             };
+            seen.push(line.clone());
             let v: serde_json::Value = match serde_json::from_str(&line) {
                 Ok(v) => v,
                 Err(_) => continue,

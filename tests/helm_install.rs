@@ -1,16 +1,23 @@
 //! The chart installed as users install it, on the real control plane
 //! (tests/support/control_plane.rs: etcd, kube-apiserver with RBAC, the controllers, a
 //! scheduler, kwok nodes): `helm install --wait` of the cluster and node roles with the
-//! load-watcher alias, whose workloads the real controllers roll out; `helm upgrade` with
+//! load-watcher alias, whose workloads the real controllers roll out and whose RBAC suffices (each
+//! workload run as one replica with its ServiceAccount's token turns ready, never denied);
+//! `helm upgrade` with
 //! changed values, which rolls every pod to the new args and adds (then removes) exactly the RBAC
 //! the new values need, then to the sharded cluster role (the Deployment replaced by the
 //! StatefulSet); `helm uninstall`, which leaves nothing behind: no object of the release,
 //! no pod, not the namespace it created, not Helm's release records.
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "deploy_support/mod.rs"]
+mod deploy;
 #[path = "helm_support/mod.rs"]
 mod helm;
+mod support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -116,6 +123,79 @@ fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> Result<()
     }
 }
 
+/// Runs the installed workload `kind/name` (as the API server holds it) as one replica would
+/// run: its args and env, the ServiceAccount's real token, the chart's RBAC as its only
+/// permissions. It must turn ready, and no log line may show a denied request. Returns the
+/// replica's pod name. `while_running` is called with it while the replica still runs.
+async fn run_as_installed(
+    cp: &ControlPlane,
+    kind: &str,
+    name: &str,
+    while_running: impl Fn(&str),
+) -> String {
+    let w = cp.get_json(&[kind, name, "-n", NS]);
+    let sa = w["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("serviceAccountName");
+    let kubeconfig = cp.service_account_kubeconfig(NS, sa);
+    let pod = match kind {
+        "statefulset" => format!("{name}-0"),
+        _ => format!("{name}-5d4f8-x7k2p"),
+    };
+    let downward = deploy::Downward {
+        pod_name: pod.clone(),
+        pod_namespace: NS.to_string(),
+        node_name: control_plane::node_name(0),
+        host_ip: "127.0.0.1".into(),
+    };
+    let (mut args, mut env) = deploy::container_command(&w, &downward);
+    deploy::local_listen(&mut args);
+    deploy::outside_container(&mut args, &deploy::host_mounts(&w));
+    for (k, v) in env.iter_mut() {
+        if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+            // No collector here: a closed port of 127.0.0.1, so a push fails at once.
+            *v = "http://127.0.0.1:9".into();
+        }
+    }
+    env.push((
+        "KUBECONFIG".into(),
+        kubeconfig.to_string_lossy().into_owned(),
+    ));
+    let p = deploy::spawn(&args, &env);
+    let mut log: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = support::get(&p.url("/readyz")).await;
+        log.extend(p.log.try_iter());
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{kind}/{name}: not ready after 60 s: {body}\nlog:\n{}",
+            log.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A few ticks and watch rounds under the real authorizer before the log is judged.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    log.extend(p.log.try_iter());
+    while_running(&pod);
+    assert_eq!(p.terminate(), 0, "{kind}/{name}: exit code");
+    let denied: Vec<&String> = log
+        .iter()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("403") || l.contains("forbidden")
+        })
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "{kind}/{name}: denied with the chart's RBAC:\n{denied:?}"
+    );
+    pod
+}
+
 fn values(name: &str) -> String {
     helm::chart()
         .join("ci")
@@ -124,8 +204,8 @@ fn values(name: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn install_upgrade_and_uninstall_on_the_real_api_server() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_upgrade_and_uninstall_on_the_real_api_server() {
     let cp = ControlPlane::start(Options {
         nodes: 2,
         pods_per_node: 0,
@@ -188,6 +268,8 @@ fn install_upgrade_and_uninstall_on_the_real_api_server() {
         get(&cp, "role", NS, "kube-prober-leader-election").is_none(),
         "no Lease access without a sink"
     );
+    run_as_installed(&cp, "deployment", "kube-prober", |_| {}).await;
+    run_as_installed(&cp, "daemonset", "kube-prober-node", |_| {}).await;
     let alias = get(&cp, "service", "loadwatcher", "load-watcher").expect("alias");
     assert_eq!(
         alias["spec"]["externalName"],
@@ -265,9 +347,12 @@ fn install_upgrade_and_uninstall_on_the_real_api_server() {
     );
     let history: Value = serde_json::from_str(&history).unwrap();
     assert_eq!(history.as_array().map(Vec::len), Some(2), "{history}");
-    for p in pods(&cp, "cluster") {
-        assert!(args_of(&p).contains(&"--leader-elect=true".to_string()));
-    }
+    // The chart's Lease Role suffices on the real authorizer: the replica takes the Lease.
+    run_as_installed(&cp, "deployment", "kube-prober", |pod| {
+        let lease = cp.get_json(&["lease", "kube-prober", "-n", NS]);
+        assert_eq!(lease["spec"]["holderIdentity"], pod, "{lease}");
+    })
+    .await;
 
     // Upgrade to the sharded cluster role: the Lease Role goes with the sink, the Deployment
     // gives way to the StatefulSet, whose Role to watch itself appears.
@@ -280,6 +365,7 @@ fn install_upgrade_and_uninstall_on_the_real_api_server() {
         "the Lease Role must go with the sink"
     );
     rollout(&cp, "statefulset/kube-prober-shard");
+    run_as_installed(&cp, "statefulset", "kube-prober-shard", |_| {}).await;
     let shards = get(&cp, "role", NS, "kube-prober-shards").expect("the shards' Role");
     assert_eq!(
         shards["rules"][0]["resources"],

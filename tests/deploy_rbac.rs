@@ -367,6 +367,26 @@ fn the_checker_finds_denied_requests_and_unused_rules() {
     };
     let list = req("GET", "/api/v1/pods", None);
     let watch = req("GET", "/api/v1/pods", Some("watch=true&resourceVersion=1"));
+    // A list or watch of one name by field selector carries the name, as kube-apiserver's
+    // RequestInfo gives it to RBAC (`resourceNames` rules).
+    let by_name = req(
+        "GET",
+        "/apis/apps/v1/namespaces/kube-system/statefulsets",
+        Some("watch=true&fieldSelector=metadata.name%3Dkube-prober-shard"),
+    );
+    assert_eq!(
+        (by_name.verb.as_str(), by_name.name.as_str()),
+        ("watch", "kube-prober-shard")
+    );
+    let other_field = req(
+        "GET",
+        "/api/v1/pods",
+        Some("fieldSelector=spec.nodeName%3Dn1"),
+    );
+    assert_eq!(
+        (other_field.verb.as_str(), other_field.name.as_str()),
+        ("list", "")
+    );
     assert_eq!(
         (list.verb.as_str(), list.resource.as_str()),
         ("list", "pods")

@@ -49,13 +49,6 @@ const ALLOWED_DIFFERENCES: &[(&str, &str)] = &[
 /// and any other difference still fails it).
 const ALLOWED_FIELDS: &[(&str, &str)] = &[
     (
-        "ServiceMonitor and PodMonitor endpoints' honorLabels",
-        "the chart sets honorLabels: true on every endpoint: kube-prober's series carry their own \
-         namespace, pod and container labels, which the operator's default (false) renames \
-         exported_*. The kustomize component is being fixed separately; either way is accepted \
-         there",
-    ),
-    (
         "metadata.labels app.kubernetes.io/part-of where the overlays have none",
         "the chart labels every object; the overlays' `labels:` transformer (manifests/base, \
          manifests/overlays/sharded) does not reach the objects of components (node, \
@@ -124,6 +117,8 @@ fn normalize(mut o: Value) -> Value {
 /// asserting the chart's side of each.
 fn reconcile(want: &mut Value, got: &mut Value) {
     let k = kind(got).to_string();
+    // Both sides must scrape with honorLabels: true (the operator's default renames
+    // kube-prober's own namespace, pod and container labels exported_*).
     let endpoints = match k.as_str() {
         "ServiceMonitor" => Some("endpoints"),
         "PodMonitor" => Some("podMetricsEndpoints"),
@@ -131,26 +126,19 @@ fn reconcile(want: &mut Value, got: &mut Value) {
     };
     if let Some(list) = endpoints {
         let path = format!("/spec/{list}");
-        for e in got
-            .pointer_mut(&path)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            let v = e.as_object_mut().expect("endpoint").remove("honorLabels");
-            assert_eq!(
-                v,
-                Some(Value::Bool(true)),
-                "the chart's {k} must set honorLabels: true on every endpoint"
-            );
-        }
-        for e in want
-            .pointer_mut(&path)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            e.as_object_mut().expect("endpoint").remove("honorLabels");
+        for (side, obj) in [("chart", &*got), ("overlay", &*want)] {
+            for e in obj
+                .pointer(&path)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(
+                    e.get("honorLabels"),
+                    Some(&Value::Bool(true)),
+                    "the {side}'s {k} must set honorLabels: true on every endpoint"
+                );
+            }
         }
     }
     let part_of = "app.kubernetes.io/part-of";

@@ -19,14 +19,17 @@ mod deploy;
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+
 use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
 
 use control_plane::{ControlPlane, Options};
 use support::{Prober, get};
 
 const NODES: usize = 3;
 
+/// The control plane, one test at a time (each breaks it for the others).
 fn cp() -> &'static Mutex<ControlPlane> {
     static CP: OnceLock<Mutex<ControlPlane>> = OnceLock::new();
     CP.get_or_init(|| {
@@ -37,9 +40,6 @@ fn cp() -> &'static Mutex<ControlPlane> {
         }))
     })
 }
-
-/// One test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn start_with(kubeconfig: &str) -> Prober {
     Prober::start_with_env(
@@ -137,8 +137,7 @@ async fn converges_to_fresh(old: &Prober, kubeconfig: &str, nodes: &[String], wh
 /// and report exactly what a fresh instance reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_killed_cluster_changed_etcd_compacted_then_back() {
-    let _turn = SERIAL.lock().await;
-    let mut cp = cp().lock().unwrap_or_else(|p| p.into_inner());
+    let mut cp = cp().lock().await;
     let kc = admin(&cp);
     cp.create_nodes(40..41, "4", "16Gi");
     let p = start_with(&kc);
@@ -209,8 +208,7 @@ async fn api_server_killed_cluster_changed_etcd_compacted_then_back() {
 /// FlowSchema is gone it turns ready with the exact node set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_priority_and_fairness_rejects_with_429_then_lets_through() {
-    let _turn = SERIAL.lock().await;
-    let cp = cp().lock().unwrap_or_else(|p| p.into_inner());
+    let cp = cp().lock().await;
     cp.apply(
         r#"
 apiVersion: v1
@@ -324,8 +322,7 @@ spec:
 /// last good usage stays; restarted: healthy again with fresh samples.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_server_stopped_and_restarted() {
-    let _turn = SERIAL.lock().await;
-    let cp = cp().lock().unwrap_or_else(|p| p.into_inner());
+    let cp = cp().lock().await;
     let p = start_with(&admin(&cp));
     support::wait_ready(&p).await;
     let deadline = Instant::now() + Duration::from_secs(60);

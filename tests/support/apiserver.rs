@@ -476,13 +476,31 @@ impl Logged {
             ("delete", true) => "deletecollection",
             (v, _) => v,
         };
+        // As kube-apiserver's RequestInfo: a list or watch whose field selector requires
+        // `metadata.name` to equal one value is a request for that name (RBAC `resourceNames`).
+        let mut name = name.to_string();
+        if name.is_empty() && matches!(verb, "list" | "watch") {
+            let query = self.query.as_deref().unwrap_or_default();
+            for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+                if k == "fieldSelector" {
+                    for term in v.split(',') {
+                        let exact = term
+                            .strip_prefix("metadata.name==")
+                            .or_else(|| term.strip_prefix("metadata.name="));
+                        if let Some(n) = exact.filter(|n| !n.starts_with('=')) {
+                            name = n.to_string();
+                        }
+                    }
+                }
+            }
+        }
         RequestAttributes {
             verb: verb.to_string(),
             group: group.to_string(),
             resource: resource.to_string(),
             subresource,
             namespace: namespace.to_string(),
-            name: name.to_string(),
+            name,
             path: String::new(),
         }
     }

@@ -319,7 +319,10 @@ pub fn spawn(args: &[String], env: &[(String, String)]) -> Prober {
         .env_remove("KUBECONFIG")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
-        .env("HOME", "/nonexistent");
+        .env("HOME", "/nonexistent")
+        // The DNS probe resolves localhost (/etc/hosts), not a cluster name through the
+        // machine's resolver (not on 127.0.0.0/8); a manifest's own setting still wins.
+        .env("KUBE_PROBER_PROBE_DNS_NAMES", "localhost");
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -78,11 +78,7 @@ fn start_role(
     deploy::local_listen(&mut args);
     // The container's hostPath mounts (/host/proc, /host/sys) are this machine's paths.
     deploy::outside_container(&mut args, &deploy::host_mounts(w));
-    for (k, v) in env.iter_mut() {
-        if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-            *v = "http://127.0.0.1:9".into();
-        }
-    }
+    deploy::without_collector(&mut env);
     env.push(("KUBECONFIG".into(), kubeconfig.into()));
     for (k, v) in extra {
         env.push((k.to_string(), v.to_string()));

@@ -129,12 +129,7 @@ fn start_workload(
             deploy::local_listen(&mut args);
             // The container's hostPath mounts (/host/proc, /host/sys) are this machine's paths.
             deploy::outside_container(&mut args, &deploy::host_mounts(w));
-            // The collector is not there; point the push at a closed port so it fails at once.
-            for (k, v) in env.iter_mut() {
-                if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-                    *v = "http://127.0.0.1:9".into();
-                }
-            }
+            deploy::without_collector(&mut env);
             env.push(("KUBECONFIG".into(), kubeconfig.into()));
             // Fast probes and elections so every probe and every Lease verb happen within seconds.
             env.push(("KUBE_PROBER_PROBE_INTERVAL".into(), "1s".into()));

@@ -508,25 +508,6 @@ async fn cluster_role_into_the_collector_over_grpc_and_http() {
     .await;
 }
 
-fn write_sysfs(sys: &Path) {
-    let cpu = sys.join("devices/system/cpu");
-    for c in 0..2 {
-        let t = cpu.join(format!("cpu{c}/topology"));
-        std::fs::create_dir_all(&t).unwrap();
-        std::fs::write(t.join("physical_package_id"), "0\n").unwrap();
-        std::fs::write(t.join("core_id"), format!("{c}\n")).unwrap();
-    }
-    std::fs::write(cpu.join("online"), "0-1\n").unwrap();
-    let node = sys.join("devices/system/node/node0");
-    std::fs::create_dir_all(&node).unwrap();
-    std::fs::write(sys.join("devices/system/node/online"), "0\n").unwrap();
-    std::fs::write(
-        node.join("meminfo"),
-        "Node 0 MemTotal: 1000 kB\nNode 0 MemFree: 400 kB\n",
-    )
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_role_into_the_collector_over_grpc_and_http() {
     crypto();
@@ -544,7 +525,7 @@ async fn node_role_into_the_collector_over_grpc_and_http() {
     );
     fixture::init(&cg, Layout::V2).unwrap();
     support::write_task_cgroups(&cg, uid, "c0ffee01", 1);
-    write_sysfs(&sys);
+    support::write_sysfs_fixture(&sys);
     api.write_kubeconfig(&kc).unwrap();
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut resource = common_resource();

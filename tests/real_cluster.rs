@@ -25,6 +25,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use control_plane::{ControlPlane, Options};
+use deploy::sample;
 use kube_prober::watcher::WatcherMetrics;
 use support::{Prober, get};
 
@@ -45,16 +46,7 @@ fn cp() -> &'static ControlPlane {
 /// The cluster role against the control plane as the admin, with fast schedules.
 fn cluster_role(extra: &[&str]) -> Prober {
     let kc = cp().admin_kubeconfig.to_string_lossy().into_owned();
-    let mut args = vec![
-        "--role",
-        "cluster",
-        "--interval",
-        "2s",
-        "--timeout",
-        "2s",
-        "--tick-interval",
-        "1s",
-    ];
+    let mut args = support::FAST_CLUSTER_ROLE.to_vec();
     args.extend_from_slice(extra);
     Prober::start_with_env(&args, &[("KUBECONFIG", kc.as_str())])
 }
@@ -79,18 +71,6 @@ async fn wait_body(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// The value of the sample of `family` whose labels include every pair of `labels`.
-fn sample(body: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    deploy::samples(body, family)
-        .into_iter()
-        .find(|(l, _)| {
-            labels
-                .iter()
-                .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
-        })
-        .map(|(_, v)| v)
 }
 
 fn latest(w: &WatcherMetrics, node: &str, kind: &str) -> Option<f64> {

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 use control_plane::{ControlPlane, Options};
+use deploy::sum as counter;
 use support::{Prober, get};
 
 const NODES: usize = 3;
@@ -42,19 +43,7 @@ fn cp() -> &'static Mutex<ControlPlane> {
 }
 
 fn start_with(kubeconfig: &str) -> Prober {
-    Prober::start_with_env(
-        &[
-            "--role",
-            "cluster",
-            "--interval",
-            "2s",
-            "--timeout",
-            "2s",
-            "--tick-interval",
-            "1s",
-        ],
-        &[("KUBECONFIG", kubeconfig)],
-    )
+    Prober::start_with_env(support::FAST_CLUSTER_ROLE, &[("KUBECONFIG", kubeconfig)])
 }
 
 fn admin(cp: &ControlPlane) -> String {
@@ -86,18 +75,6 @@ fn cluster_state(body: &str) -> BTreeSet<String> {
         })
         .map(str::to_string)
         .collect()
-}
-
-fn counter(body: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    deploy::samples(body, family)
-        .into_iter()
-        .filter(|(l, _)| {
-            labels
-                .iter()
-                .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
-        })
-        .map(|(_, v)| v)
-        .sum()
 }
 
 /// Waits until `old` reports the same cluster state as `fresh` (a new instance started now),

@@ -83,12 +83,7 @@ fn start_workload(cp: &ControlPlane, w: &Value, nodes: &[String]) -> Vec<support
             let (mut args, mut env) = deploy::container_command(w, &downward);
             deploy::local_listen(&mut args);
             deploy::outside_container(&mut args, &deploy::host_mounts(w));
-            for (k, v) in env.iter_mut() {
-                if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-                    // No collector here: a closed port of 127.0.0.1, so the push fails at once.
-                    *v = "http://127.0.0.1:9".into();
-                }
-            }
+            deploy::without_collector(&mut env);
             env.push((
                 "KUBECONFIG".into(),
                 kubeconfig.to_string_lossy().into_owned(),

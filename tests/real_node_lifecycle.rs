@@ -14,21 +14,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use control_plane::{ControlPlane, Options};
+use deploy::sum as counter;
 use support::{Prober, get};
 
 const NODES: usize = 3;
-
-fn counter(body: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    deploy::samples(body, family)
-        .into_iter()
-        .filter(|(l, _)| {
-            labels
-                .iter()
-                .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
-        })
-        .map(|(_, v)| v)
-        .sum()
-}
 
 fn admin(cp: &ControlPlane) -> String {
     cp.admin_kubeconfig.to_string_lossy().into_owned()

@@ -27,28 +27,9 @@ fn node_fixture(
     for &(uid, container, seed) in pods {
         support::write_task_cgroups(&cg, uid, container, seed);
     }
-    write_sysfs(&sys);
+    support::write_sysfs_fixture(&sys);
     api.write_kubeconfig(&kc).unwrap();
     (cg, sys, kc)
-}
-
-fn write_sysfs(sys: &Path) {
-    let cpu = sys.join("devices/system/cpu");
-    for c in 0..2 {
-        let t = cpu.join(format!("cpu{c}/topology"));
-        std::fs::create_dir_all(&t).unwrap();
-        std::fs::write(t.join("physical_package_id"), "0\n").unwrap();
-        std::fs::write(t.join("core_id"), format!("{c}\n")).unwrap();
-    }
-    std::fs::write(cpu.join("online"), "0-1\n").unwrap();
-    let node = sys.join("devices/system/node/node0");
-    std::fs::create_dir_all(&node).unwrap();
-    std::fs::write(sys.join("devices/system/node/online"), "0\n").unwrap();
-    std::fs::write(
-        node.join("meminfo"),
-        "Node 0 MemTotal: 1000 kB\nNode 0 MemFree: 400 kB\n",
-    )
-    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

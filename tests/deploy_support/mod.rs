@@ -309,6 +309,16 @@ pub fn spawn_contained(args: &[String], env: &[(String, String)], mounts: &[Moun
     spawn_command(sandbox_command(args, env, mounts), args)
 }
 
+/// No collector runs for these tests: an OTLP endpoint in `env` becomes a closed port of
+/// 127.0.0.1, so a push fails at once.
+pub fn without_collector(env: &mut [(String, String)]) {
+    for (k, v) in env.iter_mut() {
+        if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+            *v = "http://127.0.0.1:9".into();
+        }
+    }
+}
+
 /// Starts the binary with exactly `args` and `env` (plus `HOME=/nonexistent`, nothing
 /// inherited that would choose a role) and waits for its `listening` line (`--log-format=json`
 /// must be among the args). Panics with the log when it exits first (a configuration error
@@ -473,6 +483,29 @@ pub fn samples(body: &str, family: &str) -> Vec<(BTreeMap<String, String>, f64)>
         out.push((map, value));
     }
     out
+}
+
+/// The samples of `family` whose labels include every pair of `labels`.
+pub fn matching(body: &str, family: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    samples(body, family)
+        .into_iter()
+        .filter(|(l, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// The value of the first sample of `family` matching `labels` (see [`matching`]).
+pub fn sample(body: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    matching(body, family, labels).first().copied()
+}
+
+/// The sum of the samples of `family` matching `labels` (see [`matching`]).
+pub fn sum(body: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
+    matching(body, family, labels).iter().sum()
 }
 
 /// `dir` exists, or a clear panic naming it.

@@ -106,6 +106,19 @@ pub fn promtool_check(body: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// The cluster role with the schedules the real-control-plane tests use: usage every 2 s
+/// (bounded by 2 s), a snapshot every second.
+pub const FAST_CLUSTER_ROLE: &[&str] = &[
+    "--role",
+    "cluster",
+    "--interval",
+    "2s",
+    "--timeout",
+    "2s",
+    "--tick-interval",
+    "1s",
+];
+
 /// A running kube-prober binary.
 pub struct Prober {
     pub child: Child,
@@ -320,4 +333,25 @@ pub fn write_task_cgroups(root: &Path, uid: &str, container_id: &str, seed: u64)
         container_id,
     ));
     fixture::write_cgroup(root, Layout::V2, &c, &Values::seeded(seed + 1)).unwrap();
+}
+
+/// A sysfs fixture under `sys`: two CPUs of one core each on one package, one NUMA node with
+/// 1000 kB of memory, 400 kB free.
+pub fn write_sysfs_fixture(sys: &Path) {
+    let cpu = sys.join("devices/system/cpu");
+    for c in 0..2 {
+        let t = cpu.join(format!("cpu{c}/topology"));
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("physical_package_id"), "0\n").unwrap();
+        std::fs::write(t.join("core_id"), format!("{c}\n")).unwrap();
+    }
+    std::fs::write(cpu.join("online"), "0-1\n").unwrap();
+    let node = sys.join("devices/system/node/node0");
+    std::fs::create_dir_all(&node).unwrap();
+    std::fs::write(sys.join("devices/system/node/online"), "0\n").unwrap();
+    std::fs::write(
+        node.join("meminfo"),
+        "Node 0 MemTotal: 1000 kB\nNode 0 MemFree: 400 kB\n",
+    )
+    .unwrap();
 }

@@ -333,6 +333,17 @@ async fn metrics_server_stopped_and_restarted() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The same nodes in /watcher as a fresh instance serves, and the same cluster state.
+    let nodes: Vec<String> = (0..NODES).map(control_plane::node_name).collect();
+    converges_to_fresh(&p, &admin(&cp), &nodes, "metrics-server back").await;
+    let (_, w) = get(&p.url("/watcher")).await;
+    let w: kube_prober::watcher::WatcherMetrics = serde_json::from_str(&w).expect("/watcher JSON");
+    let served: BTreeSet<&String> = w.data.node_metrics_map.keys().collect();
+    assert_eq!(
+        served,
+        nodes.iter().collect(),
+        "/watcher serves exactly the nodes with metrics"
+    );
     assert_eq!(p.terminate(), 0);
 }
 

@@ -12,6 +12,10 @@
 //! - `METRICS_WAIT_SECS` (default 600): how long to wait for NodeMetrics of every node (at
 //!   1,000 nodes on 2 cores metrics-server may miss some kwok scrapes: the report says how many
 //!   it had);
+//! - `NODE_LABELS=cloud`: give every node 21 more labels, modelled on those a GKE node carries
+//!   (instance type, node pool, zone and region, OS and runtime, ...); metrics-server copies a
+//!   node's labels into its NodeMetrics, so they set the size of the answer. Default: the 4
+//!   labels of tests/support/control_plane.rs;
 //! - `KUBE_PROBER_BIN`: another kube-prober binary (default: the one cargo built for the bench).
 //!
 //! Prints how long the control plane took to come up (API server; nodes Ready; pods Running;
@@ -34,6 +38,30 @@ use control_plane::{ControlPlane, Options, items, node_name, usage_pod};
 use serde_json::Value;
 
 const CHUNK: usize = 200;
+/// `NODE_LABELS=cloud`: labels modelled on a GKE node's, beside the control plane's 4.
+const CLOUD_LABELS: [&str; 21] = [
+    "beta.kubernetes.io/arch=amd64",
+    "beta.kubernetes.io/instance-type=e2-standard-4",
+    "beta.kubernetes.io/os=linux",
+    "cloud.google.com/gke-boot-disk=pd-balanced",
+    "cloud.google.com/gke-container-runtime=containerd",
+    "cloud.google.com/gke-cpu-scaling-level=4",
+    "cloud.google.com/gke-logging-variant=DEFAULT",
+    "cloud.google.com/gke-max-pods-per-node=110",
+    "cloud.google.com/gke-memory-gb-scaling-level=16",
+    "cloud.google.com/gke-nodepool=default-pool",
+    "cloud.google.com/gke-os-distribution=cos",
+    "cloud.google.com/gke-provisioning=standard",
+    "cloud.google.com/gke-stack-type=IPV4",
+    "cloud.google.com/machine-family=e2",
+    "cloud.google.com/private-node=false",
+    "failure-domain.beta.kubernetes.io/region=us-central1",
+    "failure-domain.beta.kubernetes.io/zone=us-central1-a",
+    "node.kubernetes.io/instance-type=e2-standard-4",
+    "topology.gke.io/zone=us-central1-a",
+    "topology.kubernetes.io/region=us-central1",
+    "topology.kubernetes.io/zone=us-central1-a",
+];
 /// kubectl streams creating objects at once.
 const STREAMS: usize = 4;
 
@@ -82,6 +110,17 @@ fn main() {
         },
     );
     let t_ready = started.elapsed();
+    let labels = std::env::var("NODE_LABELS").unwrap_or_default();
+    let label_note = match labels.as_str() {
+        "" => "4 labels a node",
+        "cloud" => {
+            let mut args = vec!["label", "nodes", "-l", "type=kwok", "--overwrite"];
+            args.extend(CLOUD_LABELS);
+            cp.kubectl(&args);
+            "25 labels a node (`NODE_LABELS=cloud`)"
+        }
+        other => panic!("NODE_LABELS={other:?}: only `cloud` is known"),
+    };
     parallel(&ranges, |r| {
         let docs: Vec<String> = r
             .clone()
@@ -128,6 +167,7 @@ fn main() {
     let answer_bytes = body.len();
     let item_bytes: Vec<usize> = items(&v).iter().map(|m| m.to_string().len()).collect();
     let continue_ = v["metadata"]["continue"].as_str().unwrap_or("").to_string();
+    eprintln!("one NodeMetrics item: {}", items(&v)[0]);
 
     // kube-prober.
     let port = control_plane::free_port();
@@ -198,7 +238,7 @@ fn main() {
     let min_item = item_bytes.iter().min().copied().unwrap_or(0);
     let max_item = item_bytes.iter().max().copied().unwrap_or(0);
     let cap = 32.0 * 1024.0 * 1024.0;
-    println!("## real_metrics_server: {nodes} kwok nodes, one usage pod each\n");
+    println!("## real_metrics_server: {nodes} kwok nodes, one usage pod each, {label_note}\n");
     println!("| figure | value |");
     println!("|---|---:|");
     println!(

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use control_plane::{ControlPlane, Options};
 use deploy::sample;
 use kube_prober::watcher::WatcherMetrics;
-use support::{Prober, get};
+use support::{Prober, get, wait_body};
 
 /// Nodes `kwok-node-0..3` carry usage pods; each test that changes nodes makes its own.
 const BASE_NODES: usize = 3;
@@ -49,28 +49,6 @@ fn cluster_role(extra: &[&str]) -> Prober {
     let mut args = support::FAST_CLUSTER_ROLE.to_vec();
     args.extend_from_slice(extra);
     Prober::start_with_env(&args, &[("KUBECONFIG", kc.as_str())])
-}
-
-/// Polls `p`'s `path` until `ok` holds (at most `secs`), else panics with `what` and the body.
-async fn wait_body(
-    p: &Prober,
-    path: &str,
-    secs: u64,
-    what: &str,
-    ok: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let (status, body) = get(&p.url(path)).await;
-        if status == 200 && ok(&body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {secs} s; last {path}:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 fn latest(w: &WatcherMetrics, node: &str, kind: &str) -> Option<f64> {

@@ -302,20 +302,16 @@ async fn metrics_server_stopped_and_restarted() {
     let cp = cp().lock().await;
     let p = start_with(&admin(&cp));
     support::wait_ready(&p).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while get(&p.url("/watcher/health")).await.0 != 200 {
-        assert!(Instant::now() < deadline, "/watcher/health never 200");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    support::wait_status(&p, "/watcher/health", 200, 60, "/watcher/health 200").await;
     cp.kill("metrics-server");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while get(&p.url("/watcher/health")).await.0 != 503 {
-        assert!(
-            Instant::now() < deadline,
-            "/watcher/health did not turn 503 without metrics-server"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    support::wait_status(
+        &p,
+        "/watcher/health",
+        503,
+        60,
+        "/watcher/health 503 without metrics-server",
+    )
+    .await;
     let (_, body) = get(&p.url("/metrics")).await;
     let errors = counter(&body, "kube_prober_source_errors_total", &[]);
     assert!(errors >= 1.0, "failed fetches counted:\n{body}");
@@ -325,14 +321,14 @@ async fn metrics_server_stopped_and_restarted() {
         "the last good usage stays while the backend is down: {w}"
     );
     cp.restart("metrics-server");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while get(&p.url("/watcher/health")).await.0 != 200 {
-        assert!(
-            Instant::now() < deadline,
-            "/watcher/health not 200 again after metrics-server came back"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    support::wait_status(
+        &p,
+        "/watcher/health",
+        200,
+        120,
+        "/watcher/health 200 again after metrics-server came back",
+    )
+    .await;
     // The same nodes in /watcher as a fresh instance serves, and the same cluster state.
     let nodes: Vec<String> = (0..NODES).map(control_plane::node_name).collect();
     converges_to_fresh(&p, &admin(&cp), &nodes, "metrics-server back").await;

@@ -11,11 +11,11 @@ mod control_plane;
 mod deploy;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use control_plane::{ControlPlane, Options};
 use deploy::sum as counter;
-use support::{Prober, get};
+use support::{Prober, wait_body};
 
 const NODES: usize = 3;
 
@@ -56,28 +56,16 @@ async fn kubelets_silent_nodes_turn_unknown_through_the_node_lifecycle_controlle
             })
         }
     };
-    let wait = |ok: Box<dyn Fn(&str) -> bool + Send>, secs: u64, what: &'static str| {
-        let p = &p;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            loop {
-                let (_, b) = get(&p.url("/metrics")).await;
-                if ok(&b) {
-                    return;
-                }
-                assert!(Instant::now() < deadline, "{what} within {secs} s:\n{b}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    };
-    wait(Box::new(all_ready("True")), 30, "every node Ready").await;
+    wait_body(&p, "/metrics", 30, "every node Ready", all_ready("True")).await;
     cp.kill("kwok");
     let killed = Instant::now();
     // The grace period (50 s) from the last heartbeat, plus the controller's 5 s monitor period.
-    wait(
-        Box::new(all_ready("Unknown")),
+    wait_body(
+        &p,
+        "/metrics",
         120,
         "every node Ready=Unknown",
+        all_ready("Unknown"),
     )
     .await;
     eprintln!(
@@ -96,6 +84,13 @@ async fn kubelets_silent_nodes_turn_unknown_through_the_node_lifecycle_controlle
         }
     }
     cp.restart("kwok");
-    wait(Box::new(all_ready("True")), 120, "every node Ready again").await;
+    wait_body(
+        &p,
+        "/metrics",
+        120,
+        "every node Ready again",
+        all_ready("True"),
+    )
+    .await;
     assert_eq!(p.terminate(), 0);
 }

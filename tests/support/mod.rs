@@ -310,14 +310,45 @@ pub async fn wait_ready(p: &Prober) {
 /// Polls `p`'s /metrics until `ok` holds for the body (at most 30 s), else panics with `what`
 /// and the last body.
 pub async fn wait_metrics(p: &Prober, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    wait_body(p, "/metrics", 30, what, ok).await
+}
+
+/// Polls `p`'s `path` until it answers 200 and `ok` holds for the body (at most `secs`), else
+/// panics with `what` and the last body.
+pub async fn wait_body(
+    p: &Prober,
+    path: &str,
+    secs: u64,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     loop {
-        let (status, body) = get(&p.url("/metrics")).await;
+        let (status, body) = get(&p.url(path)).await;
         if status == 200 && ok(&body) {
             return body;
         }
-        assert!(std::time::Instant::now() < deadline, "{what}: {body}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {secs} s; last {path} ({status}):\n{body}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `p`'s `path` until it answers `want` (at most `secs`), else panics with `what`.
+pub async fn wait_status(p: &Prober, path: &str, want: u16, secs: u64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (status, body) = get(&p.url(path)).await;
+        if status == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {secs} s; last {path} ({status}):\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

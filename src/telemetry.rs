@@ -1,6 +1,6 @@
 //! Logging: tracing with an env-filter, as text or JSON lines on stderr.
 //!
-//! Two rules make logging safe whatever stderr is (see README "Logs"):
+//! Two rules make logging safe whatever stderr is (docs/configuration.md, "Configuration"):
 //! - colour escapes only when stderr is a terminal and `NO_COLOR` is unset or empty, so
 //!   `kubectl logs` and log collectors get plain text;
 //! - logging never blocks or panics: lines go through a bounded queue to one writer thread;

@@ -77,6 +77,10 @@ fn bad_config_files_exit_2_naming_the_key() {
     );
 }
 
+const CONFIGURATION_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+const BEGIN_HELP: &str = "<!-- BEGIN GENERATED: kube-prober --help -->\n";
+const END_HELP: &str = "<!-- END GENERATED -->\n";
+
 /// `--help` of `path` (a subcommand path; empty for the top level).
 fn help_of(path: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"))
@@ -113,8 +117,8 @@ fn visible_flags(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
 }
 
 /// Every visible flag of the CLI, taken from clap's command definition, is in `--help` (the
-/// top level's and each subcommand's) and in README.md's flag table with its environment
-/// variable.
+/// top level's and each subcommand's) and in docs/configuration.md's flag tables with its
+/// environment variable.
 #[test]
 fn help_documents_every_option() {
     use clap::CommandFactory;
@@ -122,9 +126,8 @@ fn help_documents_every_option() {
     let top = visible_flags(&cli);
     assert!(top.len() > 70, "clap's definition lists the flags: {top:?}");
     let help = help_of(&[]);
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    // The rows of README.md's flag tables (`| flag | env | file key | default | meaning |`),
+    let readme = std::fs::read_to_string(CONFIGURATION_DOC).unwrap();
+    // The rows of docs/configuration.md's flag tables (`| flag | env | file key | default | meaning |`),
     // by flag: `| `--flag` | `ENV` | ...`.
     let mut rows: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     let mut in_table = false;
@@ -138,7 +141,7 @@ fn help_documents_every_option() {
             let flag = cells[1].trim_matches('`');
             assert!(
                 rows.insert(flag, cells).is_none(),
-                "README.md documents {flag} twice"
+                "docs/configuration.md documents {flag} twice"
             );
         }
     }
@@ -148,12 +151,12 @@ fn help_documents_every_option() {
             missing.push(format!("--help lacks {flag}"));
         }
         match rows.get(flag.as_str()) {
-            None => missing.push(format!("README.md's flag table lacks {flag}")),
+            None => missing.push(format!("docs/configuration.md's flag table lacks {flag}")),
             Some(cells) => {
                 let want = env.as_ref().map(|e| format!("`{e}`")).unwrap_or_default();
                 if cells[2] != want {
                     missing.push(format!(
-                        "README.md's row for {flag} names env {:?}, clap {want:?}",
+                        "docs/configuration.md's row for {flag} names env {:?}, clap {want:?}",
                         cells[2]
                     ));
                 }
@@ -177,4 +180,50 @@ fn help_documents_every_option() {
     }
     walk(&cli, &mut Vec::new(), &mut missing);
     assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+/// Every command's `--help`, the top level's first, as docs/configuration.md embeds it.
+fn help_reference() -> String {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &mut Vec<String>, out: &mut String) {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let title = ["kube-prober"].into_iter().chain(args.iter().copied());
+        out.push_str(&format!(
+            "\n### `{} --help`\n\n```text\n{}```\n",
+            title.collect::<Vec<_>>().join(" "),
+            help_of(&args)
+        ));
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            path.push(sub.get_name().to_string());
+            walk(sub, path, out);
+            path.pop();
+        }
+    }
+    let mut out = String::new();
+    walk(&kube_prober::cli::Cli::command(), &mut Vec::new(), &mut out);
+    out
+}
+
+/// docs/configuration.md ends with the exact `--help` of every command, so the reference a
+/// user reads is the one the binary prints. `UPDATE_DOCS=1` rewrites the block (refused under
+/// `CI`).
+#[test]
+fn configuration_doc_holds_every_commands_help() {
+    let doc = std::fs::read_to_string(CONFIGURATION_DOC).unwrap();
+    let (Some(b), Some(e)) = (doc.find(BEGIN_HELP), doc.find(END_HELP)) else {
+        panic!("docs/configuration.md lacks the {BEGIN_HELP:?} ... {END_HELP:?} block");
+    };
+    let want = help_reference();
+    let have = &doc[b + BEGIN_HELP.len()..e];
+    if have != want && std::env::var_os("UPDATE_DOCS").is_some() {
+        support::refuse_update_in_ci("UPDATE_DOCS");
+        let new = format!("{}{want}{}", &doc[..b + BEGIN_HELP.len()], &doc[e..]);
+        std::fs::write(CONFIGURATION_DOC, new).unwrap();
+        return;
+    }
+    assert!(
+        have == want,
+        "docs/configuration.md's --help block differs from the binary's --help: run \
+         UPDATE_DOCS=1 cargo test --test cli, and check the diff"
+    );
 }

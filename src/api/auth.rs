@@ -271,7 +271,7 @@ impl Authorizer {
             Ok(Err(kube::Error::Api(status))) if status.code == 403 => Err(Unavailable(format!(
                 "the API server refused the {kind} with 403 Forbidden: kube-prober's own identity \
                  may not create {}: bind it to ClusterRole system:auth-delegator \
-                 (README \"Securing the endpoints\"): {}",
+                 (docs/security.md): {}",
                 K::plural(&()),
                 status.message
             ))),

@@ -16,7 +16,7 @@
 //! and never uses a proxy from the environment.
 //!
 //! The kubelet authorizes `/pods` as `get` on the `nodes/proxy` subresource (`nodes/pods` with the
-//! `KubeletFineGrainedAuthz` feature), see README.
+//! `KubeletFineGrainedAuthz` feature), see docs/node-role.md.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -694,3 +694,40 @@ fn load_watcher_drop_in_matches_the_scheduler_config() {
         "load-watcher's environment"
     );
 }
+
+/// Every object of every overlay carries `app.kubernetes.io/part-of`, and every workload runs
+/// the one tagged image that components/release sets: the node DaemonSet and the sharded
+/// StatefulSet too (a base's own `images:` did not reach them, so they ran `:latest`).
+#[test]
+fn every_object_is_labelled_and_every_workload_runs_the_release_image() {
+    let release = std::fs::read_to_string(
+        deploy::repo().join("manifests/components/release/kustomization.yaml"),
+    )
+    .expect("manifests/components/release");
+    let tag = release
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("newTag: "))
+        .expect("components/release sets newTag");
+    for overlay in deploy::overlays() {
+        let objs = deploy::render(&overlay);
+        for o in &objs {
+            assert_eq!(
+                o["metadata"]["labels"]["app.kubernetes.io/part-of"],
+                "kube-prober",
+                "{overlay}: {} {} lacks the part-of label",
+                kind(o),
+                name(o)
+            );
+        }
+        for w in deploy::workloads(&objs) {
+            let image = &w["spec"]["template"]["spec"]["containers"][0]["image"];
+            assert_eq!(
+                image.as_str(),
+                Some(format!("kube-prober:{tag}").as_str()),
+                "{overlay}: {} {}",
+                kind(w),
+                name(w)
+            );
+        }
+    }
+}

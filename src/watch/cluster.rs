@@ -528,7 +528,7 @@ enum Seen {
 /// relist ends the store may hold objects deleted meanwhile, as it did before the swap.
 struct RelistInPlace<K>
 where
-    K: kube::Resource + Clone + 'static,
+    K: kube::Resource + Clone + PartialEq + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     reader: Store<K>,
@@ -541,7 +541,7 @@ where
 
 impl<K> RelistInPlace<K>
 where
-    K: kube::Resource + Clone + 'static,
+    K: kube::Resource + Clone + PartialEq + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     fn new(reader: Store<K>, writer: reflector::store::Writer<K>) -> Self {
@@ -553,11 +553,15 @@ where
         }
     }
 
-    fn apply(&mut self, ev: Event<K>) {
+    /// Applies `ev` to the store; whether anything derived from the store may have changed.
+    /// After the first list, an update that only moves the object's resourceVersion (a kwok or
+    /// kubelet heartbeat, once trimming has dropped the heartbeat times) changes nothing and
+    /// is not stored, so it triggers no derivation and no render.
+    fn apply(&mut self, ev: Event<K>) -> bool {
         if !self.listed {
             self.listed = matches!(ev, Event::InitDone);
             self.writer.apply_watcher_event(&ev);
-            return;
+            return true;
         }
         match ev {
             // A relist begins (again, if an earlier one stopped half-way).
@@ -570,7 +574,7 @@ where
             }
             Event::InitDone => {
                 let Some(seen) = self.seen.take() else {
-                    return;
+                    return false;
                 };
                 for o in self.reader.state() {
                     if !seen.contains(&reflector::ObjectRef::from_obj(&*o)) {
@@ -579,8 +583,20 @@ where
                     }
                 }
             }
+            Event::Apply(o) if self.holds_the_same(&o) => return false,
             ev @ (Event::Apply(_) | Event::Delete(_)) => self.writer.apply_watcher_event(&ev),
         }
+        true
+    }
+
+    /// Whether the store holds `o` already, but for its resourceVersion.
+    fn holds_the_same(&self, o: &K) -> bool {
+        let Some(held) = self.reader.get(&reflector::ObjectRef::from_obj(o)) else {
+            return false;
+        };
+        let mut held = K::clone(&held);
+        held.meta_mut().resource_version = o.meta().resource_version.clone();
+        held == *o
     }
 }
 
@@ -595,7 +611,7 @@ fn reflect<K>(
     shared: Shared,
 ) -> (Store<K>, tokio::sync::watch::Receiver<bool>, JoinHandle<()>)
 where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: kube::Resource + Clone + PartialEq + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let Shared {
@@ -625,8 +641,9 @@ where
                         Event::InitDone => Seen::ListEnd,
                         _ => Seen::Object,
                     };
-                    store.apply(e);
-                    changes.fetch_add(1, Ordering::Release);
+                    if store.apply(e) {
+                        changes.fetch_add(1, Ordering::Release);
+                    }
                     seen
                 })
             });
@@ -1096,6 +1113,45 @@ mod tests {
             }
             assert_eq!(table.agg, want.agg, "round {round}: sums");
         }
+    }
+
+    /// A node update that only moves resourceVersion and the heartbeat times (kwok's and the
+    /// kubelet's status heartbeats) is not stored and bumps nothing; a real change is, and so
+    /// is a delete.
+    #[test]
+    fn a_heartbeat_only_update_changes_nothing_and_a_status_change_does() {
+        use crate::watch::lean::LeanNode;
+        let node = |rv: &str, beat: &str, ready: &str| -> LeanNode {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1", "resourceVersion": rv},
+                "status": {"conditions": [{"type": "Ready", "status": ready,
+                    "lastHeartbeatTime": beat,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+            }))
+            .expect("a lean node")
+        };
+        let ready = |r: &Store<LeanNode>| {
+            let n = r.state()[0].clone();
+            let c = n.status.as_ref().and_then(|s| s.conditions.clone());
+            (
+                n.metadata.resource_version.clone(),
+                c.map(|c| c[0].status.to_string()),
+            )
+        };
+        let (reader, writer) = reflector::store();
+        let mut s = RelistInPlace::new(reader.clone(), writer);
+        let first = node("1", "2026-01-01T00:00:00Z", "True");
+        for ev in [Event::Init, Event::InitApply(first), Event::InitDone] {
+            assert!(s.apply(ev));
+        }
+        let beat = node("2", "2026-01-01T00:00:20Z", "True");
+        assert!(!s.apply(Event::Apply(beat)), "a heartbeat changes nothing");
+        assert_eq!(ready(&reader), (Some("1".into()), Some("True".into())));
+        let down = node("3", "2026-01-01T00:00:40Z", "False");
+        assert!(s.apply(Event::Apply(down.clone())));
+        assert_eq!(ready(&reader), (Some("3".into()), Some("False".into())));
+        assert!(s.apply(Event::Delete(down)));
+        assert!(reader.state().is_empty());
     }
 
     /// The derivation from the per-node sums equals the one from every pod's facts, after

@@ -178,14 +178,26 @@ async fn metrics_server_rounds_give_lvrb_the_variation() {
 #[test]
 fn regularized_incomplete_beta_matches_closed_forms() {
     for x in [0.0, 0.1, 0.25, 0.5, 0.9, 1.0] {
-        assert!((scoring::beta_cdf(x, 1.0, 1.0) - x).abs() < 1e-12, "I_{x}(1,1)");
+        assert!(
+            (scoring::beta_cdf(x, 1.0, 1.0) - x).abs() < 1e-12,
+            "I_{x}(1,1)"
+        );
         let two = 3.0 * x * x - 2.0 * x * x * x;
-        assert!((scoring::beta_cdf(x, 2.0, 2.0) - two).abs() < 1e-12, "I_{x}(2,2)");
+        assert!(
+            (scoring::beta_cdf(x, 2.0, 2.0) - two).abs() < 1e-12,
+            "I_{x}(2,2)"
+        );
         let a_one = 1.0 - (1.0 - x).powf(3.5);
-        assert!((scoring::beta_cdf(x, 1.0, 3.5) - a_one).abs() < 1e-12, "I_{x}(1,3.5)");
+        assert!(
+            (scoring::beta_cdf(x, 1.0, 3.5) - a_one).abs() < 1e-12,
+            "I_{x}(1,3.5)"
+        );
     }
     for a in [0.05, 0.3, 7.0, 400.0] {
-        assert!((scoring::beta_cdf(0.5, a, a) - 0.5).abs() < 1e-9, "I_0.5({a},{a})");
+        assert!(
+            (scoring::beta_cdf(0.5, a, a) - 0.5).abs() < 1e-9,
+            "I_0.5({a},{a})"
+        );
     }
 }
 

@@ -236,8 +236,11 @@ pub fn lro_score(metrics: Option<&[Metric]>, args: &Args, np: &NodePod) -> i64 {
         pod_limit: np.pod_memory_limit.max(np.pod_memory_request),
         weight: args.risk_limit_weight,
     };
-    let risk = lro_risk(metrics, &cpu, args.smoothing_window)
-        .max(lro_risk(metrics, &memory, args.smoothing_window));
+    let risk = lro_risk(metrics, &cpu, args.smoothing_window).max(lro_risk(
+        metrics,
+        &memory,
+        args.smoothing_window,
+    ));
     ((1.0 - risk) * 100.0).round() as i64
 }
 

@@ -25,9 +25,10 @@
 //!    recent load and its variation, and keep the pod on the steady node.
 //!
 //! load-watcher listens on `:2020`, every address of the machine, because upstream gives no
-//! flag or variable to change it. Every use of that port by a test binary is serialized with a
-//! file lock (`target/load-watcher-2020.lock`), and a port taken by anything else is an error
-//! naming it. Nothing sends traffic anywhere but 127.0.0.1.
+//! flag or variable to change it. Every use of that port by a test binary, from any checkout on
+//! the machine, is serialized with a file lock (`kube-prober-load-watcher-2020.lock` in the temp
+//! folder), and a port taken by anything else is an error naming it. Nothing sends traffic
+//! anywhere but 127.0.0.1.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -260,8 +261,8 @@ struct LoadWatcherProc {
 impl LoadWatcherProc {
     fn start(cp: &ControlPlane) -> LoadWatcherProc {
         use std::os::fd::AsRawFd;
-        let lock_path =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/load-watcher-2020.lock");
+        // The port is the machine's, so the lock is too (not one checkout's target/).
+        let lock_path = std::env::temp_dir().join("kube-prober-load-watcher-2020.lock");
         let lock = std::fs::File::create(&lock_path).expect("creating the :2020 lock file");
         // Blocks while another test binary runs load-watcher.
         assert_eq!(

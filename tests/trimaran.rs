@@ -1,5 +1,7 @@
 //! Trimaran's plugins scoring nodes from our `/watcher` bodies, with the scoring written from
-//! scheduler-plugins' documented formulas (TargetLoadPacking and LoadVariationRiskBalancing).
+//! scheduler-plugins' documented formulas (tests/support/trimaran.rs). The same functions are
+//! checked against the scores the real plugins log in tests/real_trimaran.rs, so these fast tests
+//! hold for the real scheduler too.
 
 use std::time::{Duration, SystemTime};
 
@@ -29,63 +31,36 @@ fn watcher_from(samples: &[(&str, Resource, &[f64])]) -> WatcherMetrics {
     serde_json::from_slice(&bodies.all()).expect("decodes")
 }
 
-/// TargetLoadPacking: the last CPU metric whose operator is AVG or Latest (its loop has no
-/// break), as a percentage; piecewise score around the target utilisation.
+#[path = "support/trimaran.rs"]
+mod scoring;
+
+use scoring::{Args, NodePod};
+
+/// A 4-core, 8 GiB node and a pod that asks for nothing: what the scores below are about.
+fn node() -> NodePod {
+    NodePod {
+        cpu_capacity_millis: 4000.0,
+        cpu_allocatable_millis: 4000.0,
+        memory_allocatable_bytes: 8.0 * 1024.0 * 1024.0 * 1024.0,
+        ..NodePod::default()
+    }
+}
+
 fn tlp_score(metrics: Option<&[Metric]>, target: f64) -> i64 {
-    let Some(metrics) = metrics else { return 0 };
-    let cpu = metrics
-        .iter()
-        .filter(|m| m.kind == "CPU" && (m.operator == "AVG" || m.operator == "Latest"))
-        .map(|m| m.value)
-        .next_back();
-    let Some(predicted) = cpu else { return 0 };
-    if predicted > 100.0 {
-        return 0;
-    }
-    let score = if predicted <= target {
-        (100.0 - target) * predicted / target + target
-    } else {
-        target * (100.0 - predicted) / (100.0 - target)
+    let args = Args {
+        target_utilization: target,
+        ..Args::default()
     };
-    score.round() as i64
+    scoring::tlp_score(metrics, &args, &node())
 }
 
-/// LoadVariationRiskBalancing's per-type data: AVG sets avg, STD sets std, "" or Latest sets
-/// avg only while no AVG was seen; any metric of the type makes it valid.
-fn resource_data(metrics: &[Metric], kind: &str) -> Option<(f64, f64)> {
-    let (mut avg, mut std, mut avg_found, mut valid) = (0.0, 0.0, false, false);
-    for m in metrics.iter().filter(|m| m.kind == kind) {
-        match m.operator.as_str() {
-            "AVG" => {
-                avg = m.value;
-                avg_found = true;
-            }
-            "STD" => std = m.value,
-            "" | "Latest" if !avg_found => avg = m.value,
-            _ => {}
-        }
-        valid = true;
-    }
-    valid.then_some((avg, std))
-}
-
-/// risk = (mu + margin * sigma^(1/sensitivity)) / 2, score = (1 - risk) * 100; the node's
-/// score is the min over valid resources when both are valid, else the max.
 fn lvrb_score(metrics: &[Metric], margin: f64, sensitivity: f64) -> i64 {
-    let one = |kind| {
-        resource_data(metrics, kind).map(|(avg, std)| {
-            // Percentages of allocatable: mu and sigma are the fractions, clamped to [0, 1].
-            let mu = (avg / 100.0).clamp(0.0, 1.0);
-            let sigma =
-                (((std / 100.0).clamp(0.0, 1.0)).powf(1.0 / sensitivity) * margin).clamp(0.0, 1.0);
-            (1.0 - (mu + sigma) / 2.0) * 100.0
-        })
+    let args = Args {
+        margin,
+        sensitivity,
+        ..Args::default()
     };
-    let score = match (one("CPU"), one("Memory")) {
-        (Some(c), Some(m)) => c.min(m),
-        (c, m) => c.unwrap_or(0.0).max(m.unwrap_or(0.0)),
-    };
-    score.round() as i64
+    scoring::lvrb_score(Some(metrics), &args, &node())
 }
 
 #[test]
@@ -198,4 +173,81 @@ async fn metrics_server_rounds_give_lvrb_the_variation() {
         .collect();
     assert_eq!(lvrb_score(&latest_only, 1.0, 1.0), 75);
     assert_eq!(tlp_score(Some(metrics), 40.0), 33, "TLP on the 50 % mean");
+}
+
+#[test]
+fn regularized_incomplete_beta_matches_closed_forms() {
+    for x in [0.0, 0.1, 0.25, 0.5, 0.9, 1.0] {
+        assert!(
+            (scoring::beta_cdf(x, 1.0, 1.0) - x).abs() < 1e-12,
+            "I_{x}(1,1)"
+        );
+        let two = 3.0 * x * x - 2.0 * x * x * x;
+        assert!(
+            (scoring::beta_cdf(x, 2.0, 2.0) - two).abs() < 1e-12,
+            "I_{x}(2,2)"
+        );
+        let a_one = 1.0 - (1.0 - x).powf(3.5);
+        assert!(
+            (scoring::beta_cdf(x, 1.0, 3.5) - a_one).abs() < 1e-12,
+            "I_{x}(1,3.5)"
+        );
+    }
+    for a in [0.05, 0.3, 7.0, 400.0] {
+        assert!(
+            (scoring::beta_cdf(0.5, a, a) - 0.5).abs() < 1e-9,
+            "I_0.5({a},{a})"
+        );
+    }
+}
+
+/// LowRiskOverCommitment on a 4-core node whose pods request 1.6 cores (limits 4.3 cores) and a
+/// pod asking 1m: steady load under the requests risks only the limits' overcommitment
+/// (100 x (1 - 0.5 x 301/2701) = 94), steady load over the requests is a certain overload (50
+/// at most), and a load that varies puts the fitted beta distribution's tail over the requests.
+#[test]
+fn low_risk_over_commitment_weighs_limits_and_the_load_over_requests() {
+    let np = NodePod {
+        node_cpu_requests: 1600.0,
+        node_cpu_limits: 4300.0,
+        pod_cpu_request: 1.0,
+        pod_cpu_limit: 1.0,
+        ..node()
+    };
+    let cpu = |avg: f64, std: f64| {
+        vec![
+            Metric {
+                kind: "CPU".into(),
+                operator: "AVG".into(),
+                value: avg,
+                ..Metric::default()
+            },
+            Metric {
+                kind: "CPU".into(),
+                operator: "STD".into(),
+                value: std,
+                ..Metric::default()
+            },
+        ]
+    };
+    let args = Args::default();
+    assert_eq!(scoring::lro_score(Some(&cpu(20.0, 0.0)), &args, &np), 94);
+    let over = NodePod {
+        node_cpu_limits: 4000.0,
+        ..np
+    };
+    assert_eq!(scoring::lro_score(Some(&cpu(60.0, 0.0)), &args, &over), 50);
+    assert_eq!(scoring::lro_score(Some(&cpu(10.0, 0.0)), &args, &over), 100);
+    let varying = scoring::lro_score(Some(&cpu(45.0, 20.0)), &args, &over);
+    assert!((50..100).contains(&varying), "{varying}");
+    assert_eq!(scoring::lro_score(None, &args, &over), 0, "no metrics");
+    let best_effort = NodePod {
+        pod_cpu_request: 0.0,
+        pod_cpu_limit: 0.0,
+        ..over
+    };
+    assert_eq!(
+        scoring::lro_score(Some(&cpu(10.0, 0.0)), &args, &best_effort),
+        0
+    );
 }

@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Stdio};
 
 use clap::CommandFactory;
-use kube_prober::cli::Cli;
+use kube_prober::config::cli::Cli;
 use kube_prober::config::{FileConfig, PROBE_NAMES};
 
 /// The subcommand paths whose `--help` is pinned, the binary itself first.

@@ -44,16 +44,16 @@ use gcm_support::GcmStandIn;
 use k8s_metrics::v1beta1::NodeMetrics;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube_prober::hub::{Provider, RunOutcome, Store};
 use kube_prober::model::{
     ClusterInfo, NodeCapacity, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
-use kube_prober::provider::{Provider, RunOutcome, Store};
-use kube_prober::quantity::parse_quantity;
-use kube_prober::sink::gcm::{GcmClientConfig, GcmConfig, GcmSink};
-use kube_prober::sink::otlp::{OtlpConfig, OtlpResource, OtlpSink};
-use kube_prober::sink::prometheus::{self, Format};
-use kube_prober::sink::{PushError, PushReport, PushScope, Sink};
-use kube_prober::watch::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use kube_prober::outputs::gcm::{GcmClientConfig, GcmConfig, GcmSink};
+use kube_prober::outputs::otlp::{OtlpConfig, OtlpResource, OtlpSink};
+use kube_prober::outputs::prometheus::{self, Format};
+use kube_prober::outputs::{PushError, PushReport, PushScope, Sink};
+use kube_prober::shared::quantity::parse_quantity;
+use kube_prober::sources::cluster::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
 use otlp_support::OtlpReceiver;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

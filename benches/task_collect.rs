@@ -34,11 +34,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::{env_usize, loadavg, machine_info, mib, ms, rss_kib};
 use kube_prober::model::{Snapshot, TaskContainer, TaskPod, TaskSet};
-use kube_prober::sink::prometheus::{Format, render};
-use kube_prober::task::cgroup::{
+use kube_prober::outputs::prometheus::{Format, render};
+use kube_prober::sources::task::cgroup::{
     CgroupReader, DEFAULT_DETAIL_EVERY, Hier, Hierarchies, MAX_DETAIL_EVERY, memory_nodes,
 };
-use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
+use kube_prober::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
 
 const PODS: usize = 110;
 const NODE: &str = "bench-node";

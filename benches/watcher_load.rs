@@ -26,9 +26,10 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use bytes::Bytes;
-use kube_prober::api::server::{AppState, Published, router};
+use kube_prober::hub::{Provider, RunOutcome, Store};
 use kube_prober::model::{Resource, UsageSample};
-use kube_prober::provider::{Provider, RunOutcome, Store};
+use kube_prober::outputs::published::Published;
+use kube_prober::serve::server::{AppState, router};
 use tokio::runtime::Runtime;
 use tokio::sync::{oneshot, watch};
 

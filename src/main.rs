@@ -1,8 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kube_prober::telemetry::{self, LogGuard};
-use kube_prober::{app, cli::Cli, config::Config, subcommand};
+use kube_prober::app::{self, subcommand};
+use kube_prober::config::{Config, cli::Cli};
+use kube_prober::shared::telemetry::{self, LogGuard};
 
 /// glibc's allocator, told to keep less: at 5,000 nodes the tick's transient buffers otherwise
 /// stay resident as fragmented free space in one arena per thread (docs/benchmarks.md).
@@ -22,8 +23,8 @@ mod heap {
     /// collected samples were spread over two heaps, each keeping pages the other's free
     /// space could have held: 0.3-0.5 MiB more on average in `benches/task_collect.rs`); two
     /// for the others (the cluster role renders megabytes per tick beside its watchers).
-    pub fn arenas(role: Option<kube_prober::cli::Role>) -> i32 {
-        if role == Some(kube_prober::cli::Role::Node) {
+    pub fn arenas(role: Option<kube_prober::k8s::role::Role>) -> i32 {
+        if role == Some(kube_prober::k8s::role::Role::Node) {
             1
         } else {
             2
@@ -336,7 +337,7 @@ mod code {
         /// One arena and a small runtime for the node role only.
         #[test]
         fn node_role_gets_one_arena_and_few_threads() {
-            use kube_prober::cli::Role;
+            use kube_prober::k8s::role::Role;
             assert_eq!(crate::heap::arenas(Some(Role::Node)), 1);
             for r in [Some(Role::Cluster), Some(Role::Host), None] {
                 assert_eq!(crate::heap::arenas(r), 2);
@@ -452,9 +453,9 @@ const NODE_MAX_BLOCKING: usize = 4;
 
 /// The runtime: the node role with [`NODE_WORKERS`] workers and at most [`NODE_MAX_BLOCKING`]
 /// blocking threads, the other roles with tokio's defaults.
-fn runtime_builder(role: Option<kube_prober::cli::Role>) -> tokio::runtime::Builder {
+fn runtime_builder(role: Option<kube_prober::k8s::role::Role>) -> tokio::runtime::Builder {
     let mut b = tokio::runtime::Builder::new_multi_thread();
-    if role == Some(kube_prober::cli::Role::Node) {
+    if role == Some(kube_prober::k8s::role::Role::Node) {
         b.worker_threads(NODE_WORKERS)
             .max_blocking_threads(NODE_MAX_BLOCKING);
     }

@@ -122,7 +122,7 @@ fn visible_flags(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
 #[test]
 fn help_documents_every_option() {
     use clap::CommandFactory;
-    let cli = kube_prober::cli::Cli::command();
+    let cli = kube_prober::config::cli::Cli::command();
     let top = visible_flags(&cli);
     assert!(top.len() > 70, "clap's definition lists the flags: {top:?}");
     let help = help_of(&[]);
@@ -200,7 +200,11 @@ fn help_reference() -> String {
         }
     }
     let mut out = String::new();
-    walk(&kube_prober::cli::Cli::command(), &mut Vec::new(), &mut out);
+    walk(
+        &kube_prober::config::cli::Cli::command(),
+        &mut Vec::new(),
+        &mut out,
+    );
     out
 }
 

@@ -16,10 +16,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube_prober::hub::{Provider, Store};
 use kube_prober::model::ClusterInfo;
-use kube_prober::provider::{Provider, Store};
-use kube_prober::sink::prometheus::{Format, render, render_tail};
-use kube_prober::watch::derive::{DeriveConfig, cluster_state};
+use kube_prober::outputs::prometheus::{Format, render, render_tail};
+use kube_prober::sources::cluster::derive::{DeriveConfig, cluster_state};
 use support::{assert_golden, promtool_check};
 
 const NOW: u64 = 1_800_000_000;

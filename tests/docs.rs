@@ -1,4 +1,4 @@
-//! docs/metrics.md lists exactly the metric families in src/sink/names.rs, and exactly the
+//! docs/metrics.md lists exactly the metric families in src/outputs/names.rs, and exactly the
 //! `reason` values the source counters can carry; each documented reason is provoked here from
 //! real input (stand-ins over HTTP, a procfs directory), so a reason that is never produced or
 //! one produced but undocumented fails a test.
@@ -13,13 +13,13 @@ use std::time::{Duration, SystemTime};
 
 use apiserver::{node, node_metrics};
 use fake_prom::{Behaviour, FakePrometheus};
-use kube_prober::fetch::host::{HostConfig, HostFetcher};
-use kube_prober::fetch::http::HttpConfig;
-use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
-use kube_prober::fetch::prometheus::{PrometheusConfig, PrometheusFetcher};
-use kube_prober::fetch::run_once;
-use kube_prober::provider::{RunOutcome, Store, validate};
-use kube_prober::sink::names;
+use kube_prober::hub::{RunOutcome, Store, validate};
+use kube_prober::outputs::names;
+use kube_prober::sources::usage::host::{HostConfig, HostFetcher};
+use kube_prober::sources::usage::http::HttpConfig;
+use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+use kube_prober::sources::usage::prometheus::{PrometheusConfig, PrometheusFetcher};
+use kube_prober::sources::usage::run_once;
 
 fn doc() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap()
@@ -82,7 +82,7 @@ fn reason(outcome: RunOutcome) -> String {
 /// One row per documented source error reason: the real input that produces it.
 #[tokio::test]
 async fn every_source_error_reason_is_documented_and_produced() {
-    let code: BTreeSet<String> = kube_prober::error::SOURCE_ERROR_REASONS
+    let code: BTreeSet<String> = kube_prober::shared::error::SOURCE_ERROR_REASONS
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -180,7 +180,7 @@ async fn every_dropped_value_reason_is_documented_and_produced() {
 #[test]
 fn every_perf_open_failure_reason_is_documented() {
     let documented = documented_reasons("kube_prober_task_perf_open_failures_total");
-    let code: BTreeSet<String> = kube_prober::task::perf::FAILURE_REASONS
+    let code: BTreeSet<String> = kube_prober::sources::task::perf::FAILURE_REASONS
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -204,8 +204,8 @@ mod counts {
         Selection, Shard, SinkStatus, Snapshot, SourceStatus, Stat, TaskContainer, TaskPerfSample,
         TaskPerfSet, TaskPod, TaskSample, TaskSet, Window, WindowStats,
     };
-    use kube_prober::sink::names::{self, Family, Kind};
-    use kube_prober::sink::prometheus::{Format, render, render_families, render_tail};
+    use kube_prober::outputs::names::{self, Family, Kind};
+    use kube_prober::outputs::prometheus::{Format, render, render_families, render_tail};
 
     /// The `series` formula of each family row of the "Series per family" section.
     pub fn documented_formulas(doc: &str) -> BTreeMap<String, String> {
@@ -890,8 +890,8 @@ mod counts {
 
     /// The whole `/metrics` text of `snap`, with the serving families as the server adds them.
     pub fn exposition(snap: &Snapshot) -> String {
-        let auth = kube_prober::api::auth::AuthStats::default();
-        let tls = kube_prober::api::tls::TlsStats::default();
+        let auth = kube_prober::serve::auth::AuthStats::default();
+        let tls = kube_prober::serve::tls::TlsStats::default();
         let mut families: Vec<(&'static Family, _)> = auth.families();
         families.extend(tls.families());
         let mut body = render(snap, Format::Text);

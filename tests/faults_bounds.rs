@@ -510,13 +510,13 @@ async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_probes_and_watches_through_the_capped_client() {
     use futures_util::StreamExt;
-    use kube_prober::probe::Probe;
-    use kube_prober::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
+    use kube_prober::sources::probe::Probe;
+    use kube_prober::sources::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
 
     let api = apiserver::start().await;
     let now = SystemTime::now();
     api.set_node_metrics(huge_node_metrics(now).into_iter().take(2).collect());
-    let client = kube_prober::kubeclient::client_from_config(api.config(), 64 * 1024).unwrap();
+    let client = kube_prober::k8s::client::client_from_config(api.config(), 64 * 1024).unwrap();
     let failure = MetricsServerProbe::new(client.clone())
         .check()
         .await

@@ -16,11 +16,12 @@ use k8s_openapi::api::core::v1::{
     ContainerStatus, Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube_prober::api::server::{self, AppState, Published};
+use kube_prober::hub::{Provider, RunOutcome, Store};
 use kube_prober::model::{ClusterState, Snapshot};
-use kube_prober::provider::{Provider, RunOutcome, Store};
-use kube_prober::watch::cluster::{PodScope, Scope, WatchConfig, spawn};
-use kube_prober::watch::derive::DeriveConfig;
+use kube_prober::outputs::published::Published;
+use kube_prober::serve::server::{self, AppState};
+use kube_prober::sources::cluster::derive::DeriveConfig;
+use kube_prober::sources::cluster::watchers::{PodScope, Scope, WatchConfig, spawn};
 use tokio_util::sync::CancellationToken;
 
 fn node(name: &str) -> Node {

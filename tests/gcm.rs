@@ -20,10 +20,10 @@ use kube_prober::model::{
     Addon, AddonExpected, AddonOnNode, ClusterInfo, ClusterState, ContainerRestarts, Controller,
     NodeFacts, Placement, PodRestarts, ProbeState, Snapshot,
 };
-use kube_prober::sink::gcm::{
+use kube_prober::outputs::gcm::{
     GcmClientConfig, GcmConfig, GcmSink, delete_descriptors, list_descriptors, summary_of,
 };
-use kube_prober::sink::{PushScope, Sink};
+use kube_prober::outputs::{PushScope, Sink};
 use tonic::Code;
 
 const P: &str = "workload.googleapis.com/kube-prober/";
@@ -894,7 +894,7 @@ async fn the_stand_in_enforces_cloud_monitorings_rules() {
     crypto();
     let gcm = GcmStandIn::start().await;
     let c = cfg(&gcm);
-    let mut client = kube_prober::sink::gcm::connect(&c.client).await.unwrap();
+    let mut client = kube_prober::outputs::gcm::connect(&c.client).await.unwrap();
     let now = SystemTime::now();
     let ts = |metric: &str, node: &str, kind: MetricKind, start: Option<SystemTime>| {
         let stamp = |t: SystemTime| {
@@ -1064,10 +1064,10 @@ fn without_credentials_pushes_fail_with_reason_credentials() {
 }
 
 /// A snapshot with `fluentbit` at `restarts`, as tick `tick`, published for the push runner.
-fn published(tick: u64, restarts: u32) -> Arc<kube_prober::api::server::Published> {
+fn published(tick: u64, restarts: u32) -> Arc<kube_prober::outputs::published::Published> {
     let mut s = (*snapshot(cluster(2, restarts))).clone();
     s.tick = tick;
-    Arc::new(kube_prober::api::server::Published::render(
+    Arc::new(kube_prober::outputs::published::Published::render(
         Arc::new(s),
         "metrics_server",
     ))
@@ -1092,8 +1092,8 @@ async fn stop_soon_after_a_push(
     period: Duration,
     final_push: Duration,
 ) -> (GcmStandIn, Duration, kube_prober::model::SinkStatus) {
-    use kube_prober::output::{SinkSchedule, run_sink};
-    use kube_prober::provider::{Provider, Store};
+    use kube_prober::hub::{Provider, Store};
+    use kube_prober::outputs::push::{SinkSchedule, run_sink};
     let gcm = GcmStandIn::with_period(period).await;
     let mut c = cfg(&gcm);
     c.min_sampling_period = period;
@@ -1194,7 +1194,7 @@ async fn requests_count_only_what_the_server_answered() {
     );
     assert_eq!(
         err.sent,
-        kube_prober::sink::PushReport::default(),
+        kube_prober::outputs::PushReport::default(),
         "{err:?}"
     );
     assert!(sink.stats().retries >= 1, "the attempts were retried");

@@ -7,12 +7,13 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kube_prober::api::server::{self, AppState, Published};
+use kube_prober::hub::{Provider, RunOutcome, Store};
 use kube_prober::model::{
     ClusterInfo, NodeCapacity, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
-use kube_prober::provider::{Provider, RunOutcome, Store};
-use kube_prober::sink::prometheus::{self, Format};
+use kube_prober::outputs::prometheus::{self, Format};
+use kube_prober::outputs::published::Published;
+use kube_prober::serve::server::{self, AppState};
 use kube_prober::watcher::WatcherMetrics;
 use support::{assert_golden, promtool_check};
 use tokio::sync::watch;

@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use kube_prober::identity::{IdentityConfig, detect};
+use kube_prober::k8s::identity::{IdentityConfig, detect};
 
 #[derive(Clone)]
 struct St {

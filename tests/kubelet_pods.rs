@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_prober::Error;
-use kube_prober::provider::RunOutcome;
-use kube_prober::watch::kubelet::{KubeletAuth, KubeletPods, KubeletSettings};
-use kube_prober::watch::task_pods::{TaskPodConfig, TaskPodIndex, task_pod};
+use kube_prober::hub::RunOutcome;
+use kube_prober::sources::task::kubelet::{KubeletAuth, KubeletPods, KubeletSettings};
+use kube_prober::sources::task::pods::{TaskPodConfig, TaskPodIndex, task_pod};
 use kubelet::{Answer, FakeKubelet, KubeletFiles};
 
 const TOKEN: &str = "kubelet-test-token";
@@ -213,10 +213,10 @@ async fn failures_are_counted_by_reason_and_the_last_pods_stay() {
     assert_eq!(names(&idx), ["shop/web"], "the last good pods stay");
 
     // Counted as a source run in the self-metrics.
-    let store = Arc::new(kube_prober::provider::store::Store::new());
-    let provider: Arc<dyn kube_prober::provider::Provider> = store.clone();
+    let store = Arc::new(kube_prober::hub::store::Store::new());
+    let provider: Arc<dyn kube_prober::hub::Provider> = store.clone();
     let cancel = tokio_util::sync::CancellationToken::new();
-    let h = kube_prober::watch::kubelet::spawn(
+    let h = kube_prober::sources::task::kubelet::spawn(
         src,
         idx.clone(),
         Duration::from_secs(3600),
@@ -228,7 +228,7 @@ async fn failures_are_counted_by_reason_and_the_last_pods_stay() {
         let snap = store.snapshot(std::time::SystemTime::now());
         let s = snap
             .sources
-            .get(kube_prober::watch::kubelet::KUBELET_SOURCE)
+            .get(kube_prober::sources::task::kubelet::KUBELET_SOURCE)
             .cloned();
         if let Some(s) = s.filter(|s| s.runs > 0) {
             break s.errors;

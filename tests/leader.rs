@@ -26,7 +26,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube_prober::leader::{Elector, LeaderStatus, LeaseConfig, start};
+use kube_prober::k8s::leader::{Elector, LeaderStatus, LeaseConfig, start};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -905,7 +905,7 @@ async fn a_renewing_foreign_holder_is_never_taken() {
 }
 
 /// Shutdown while the API hangs: `false` at once (before the release request goes out), and
-/// the task still ends within the release bound ([`kube_prober::leader::RELEASE_BOUND`], 2 s),
+/// the task still ends within the release bound ([`kube_prober::k8s::leader::RELEASE_BOUND`], 2 s),
 /// not when the hung requests would (30 s). A long renew deadline here keeps the leader from
 /// stepping down on its own while the test looks, however slow the machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

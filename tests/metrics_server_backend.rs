@@ -7,10 +7,10 @@ mod apiserver;
 use std::time::{Duration, SystemTime};
 
 use apiserver::{ApiServer, Fault, Kind, NODE_METRICS_PATH, NODES_PATH, node, node_metrics};
-use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
-use kube_prober::fetch::{UsageFetcher, run_once};
+use kube_prober::hub::{RunOutcome, Store};
 use kube_prober::model::NodeCapacity;
-use kube_prober::provider::{RunOutcome, Store};
+use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+use kube_prober::sources::usage::{UsageFetcher, run_once};
 use kube_prober::watcher::{WatcherMetrics, WatcherOptions, render};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -351,9 +351,9 @@ async fn nodes_come_in_pages_node_metrics_whole_and_a_brief_fault_is_retried() {
 }
 
 /// Nodes as the cluster role's Node watcher holds them, for `with_node_source`.
-fn watched(names: &[String]) -> kube_prober::fetch::metrics_server::NodeSource {
-    use kube_prober::watch::lean::AsLeanNode;
-    let nodes: Vec<std::sync::Arc<kube_prober::watch::lean::LeanNode>> = names
+fn watched(names: &[String]) -> kube_prober::sources::usage::metrics_server::NodeSource {
+    use kube_prober::k8s::lean::AsLeanNode;
+    let nodes: Vec<std::sync::Arc<kube_prober::k8s::lean::LeanNode>> = names
         .iter()
         .map(|n| {
             let node = node(n, ("4", "8Gi"), ("4", "8Gi"));

@@ -11,15 +11,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kube_prober::error::Error;
+use kube_prober::hub::{Provider, Store};
 use kube_prober::model::{
     Addon, ClusterInfo, ClusterState, ContainerRestarts, Controller, NodeCapacity, NodeFacts,
     Placement, PodRestarts, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
-use kube_prober::provider::{Provider, Store};
-use kube_prober::sink::names;
-use kube_prober::sink::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
-use kube_prober::sink::{PushReport, PushScope, Sink};
+use kube_prober::outputs::names;
+use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
+use kube_prober::outputs::{PushReport, PushScope, Sink};
+use kube_prober::shared::error::Error;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
@@ -980,7 +980,7 @@ async fn instance_only_scope_sends_only_instance_level_families() {
         .filter(|m| {
             names::ALL
                 .iter()
-                .any(|f| f.name == m.family && kube_prober::sink::series::is_instance_level(f))
+                .any(|f| f.name == m.family && kube_prober::outputs::series::is_instance_level(f))
         })
         .map(|m| m.name)
         .collect();

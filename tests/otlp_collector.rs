@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kube_prober::task::fixture::{self, Layout};
+use kube_prober::sources::task::fixture::{self, Layout};
 use otelcol::{Collector, Decoded};
 use serde_json::Value;
 use support::{Prober, wait_ready};

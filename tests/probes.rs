@@ -10,12 +10,12 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
-use kube_prober::probe::dns::DnsProbe;
-use kube_prober::probe::http::HttpProbe;
-use kube_prober::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
-use kube_prober::probe::run_once;
-use kube_prober::provider::Store;
-use kube_prober::sink::prometheus::{Format, render};
+use kube_prober::hub::Store;
+use kube_prober::outputs::prometheus::{Format, render};
+use kube_prober::sources::probe::dns::DnsProbe;
+use kube_prober::sources::probe::http::HttpProbe;
+use kube_prober::sources::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
+use kube_prober::sources::probe::run_once;
 
 async fn serve(app: Router) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fake_prom::{Behaviour, FakePrometheus};
-use kube_prober::api::server::Published;
-use kube_prober::fetch::http::HttpConfig;
-use kube_prober::fetch::prometheus::{PrometheusConfig, PrometheusFetcher};
-use kube_prober::fetch::run_once;
-use kube_prober::provider::{RunOutcome, Store};
+use kube_prober::hub::{RunOutcome, Store};
+use kube_prober::outputs::published::Published;
+use kube_prober::sources::usage::http::HttpConfig;
+use kube_prober::sources::usage::prometheus::{PrometheusConfig, PrometheusFetcher};
+use kube_prober::sources::usage::run_once;
 use kube_prober::watcher::{Metric, WatcherMetrics};
 
 fn config(url: &str) -> PrometheusConfig {

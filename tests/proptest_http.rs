@@ -10,11 +10,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use apiserver::Kind;
-use kube_prober::api::server::{self, AppState, Published};
-use kube_prober::fetch::UsageFetcher;
-use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+use kube_prober::hub::{Provider, Store};
 use kube_prober::model::{Resource, UsageSample};
-use kube_prober::provider::{Provider, Store};
+use kube_prober::outputs::published::Published;
+use kube_prober::serve::server::{self, AppState};
+use kube_prober::sources::usage::UsageFetcher;
+use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
 use serde_json::{Value, json};

@@ -11,20 +11,20 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube_prober::cli::Cli;
+use kube_prober::config::cli::Cli;
 use kube_prober::config::{Config, FileConfig};
-use kube_prober::fetch::procfs;
-use kube_prober::fetch::prometheus::{parse_vector, strip_port};
-use kube_prober::fetch::signalfx::{parse_metadata, parse_window};
-use kube_prober::quantity::{MAX_MAGNITUDE, parse_quantity};
-use kube_prober::task::cgroup;
-use kube_prober::watch::cluster::{Interner, node_label_keys, trim_node};
-use kube_prober::watch::derive::{
+use kube_prober::k8s::lean::{LeanNode, LeanPod};
+use kube_prober::shared::quantity::{MAX_MAGNITUDE, parse_quantity};
+use kube_prober::sources::cluster::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
     pod_facts,
 };
-use kube_prober::watch::lean::{LeanNode, LeanPod};
-use kube_prober::watch::task_pods::{TaskPodConfig, task_pod};
+use kube_prober::sources::cluster::watchers::{Interner, node_label_keys, trim_node};
+use kube_prober::sources::procfs;
+use kube_prober::sources::task::cgroup;
+use kube_prober::sources::task::pods::{TaskPodConfig, task_pod};
+use kube_prober::sources::usage::prometheus::{parse_vector, strip_port};
+use kube_prober::sources::usage::signalfx::{parse_metadata, parse_window};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
 use serde_json::{Value, json};
@@ -72,7 +72,7 @@ proptest! {
     #![proptest_config(config(CASES))]
 
     // --------------------------------------------------------------------------------------
-    // Kubernetes quantities (src/quantity.rs)
+    // Kubernetes quantities (src/shared/quantity.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -129,7 +129,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // cgroup cpuset lists (src/task/cgroup.rs)
+    // cgroup cpuset lists (src/sources/task/cgroup.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -165,7 +165,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // procfs (src/fetch/procfs.rs)
+    // procfs (src/sources/procfs.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -285,7 +285,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // Prometheus answers (src/fetch/prometheus.rs)
+    // Prometheus answers (src/sources/usage/prometheus.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -354,7 +354,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // SignalFx answers (src/fetch/signalfx.rs)
+    // SignalFx answers (src/sources/usage/signalfx.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -415,7 +415,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // The config file and flag values (src/config.rs)
+    // The config file and flag values (src/config/mod.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -463,7 +463,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // Kubernetes objects with missing or absurd fields (src/watch/derive.rs)
+    // Kubernetes objects with missing or absurd fields (src/sources/cluster/derive.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]

@@ -26,11 +26,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use control_plane::{ControlPlane, Options, items, node_name, quantity};
-use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher, NodeSource};
-use kube_prober::fetch::run_once;
+use kube_prober::hub::{RunOutcome, Store};
+use kube_prober::k8s::lean::LeanNode;
 use kube_prober::model::Resource;
-use kube_prober::provider::{RunOutcome, Store};
-use kube_prober::watch::lean::LeanNode;
+use kube_prober::sources::usage::metrics_server::{
+    MetricsServerConfig, MetricsServerFetcher, NodeSource,
+};
+use kube_prober::sources::usage::run_once;
 use serde_json::Value;
 
 /// Nodes `kwok-node-0..3` with one usage pod each.
@@ -75,7 +77,7 @@ async fn client(kubeconfig: &Path, max_response_bytes: usize) -> kube::Client {
         .await
         .expect("kube config");
     config.default_retry = false;
-    kube_prober::kubeclient::client_from_config(config, max_response_bytes).expect("client")
+    kube_prober::k8s::client::client_from_config(config, max_response_bytes).expect("client")
 }
 
 const ALLOCATABLE: MetricsServerConfig = MetricsServerConfig {

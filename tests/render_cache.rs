@@ -6,10 +6,11 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kube_prober::api::server::{self, AppState, Published, Renderers};
+use kube_prober::hub::{Provider, RunOutcome, Store};
 use kube_prober::model::{NodeCapacity, Resource, UsageSample};
-use kube_prober::provider::{Provider, RunOutcome, Store};
-use kube_prober::sink::prometheus;
+use kube_prober::outputs::body::Body;
+use kube_prober::outputs::published::{Published, Renderers};
+use kube_prober::serve::server::{self, AppState};
 use kube_prober::watcher::{Client, WatcherMetrics};
 use tokio::sync::watch;
 
@@ -277,7 +278,7 @@ async fn metrics_gzip_is_made_once_per_chunk_and_decodes_to_the_text() {
     // address) after another gzip scrape, and the answer is the gzip header followed by them,
     // in order (small ones are copied into frames of ~128 KB, so addresses in the answer are
     // not theirs). (Not the process-wide counter: other tests compress in parallel.)
-    let made = |b: &prometheus::Body| -> Vec<Option<usize>> {
+    let made = |b: &Body| -> Vec<Option<usize>> {
         b.chunks
             .iter()
             .map(|c| c.deflated_form().map(|d| d.as_ptr() as usize))

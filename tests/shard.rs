@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_prober::sink::names::{self, Family};
-use kube_prober::sink::select;
+use kube_prober::outputs::names::{self, Family};
+use kube_prober::outputs::select;
 use support::{Prober, get, run_binary, wait_ready};
 
 /// The family a sample belongs to (longest name that is the sample's name or its prefix + `_`).
@@ -494,7 +494,7 @@ struct HoldShardWatcher {
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for HoldShardWatcher {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if event.metadata().target() != "kube_prober::watch::shard" {
+        if event.metadata().target() != "kube_prober::sources::cluster::shard" {
             return;
         }
         let Some(release) = self.release.lock().unwrap().take() else {
@@ -533,7 +533,7 @@ fn shutdown_waits_for_the_statefulset_watcher() {
     rt.block_on(async move {
         let c = cluster(3).await;
         c.api.upsert(&statefulset(2));
-        let cli = kube_prober::cli::Cli::try_parse_from([
+        let cli = kube_prober::config::cli::Cli::try_parse_from([
             "kube-prober",
             "--role",
             "cluster",

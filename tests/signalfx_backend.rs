@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fake_signalfx::{FakeSignalFx, Series, TOKEN};
-use kube_prober::api::server::Published;
-use kube_prober::fetch::http::{HttpConfig, Token};
-use kube_prober::fetch::run_once;
-use kube_prober::fetch::signalfx::{SignalFxConfig, SignalFxFetcher};
-use kube_prober::provider::{RunOutcome, Store};
+use kube_prober::hub::{RunOutcome, Store};
+use kube_prober::outputs::published::Published;
+use kube_prober::sources::usage::http::{HttpConfig, Token};
+use kube_prober::sources::usage::run_once;
+use kube_prober::sources::usage::signalfx::{SignalFxConfig, SignalFxFetcher};
 use kube_prober::watcher::WatcherMetrics;
 
 fn series(id: &str, host: &str, metric: &str, values: &[f64]) -> Series {

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use kube_prober::api::server::{self, AppState, Published};
+use kube_prober::hub::{Provider, Store};
 use kube_prober::model::{Resource, Snapshot, UsageSample};
-use kube_prober::output::{SinkSchedule, run_sink};
-use kube_prober::provider::{Provider, Store};
-use kube_prober::sink::{PushError, PushReport, PushScope, Sink};
+use kube_prober::outputs::published::Published;
+use kube_prober::outputs::push::{SinkSchedule, run_sink};
+use kube_prober::outputs::{PushError, PushReport, PushScope, Sink};
+use kube_prober::serve::server::{self, AppState};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube_prober::model::{TaskContainer, TaskPod};
-use kube_prober::task::cgroup::{CgroupReader, Hier, Hierarchies, memory_nodes};
+use kube_prober::sources::task::cgroup::{CgroupReader, Hier, Hierarchies, memory_nodes};
 
 const CHILD_ENV: &str = "KUBE_PROBER_TASK_KERNEL_CHILD";
 const MEM_BYTES: usize = 64 << 20;

@@ -10,7 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube_prober::task::fixture::{self, Layout, Values};
+use kube_prober::sources::task::fixture::{self, Layout, Values};
 use support::{Prober, promtool_check, wait_ready};
 
 const NODE: &str = "worker-7";

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
+use kube_prober::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
 use support::{Prober, promtool_check, wait_ready};
 
 const NODE: &str = "worker-7";
@@ -161,7 +161,7 @@ impl Drop for CgroupGuard {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_cgroups_get_software_counters_per_pod() {
     let root = Path::new("/sys/fs/cgroup");
-    let Some(perf_dir) = kube_prober::task::perf::perf_root(root) else {
+    let Some(perf_dir) = kube_prober::sources::task::perf::perf_root(root) else {
         skip::skip(
             "perf-cgroup",
             &format!("no perf_event cgroup hierarchy under {}", root.display()),
@@ -209,7 +209,7 @@ async fn real_cgroups_get_software_counters_per_pod() {
         b.contains(&series)
     })
     .await;
-    let cpus = kube_prober::task::perf::online_cpus(Path::new("/sys")).len();
+    let cpus = kube_prober::sources::task::perf::online_cpus(Path::new("/sys")).len();
     assert!(
         body.contains(&format!(
             "kube_prober_task_perf_event_set{{node=\"{NODE}\",set=\"software\"}} 1"

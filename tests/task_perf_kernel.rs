@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube_prober::model::{PerfEventSet, PerfMode, TaskContainer, TaskPod};
-use kube_prober::task::perf::{FAILURE_REASONS, PerfCollector, online_cpus, perf_root};
+use kube_prober::sources::task::perf::{FAILURE_REASONS, PerfCollector, online_cpus, perf_root};
 
 const CHILD_ENV: &str = "KUBE_PROBER_TASK_PERF_KERNEL_CHILD";
 const BURN_SECONDS: f64 = 1.0;

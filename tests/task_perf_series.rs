@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use kube_prober::model::{
     PerfCounts, PerfEventSet, Snapshot, TaskContainer, TaskPerfSample, TaskPerfSet, TaskPod,
 };
-use kube_prober::sink::prometheus::{Format, render};
+use kube_prober::outputs::prometheus::{Format, render};
 use support::promtool_check;
 
 fn pod(name: &str, uid: &str) -> Arc<TaskPod> {

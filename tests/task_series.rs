@@ -13,9 +13,9 @@ use kube_prober::model::{
     CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, Snapshot, TaskContainer, TaskPod,
     TaskSample, TaskSet,
 };
-use kube_prober::sink::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
-use kube_prober::sink::prometheus::{Format, render};
-use kube_prober::sink::{PushScope, Sink};
+use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
+use kube_prober::outputs::prometheus::{Format, render};
+use kube_prober::outputs::{PushScope, Sink};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use otlp_support::OtlpReceiver;

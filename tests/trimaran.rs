@@ -5,8 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use kube_prober::hub::{Provider, Store};
 use kube_prober::model::{Resource, UsageSample};
-use kube_prober::provider::{Provider, Store};
 use kube_prober::watcher::{Metric, WatcherMetrics};
 
 const T0: u64 = 1_750_000_000;
@@ -149,7 +149,7 @@ mod apiserver;
 /// `Latest 50` (LVRB 75), kube-prober serves AVG 50 and STD 24.49 as well (LVRB 63).
 #[tokio::test]
 async fn metrics_server_rounds_give_lvrb_the_variation() {
-    use kube_prober::fetch::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+    use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
     let api = apiserver::start().await;
     api.set_nodes(vec![apiserver::node("n", ("4", "8Gi"), ("4", "8Gi"))]);
     let store = Store::new();
@@ -157,8 +157,9 @@ async fn metrics_server_rounds_give_lvrb_the_variation() {
     for (i, cpu) in ["800m", "3200m", "2"].into_iter().enumerate() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 60 * i as u64);
         api.set_node_metrics(vec![apiserver::node_metrics("n", cpu, "1Gi", at)]);
-        let outcome = kube_prober::fetch::run_once(&mut f, &store, Duration::from_secs(10)).await;
-        assert_eq!(outcome, kube_prober::provider::RunOutcome::Ok);
+        let outcome =
+            kube_prober::sources::usage::run_once(&mut f, &store, Duration::from_secs(10)).await;
+        assert_eq!(outcome, kube_prober::hub::RunOutcome::Ok);
     }
     let snap = store.snapshot(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 200));
     let bodies = kube_prober::watcher::render(&snap, Default::default()).unwrap();

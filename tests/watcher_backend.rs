@@ -2,8 +2,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use kube_prober::hub::{Provider, Store};
 use kube_prober::model::{BackendValue, BackendWindow, MetricType, Operator, Window};
-use kube_prober::provider::{Provider, Store};
 use kube_prober::watcher::{WatcherMetrics, WatcherOptions, render};
 
 const T0: u64 = 1_760_000_000;

@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube_prober::hub::Store;
 use kube_prober::model::ClusterState;
-use kube_prober::provider::Store;
-use kube_prober::watch::cluster::{PodScope, Scope, WatchConfig, spawn};
-use kube_prober::watch::derive::DeriveConfig;
+use kube_prober::sources::cluster::derive::DeriveConfig;
+use kube_prober::sources::cluster::watchers::{PodScope, Scope, WatchConfig, spawn};
 use tokio_util::sync::CancellationToken;
 
 /// Counts this thread's live heap bytes as glibc's malloc spends them (16-byte chunks with an
@@ -361,8 +361,8 @@ async fn node_scope_sees_only_its_node_and_pods() {
 #[test]
 fn a_watched_node_costs_a_fraction_of_a_whole_node() {
     use kube::runtime::reflector::ObjectRef;
-    use kube_prober::watch::cluster::{Interner, node_label_keys, trim_node};
-    use kube_prober::watch::lean::LeanNode;
+    use kube_prober::k8s::lean::LeanNode;
+    use kube_prober::sources::cluster::watchers::{Interner, node_label_keys, trim_node};
     const N: usize = 1000;
     let real = |mut v: serde_json::Value| {
         v["status"]["images"] = (0..40)
@@ -468,7 +468,7 @@ fn a_watched_node_costs_a_fraction_of_a_whole_node() {
 /// runtime here, the stand-in on another runtime's thread. `-- --nocapture` prints the figures.
 #[test]
 fn a_relist_does_not_hold_the_pods_twice() {
-    use kube_prober::watch::cluster::Stores;
+    use kube_prober::sources::cluster::watchers::Stores;
     const NODES: usize = 500;
     const PODS_PER_NODE: usize = 60;
     let server = tokio::runtime::Builder::new_multi_thread()
@@ -722,7 +722,7 @@ fn watcher_bodies_per_node_held_and_while_every_node_changes() {
 
 #[test]
 fn metrics_blocks_of_nodes_are_held_compressed() {
-    use kube_prober::sink::prometheus::{Format, Renderer};
+    use kube_prober::outputs::prometheus::{Format, Renderer};
     use std::io::Read;
     const N: usize = 5000;
     let (store, names) = store_after_fetches(N, 4);
@@ -793,8 +793,8 @@ fn store_after_fetches(n: usize, fetches: u64) -> (Store, Vec<String>) {
 /// Fetch `k` of a metrics-server backend (15 s after fetch `k - 1`): a CPU and memory sample
 /// of every node, every value moved since the previous fetch, and every node's capacity.
 fn fetch_usage(store: &Store, names: &[String], k: u64) {
+    use kube_prober::hub::NodeRecorder;
     use kube_prober::model::{NodeCapacity, Resource, UsageSample};
-    use kube_prober::provider::NodeRecorder;
     let at = usage_t0() + Duration::from_secs(15 * k);
     for (i, n) in names.iter().enumerate() {
         // Below 1 (a ratio) however many fetches.

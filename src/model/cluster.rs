@@ -123,7 +123,7 @@ pub struct Owner {
 /// and hands it one copy of each string the record holds (node; an addon pod's namespace,
 /// addon and container names: `watch::cluster::Interner::record`).
 ///
-/// [`PodRecord`]: crate::watch::aggregate::PodRecord
+/// [`PodRecord`]: crate::sources::cluster::aggregate::PodRecord
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodFacts {
     pub namespace: Arc<str>,

@@ -1,4 +1,6 @@
 //! Plain data shared by sources, the hub and outputs. No I/O, nothing imported from the rest of the crate.
+//!
+//! May import: [`crate::shared`] only (today: nothing).
 
 pub mod cluster;
 pub mod node;
@@ -15,7 +17,7 @@ pub use cluster::{
     NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 pub use node::{
-    BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample,
+    BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample, Window,
 };
 pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
@@ -23,7 +25,7 @@ pub use resource_map::ResourceMap;
 pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
-    BackendStat, ClusterInfo, NodeLoad, NodeMap, ProbeState, Snapshot, SourceStatus, Stat, Window,
+    BackendStat, ClusterInfo, NodeLoad, NodeMap, ProbeState, Snapshot, SourceStatus, Stat,
     WindowStats, unix_seconds,
 };
 pub use task::{

@@ -1,6 +1,6 @@
 //! Node usage as sources observe it.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// A quantity of node load. Each has one fixed base unit; nothing is stored as a percentage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,9 +117,42 @@ pub struct BackendValue {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackendWindow {
     pub node: String,
-    pub window: super::snapshot::Window,
+    pub window: Window,
     /// The interval the values stand for.
     pub start: std::time::SystemTime,
     pub end: std::time::SystemTime,
     pub values: Vec<BackendValue>,
+}
+
+/// An aggregation window, as load-watcher names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Window {
+    FiveMinutes,
+    TenMinutes,
+    FifteenMinutes,
+}
+
+impl Window {
+    pub const ALL: [Window; 3] = [
+        Window::FifteenMinutes,
+        Window::TenMinutes,
+        Window::FiveMinutes,
+    ];
+
+    pub fn duration(self) -> Duration {
+        match self {
+            Window::FiveMinutes => Duration::from_secs(5 * 60),
+            Window::TenMinutes => Duration::from_secs(10 * 60),
+            Window::FifteenMinutes => Duration::from_secs(15 * 60),
+        }
+    }
+
+    /// load-watcher's spelling: `15m`, `10m`, `5m`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::FiveMinutes => "5m",
+            Window::TenMinutes => "10m",
+            Window::FifteenMinutes => "15m",
+        }
+    }
 }

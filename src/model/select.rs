@@ -1,6 +1,6 @@
 //! Which series this instance emits: its shard of the cluster role, and the families the
 //! metric allow/denylist leaves out. Plain data; the predicates that read it live in
-//! `crate::sink::select`.
+//! `crate::outputs::select`.
 
 use std::collections::BTreeSet;
 

@@ -4,41 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::node::{BackendValue, NodeCapacity};
+use super::node::{BackendValue, NodeCapacity, Window};
 use super::resource_map::ResourceMap;
-
-/// An aggregation window, as load-watcher names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Window {
-    FiveMinutes,
-    TenMinutes,
-    FifteenMinutes,
-}
-
-impl Window {
-    pub const ALL: [Window; 3] = [
-        Window::FifteenMinutes,
-        Window::TenMinutes,
-        Window::FiveMinutes,
-    ];
-
-    pub fn duration(self) -> Duration {
-        match self {
-            Window::FiveMinutes => Duration::from_secs(5 * 60),
-            Window::TenMinutes => Duration::from_secs(10 * 60),
-            Window::FifteenMinutes => Duration::from_secs(15 * 60),
-        }
-    }
-
-    /// load-watcher's spelling: `15m`, `10m`, `5m`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Window::FiveMinutes => "5m",
-            Window::TenMinutes => "10m",
-            Window::FifteenMinutes => "15m",
-        }
-    }
-}
 
 /// Mean and population standard deviation of the samples in a window.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -189,7 +156,7 @@ pub struct Snapshot {
     pub platform: Option<std::sync::Arc<super::task::Platform>>,
     /// Per-pod perf counters (node role, `--task-perf-events`).
     pub task_perf: Option<std::sync::Arc<super::perf::TaskPerfSet>>,
-    /// This instance's shard and the families left out (see `crate::sink::select`).
+    /// This instance's shard and the families left out (see `crate::outputs::select`).
     pub selection: std::sync::Arc<super::select::Selection>,
 }
 

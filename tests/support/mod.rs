@@ -355,7 +355,7 @@ pub async fn wait_status(p: &Prober, path: &str, want: u16, secs: u64, what: &st
 /// A Burstable pod's cgroup and its containerd container's cgroup (cgroup v2, systemd driver)
 /// under the fixture root `root`, with values seeded from `seed` and `seed + 1`.
 pub fn write_task_cgroups(root: &Path, uid: &str, container_id: &str, seed: u64) {
-    use kube_prober::task::fixture::{self, Driver, Layout, Runtime, Values};
+    use kube_prober::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
     let pdir = fixture::pod_dir(Driver::Systemd, "burstable", uid);
     fixture::write_cgroup(root, Layout::V2, &pdir, &Values::seeded(seed)).unwrap();
     let c = pdir.join(fixture::container_dir(

@@ -1,0 +1,1184 @@
+//! The one wiring module: picks the role, builds sources, the hub and the server, runs the tick
+//! loop, and shuts everything down in order on SIGTERM/SIGINT.
+//!
+//! The top of the house: may import every other module; nothing imports it but `main.rs`.
+
+pub mod subcommand;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::outputs::published::Published;
+use crate::serve::server::{self, AppState};
+use tokio::task::JoinHandle;
+
+use crate::config::{
+    Config, DEFAULT_HOST_INTERVAL, DEFAULT_METRICS_SERVER_INTERVAL, DEFAULT_REMOTE_INTERVAL,
+};
+use crate::k8s::client;
+use crate::k8s::identity::{self, Identity, IdentityConfig};
+use crate::k8s::role::Role;
+use crate::outputs::watcher::WatcherOptions;
+use crate::shared::error::{Error, Result};
+use crate::sources::probe::dns::DnsProbe;
+use crate::sources::probe::http::HttpProbe;
+use crate::sources::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
+use crate::sources::probe::{self, Probe};
+use crate::sources::usage::MetricsProvider;
+use crate::sources::usage::http::{HttpConfig, Token};
+use crate::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
+use crate::sources::usage::prometheus::{PrometheusConfig, PrometheusFetcher};
+use crate::sources::usage::signalfx::{SignalFxConfig, SignalFxFetcher};
+use crate::sources::usage::{self, Schedule, host};
+
+use crate::config::SinkKind;
+use crate::hub::{Provider, Store};
+use crate::k8s::leader::{self, LeaseConfig};
+use crate::k8s::role;
+use crate::model::{ClusterInfo, Snapshot};
+use crate::outputs::Sink;
+use crate::outputs::gcm::{GcmClientConfig, GcmConfig, GcmSink};
+use crate::outputs::otlp::{OtlpConfig, OtlpResource, OtlpSink};
+use crate::outputs::push::{Leadership, SinkSchedule, run_sink};
+use crate::sources::cluster::derive::DeriveConfig;
+use crate::sources::cluster::watchers::{Scope, WatchConfig};
+
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully.
+/// `after_tick` runs (on a blocking thread) after each published snapshot; the binary uses it
+/// to hand freed heap back to the kernel.
+pub async fn run(cfg: Config, after_tick: Option<fn()>) -> Result<()> {
+    run_with(
+        cfg,
+        Hooks {
+            after_tick,
+            after_setup: None,
+        },
+    )
+    .await
+}
+
+/// What the binary runs at fixed points of the start and after each tick (issue #11: it hands
+/// the start-up's memory back there); tests run without.
+#[derive(Clone, Copy, Default)]
+pub struct Hooks {
+    /// After each published snapshot, on a blocking thread.
+    pub after_tick: Option<fn()>,
+    /// On the start's own thread, with the point's name, before the first tick: `"kube
+    /// client"` once the Kubernetes client is built (the kubeconfig's YAML, the TLS set-up and
+    /// its trust anchors are done with; not in a host role without one), and `"set-up"` once
+    /// every source and sink is started, before the tick loop is.
+    pub after_setup: Option<fn(&'static str)>,
+}
+
+/// [`run`] with every hook.
+pub async fn run_with(cfg: Config, hooks: Hooks) -> Result<()> {
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    // Handlers are installed here, before anything is logged or served: a SIGTERM that
+    // arrives right after start must stop us cleanly, not kill us by its default action.
+    let mut signals = Signals::install();
+    tokio::spawn(async move {
+        signals.next().await;
+        tracing::info!("signal received: shutting down");
+        on_signal.cancel();
+        signals.next().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    run_until_with(cfg, cancel, hooks).await
+}
+
+/// SIGTERM and SIGINT, installed when created.
+struct Signals {
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let term = signal(SignalKind::terminate())
+                .map_err(|e| tracing::error!(error = %e, "cannot listen for SIGTERM; only SIGINT stops kube-prober"))
+                .ok();
+            let int = signal(SignalKind::interrupt())
+                .map_err(|e| tracing::error!(error = %e, "cannot listen for SIGINT"))
+                .ok();
+            Signals { term, int }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            let term = async {
+                match &mut self.term {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let int = async {
+                match &mut self.int {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = term => {}
+                _ = int => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Runs until `cancel` fires.
+pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
+    run_until_with(cfg, cancel, Hooks::default()).await
+}
+
+async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) -> Result<()> {
+    let after_tick = hooks.after_tick;
+    let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
+    let provider_kind = cfg.usage.provider.unwrap_or(match choice.role {
+        Role::Host => MetricsProvider::Host,
+        Role::Cluster => MetricsProvider::KubernetesMetricsServer,
+        Role::Node => MetricsProvider::Host,
+    });
+    tracing::info!(
+        role = choice.role.as_str(),
+        reason = %choice.reason,
+        metrics_provider = provider_kind.as_str(),
+        "role chosen"
+    );
+    if choice.role == Role::Node && !cfg.task.cgroup_root.is_dir() {
+        return Err(Error::Config {
+            option: "--cgroup-root",
+            value: cfg.task.cgroup_root.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    let kubelet_pods = kubelet_pods(&cfg, choice.role)?;
+    let needs_kube =
+        choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
+    let kube_client = if needs_kube {
+        Some(client::honour_retry_after(
+            client::client(choice.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+        ))
+    } else {
+        None
+    };
+    if let (Some(f), true) = (hooks.after_setup, kube_client.is_some()) {
+        f("kube client");
+    }
+    let auth_kube_client = kube_client.clone();
+    if provider_kind == MetricsProvider::Host && !cfg.procfs.is_dir() {
+        return Err(Error::Config {
+            option: "--procfs",
+            value: cfg.procfs.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    let identity = match choice.role {
+        Role::Host => Identity::default(),
+        _ => identity::detect(&IdentityConfig::from_env()).await,
+    };
+    let node_name = match (&cfg.node_name, &identity.node_name) {
+        (Some(n), _) | (None, Some(n)) => n.clone(),
+        (None, None) => local_hostname()?,
+    };
+    let cluster_name = cfg
+        .cluster_name
+        .clone()
+        .or_else(|| identity.cluster_name.clone())
+        .unwrap_or_else(|| "unknown".into());
+
+    let store = Arc::new(Store::new());
+    store.cluster().record_cluster_info(ClusterInfo {
+        cluster_name: cluster_name.clone(),
+        role: choice.role.as_str().into(),
+        project: identity.project.clone().unwrap_or_default(),
+        location: identity.location.clone().unwrap_or_default(),
+    });
+
+    // A port in use or not allowed is the user's to fix: a config error (exit 2) naming --listen.
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| Error::Config {
+            option: "--listen",
+            value: cfg.listen.to_string(),
+            reason: match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    format!("cannot listen: {e} (another process holds this port; stop it or choose another --listen)")
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    format!("cannot listen: {e} (ports below 1024 need CAP_NET_BIND_SERVICE)")
+                }
+                _ => format!("cannot listen: {e}"),
+            },
+        })?;
+    let local = listener.local_addr().map_err(|source| Error::Listen {
+        addr: cfg.listen.to_string(),
+        source,
+    })?;
+
+    let (tls_config, security, tls_reloader) =
+        serve_security(&cfg, auth_kube_client, &cancel).await?;
+
+    let provider: Arc<dyn Provider> = store.clone();
+    let mut watch_tasks = Vec::new();
+    watch_tasks.extend(start_selection(
+        &cfg,
+        choice.role,
+        &store,
+        kube_client.as_ref(),
+        &cancel,
+    )?);
+    let mut node_stores = None;
+    if let (Some(client), true) = (&kube_client, choice.role != Role::Host) {
+        let scope = match choice.role {
+            Role::Node => Scope::Node {
+                name: node_name.clone(),
+            },
+            _ => Scope::Cluster {
+                namespaces: cfg.workload_namespaces.clone(),
+                pods: cfg.pod_scope,
+            },
+        };
+        if choice.role == Role::Node
+            && cfg.pod_scope != crate::sources::cluster::watchers::PodScope::All
+        {
+            tracing::warn!(
+                pod_scope = cfg.pod_scope.as_str(),
+                "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
+            );
+        }
+        let wc = WatchConfig {
+            scope,
+            derive: DeriveConfig {
+                addon_keys: cfg.addon_keys.clone(),
+                ..DeriveConfig::default()
+            },
+            interval: cfg.tick_interval,
+        };
+        let task_pods = (choice.role == Role::Node).then(|| {
+            crate::sources::task::pods::TaskPodIndex::new(
+                crate::sources::task::pods::TaskPodConfig {
+                    namespaces: cfg.task.namespaces.clone(),
+                    label_allowlist: cfg.task.label_allowlist.clone(),
+                },
+            )
+        });
+        // With --kubelet-url the kubelet's /pods feeds the task source, not the pod watch.
+        let (stores, tasks) = crate::sources::cluster::watchers::spawn_with_tasks(
+            client.clone(),
+            wc,
+            provider.clone(),
+            cancel.clone(),
+            task_pods
+                .clone()
+                .filter(|_| kubelet_pods.is_none())
+                .map(|t| Arc::new(t) as Arc<dyn crate::k8s::lean::PodFollower>),
+        );
+        // Added to, not replaced: the StatefulSet shard watcher is already in there.
+        watch_tasks.extend(tasks);
+        node_stores = Some(stores);
+        if let Some(index) = task_pods {
+            if let Some(source) = kubelet_pods {
+                watch_tasks.push(crate::sources::task::kubelet::spawn(
+                    source,
+                    index.clone(),
+                    cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+                    provider.clone(),
+                    cancel.clone(),
+                ));
+            }
+            watch_tasks.push(spawn_tasks(
+                &cfg,
+                &node_name,
+                index,
+                provider.clone(),
+                &cancel,
+            ));
+        }
+    }
+    watch_tasks.extend(spawn_probes(
+        &cfg,
+        choice.role,
+        identity.on_gce,
+        kube_client.as_ref(),
+        provider.clone(),
+        &cancel,
+    )?);
+    let sink_kube_client = kube_client.clone();
+    let (fetch_task, usage_source) = spawn_usage(
+        &cfg,
+        provider_kind,
+        &node_name,
+        kube_client,
+        node_stores.map(|s| (s, choice.role == Role::Cluster)),
+        provider,
+        cancel.clone(),
+    )?;
+    let watcher_opts = WatcherOptions {
+        legacy_scaling: cfg.usage.watcher_legacy_scaling,
+    };
+    let (tx, rx) = watch::channel(Arc::new(Published::render_with(
+        Arc::new(Snapshot::empty(SystemTime::now())),
+        usage_source,
+        watcher_opts,
+    )));
+    let sinks = spawn_sinks(
+        &cfg,
+        choice.role,
+        &SinkContext {
+            node_name: &node_name,
+            cluster_name: &cluster_name,
+            identity: &identity,
+            kube_client: sink_kube_client.as_ref(),
+        },
+        &rx,
+        store.clone(),
+        &cancel,
+    )
+    .await?;
+    if let Some(f) = hooks.after_setup {
+        f("set-up");
+    }
+    let tick_task = tokio::spawn(tick_loop(
+        store.clone(),
+        tx,
+        cfg.tick_interval,
+        usage_source,
+        watcher_opts,
+        after_tick,
+        cancel.clone(),
+    ));
+
+    let state = AppState {
+        published: rx,
+        stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
+    };
+    let auth_on = security.auth.is_some();
+    let app = server::router_with(state, security);
+    let server_cancel = cancel.clone();
+    let tls_on = tls_config.is_some();
+    let mut server_task = tokio::spawn(async move {
+        match tls_config {
+            Some(tls) => crate::serve::tls::serve(listener, app, tls, server_cancel).await,
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(server_cancel.cancelled_owned())
+                    .await
+            }
+        }
+    });
+    tracing::info!(
+        addr = %local,
+        tls = tls_on,
+        auth = if auth_on { "kubernetes" } else { "none" },
+        node = %node_name,
+        usage_source,
+        "listening"
+    );
+
+    let server_result = tokio::select! {
+        r = &mut server_task => Some(r),
+        _ = cancel.cancelled() => None,
+    };
+    cancel.cancel();
+    let _ = fetch_task.await;
+    for t in watch_tasks {
+        let _ = t.await;
+    }
+    // Sinks make their final push from the last snapshot (bounded), then the Lease goes.
+    sinks.shutdown().await;
+    let _ = tick_task.await;
+    if let Some(t) = tls_reloader {
+        let _ = t.await;
+    }
+    let server_result = match server_result {
+        Some(r) => Some(r),
+        None => match tokio::time::timeout(cfg.shutdown_timeout, &mut server_task).await {
+            Ok(r) => Some(r),
+            Err(_) => {
+                tracing::warn!(timeout = ?cfg.shutdown_timeout, "in-flight requests did not finish in time; closing them");
+                server_task.abort();
+                None
+            }
+        },
+    };
+    match server_result {
+        Some(Ok(Err(e))) => Err(Error::Listen {
+            addr: local.to_string(),
+            source: e,
+        }),
+        _ => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// The listener's TLS configuration (with its certificate reloader) and auth layer, from
+/// `--tls-*`, `--client-ca-file` and `--auth`. Files that cannot be used are config errors.
+async fn serve_security(
+    cfg: &Config,
+    kube_client: Option<kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<(
+    Option<Arc<rustls::ServerConfig>>,
+    server::Security,
+    Option<JoinHandle<()>>,
+)> {
+    use crate::serve::{auth, tls};
+    let mut security = server::Security::default();
+    let mut tls_config = None;
+    let mut reloader = None;
+    if let Some(settings) = &cfg.serve.tls {
+        let store = tls::CertStore::load(settings.clone()).map_err(|reason| Error::Config {
+            option: "--tls-cert-file",
+            value: settings.cert_file.display().to_string(),
+            reason,
+        })?;
+        tls_config = Some(tls::server_config(store.clone()).map_err(|reason| {
+            Error::Config {
+                option: "--client-ca-file",
+                value: settings
+                    .client_ca_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                reason,
+            }
+        })?);
+        security.tls_stats = Some(store.stats.clone());
+        reloader = Some(store.spawn_reloader(cancel.clone()));
+    }
+    if let Some(settings) = &cfg.serve.auth {
+        let client = match kube_client {
+            Some(c) => c,
+            None => client::client(cfg.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+        };
+        if cfg.serve.tls.is_none() {
+            tracing::warn!(
+                "--auth kubernetes without TLS: bearer tokens cross the network in clear text; set --tls-cert-file and --tls-key-file"
+            );
+        }
+        security.auth = Some(Arc::new(auth::Authorizer::new(client, settings.clone())));
+    }
+    Ok((tls_config, security, reloader))
+}
+
+/// `--kubelet-url`'s source, built before anything starts so a bad CA, certificate or token
+/// file is a config error (exit 2). Only the node role has tasks.
+fn kubelet_pods(
+    cfg: &Config,
+    role: Role,
+) -> Result<Option<crate::sources::task::kubelet::KubeletPods>> {
+    let Some(k) = &cfg.task.kubelet else {
+        return Ok(None);
+    };
+    if role != Role::Node {
+        return Err(Error::Config {
+            option: "--kubelet-url",
+            value: k.url.clone(),
+            reason: format!(
+                "only the node role reads the kubelet's /pods; this process runs the {} role",
+                role.as_str()
+            ),
+        });
+    }
+    crate::sources::task::kubelet::KubeletPods::new(k.clone(), cfg.timeout, cfg.max_response_bytes)
+        .map(Some)
+}
+
+/// The metric allow/denylist and the shard (`--shard`, or the StatefulSet watcher it starts).
+fn start_selection(
+    cfg: &Config,
+    role: Role,
+    store: &Arc<Store>,
+    kube_client: Option<&kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    use crate::config::ShardMode;
+    store.set_excluded_families(cfg.excluded_families.clone());
+    if cfg.shard != ShardMode::Off && role != Role::Cluster {
+        return Err(Error::Config {
+            option: "--shard",
+            value: format!("{:?}", cfg.shard),
+            reason: format!(
+                "sharding applies to the cluster role only (this is the {} role)",
+                role.as_str()
+            ),
+        });
+    }
+    match (&cfg.shard, kube_client) {
+        (ShardMode::Off, _) => Ok(None),
+        (ShardMode::Static(s), _) => {
+            tracing::info!(shard = s.index, total = s.total, "sharded");
+            store.cluster().record_shard(Some(*s));
+            Ok(None)
+        }
+        (
+            ShardMode::StatefulSet {
+                statefulset,
+                ordinal,
+            },
+            Some(client),
+        ) => {
+            let namespace = cfg
+                .sinks
+                .leader
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            tracing::info!(%namespace, %statefulset, ordinal, "shard from the StatefulSet");
+            Ok(Some(crate::sources::cluster::shard::spawn(
+                client.clone(),
+                &namespace,
+                statefulset,
+                *ordinal,
+                store.clone(),
+                cancel.clone(),
+            )))
+        }
+        (ShardMode::StatefulSet { .. }, None) => Err(Error::Kube {
+            what: "--shard-from-statefulset".into(),
+            reason: "no Kubernetes client was built".into(),
+        }),
+    }
+}
+
+/// The node role's task source: pods from the pod watcher, cgroups under `--cgroup-root`.
+fn spawn_tasks(
+    cfg: &Config,
+    node_name: &str,
+    index: crate::sources::task::pods::TaskPodIndex,
+    provider: Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let tc = crate::sources::task::TaskConfig {
+        node: node_name.to_string(),
+        cgroup_root: cfg.task.cgroup_root.clone(),
+        sysfs: cfg.task.sysfs.clone(),
+        procfs: cfg.procfs.clone(),
+        interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+        detail_every: cfg.task.detail_every,
+        container_detail_every: cfg.task.container_detail_every,
+    };
+    let pods: crate::sources::task::PodList = Arc::new(move || index.pods());
+    if cfg.task.perf_events == crate::model::PerfMode::Off {
+        return crate::sources::task::spawn(tc, pods, provider, cancel.clone());
+    }
+    // `--task-perf-events`: its own loop beside the cgroup reader; both end with `cancel`.
+    let pc = crate::sources::task::perf::PerfConfig {
+        node: node_name.to_string(),
+        cgroup_root: cfg.task.cgroup_root.clone(),
+        sysfs: cfg.task.sysfs.clone(),
+        mode: cfg.task.perf_events,
+        interval: tc.interval,
+    };
+    let perf =
+        crate::sources::task::perf::spawn(pc, pods.clone(), provider.clone(), cancel.clone());
+    let tasks = crate::sources::task::spawn(tc, pods, provider, cancel.clone());
+    tokio::spawn(async move {
+        let _ = tasks.await;
+        let _ = perf.await;
+    })
+}
+
+/// Makes a snapshot every `interval` (every 200 ms until the first ready one) and publishes it.
+async fn tick_loop(
+    store: Arc<Store>,
+    tx: watch::Sender<Arc<Published>>,
+    interval: Duration,
+    usage_source: &'static str,
+    watcher_opts: WatcherOptions,
+    after_tick: Option<fn()>,
+    cancel: CancellationToken,
+) {
+    let mut ready = false;
+    loop {
+        let wait = if ready {
+            interval
+        } else {
+            interval.min(Duration::from_millis(200))
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let started = Instant::now();
+        // Off the async workers: at 5,000 nodes this is ~100 ms of CPU, and scrapes, watch
+        // events and pushes should not wait behind it.
+        let tick_store = store.clone();
+        // The renderers carry over from tick to tick: only what changed is written again.
+        let renderers = tx.borrow().renderers().clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let snapshot = Arc::new(tick_store.snapshot(SystemTime::now()));
+            Published::render_next(&renderers, snapshot, usage_source, watcher_opts)
+        })
+        .await;
+        let published = match made {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "making the snapshot failed; keeping the previous one");
+                continue;
+            }
+        };
+        if published.ready && !ready {
+            ready = true;
+            tracing::info!(
+                nodes = published.snapshot.nodes.len(),
+                "ready: first complete snapshot"
+            );
+        }
+        drop(tx.send_replace(Arc::new(published)));
+        store.record_tick(started.elapsed());
+        if let Some(f) = after_tick {
+            let _ = tokio::task::spawn_blocking(f).await;
+        }
+    }
+}
+
+/// Starts one probe if its schedule is configured (not disabled).
+fn spawn_probe<P: Probe>(
+    cfg: &Config,
+    probe: P,
+    provider: &Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Option<JoinHandle<()>> {
+    if !runs_probes(&cfg.shard) {
+        return None;
+    }
+    let (interval, timeout) = *cfg.probes.schedules.get(probe.name())?;
+    tracing::info!(
+        probe = probe.name(),
+        target = probe.target(),
+        ?interval,
+        "probe enabled"
+    );
+    Some(tokio::spawn(probe::run(
+        probe,
+        probe::Schedule { interval, timeout },
+        provider.clone(),
+        cancel.clone(),
+    )))
+}
+
+/// Whether this instance runs probes: all but a cluster-role shard above 0, whose probe series
+/// are never emitted (they come from shard 0 only, `sink::select`). A StatefulSet pod's ordinal
+/// never changes, so this holds for the life of the process even when replicas change.
+fn runs_probes(shard: &crate::config::ShardMode) -> bool {
+    use crate::config::ShardMode;
+    match shard {
+        ShardMode::Off => true,
+        ShardMode::Static(s) => s.index == 0,
+        ShardMode::StatefulSet { ordinal, .. } => *ordinal == 0,
+    }
+}
+
+/// The probes of a role: cluster (metrics-server, cluster DNS, API server), node (kubelet,
+/// addon endpoints), and connectivity (URLs, DNS names) in every role.
+fn spawn_probes(
+    cfg: &Config,
+    role: Role,
+    on_gce: bool,
+    client: Option<&kube::Client>,
+    provider: Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Result<Vec<JoinHandle<()>>> {
+    let p = &cfg.probes;
+    let mut tasks = Vec::new();
+    if !runs_probes(&cfg.shard) {
+        // Their targets are still validated below, so a bad URL fails on every shard alike.
+        tracing::info!("probes run on shard 0 only; this shard runs none");
+    }
+    let http = |name: &str, url: &str, timeout_of: &str| {
+        let timeout = p
+            .schedules
+            .get(timeout_of)
+            .map_or(Duration::from_secs(5), |s| s.1);
+        HttpProbe::new(name, url, timeout)
+            .map(|p| p.max_body_bytes(cfg.max_response_bytes))
+            .map_err(|reason| Error::Config {
+                option: "probe URL",
+                value: url.to_string(),
+                reason,
+            })
+    };
+    let mut dns_names = p.dns_names.clone().unwrap_or_else(|| match role {
+        Role::Cluster => vec!["kubernetes.default.svc.cluster.local".into()],
+        _ => Vec::new(),
+    });
+    if let (Role::Cluster, Some(client)) = (role, client) {
+        tasks.extend(spawn_probe(
+            cfg,
+            MetricsServerProbe::new(client.clone()),
+            &provider,
+            cancel,
+        ));
+        tasks.extend(spawn_probe(
+            cfg,
+            ApiServerReadyProbe::new(client.clone()),
+            &provider,
+            cancel,
+        ));
+        if !dns_names.is_empty() {
+            let first = dns_names.remove(0);
+            tasks.extend(spawn_probe(
+                cfg,
+                DnsProbe::new("cluster_dns", &first),
+                &provider,
+                cancel,
+            ));
+        }
+    }
+    if role == Role::Node {
+        let kubelet =
+            http("kubelet_healthz", &p.kubelet_healthz_url, "kubelet_healthz")?.body_contains("ok");
+        tasks.extend(spawn_probe(cfg, kubelet, &provider, cancel));
+        let node_ip = std::env::var("NODE_IP").unwrap_or_else(|_| "127.0.0.1".into());
+        if on_gce {
+            let host = IdentityConfig::from_env().metadata_host;
+            let url =
+                format!("http://{host}/computeMetadata/v1/instance/service-accounts/default/email");
+            let probe =
+                http("gce_metadata", &url, "gce_metadata")?.header("Metadata-Flavor", "Google");
+            tasks.extend(spawn_probe(cfg, probe, &provider, cancel));
+        }
+        for (_addon, url) in &p.addon_endpoints {
+            let url = url.replace("$NODE_IP", &node_ip);
+            tasks.extend(spawn_probe(
+                cfg,
+                http("addon_http", &url, "addon_http")?,
+                &provider,
+                cancel,
+            ));
+        }
+    }
+    for url in &p.urls {
+        tasks.extend(spawn_probe(
+            cfg,
+            http("http_get", url, "http_get")?,
+            &provider,
+            cancel,
+        ));
+    }
+    for name in &dns_names {
+        tasks.extend(spawn_probe(
+            cfg,
+            DnsProbe::new("dns_lookup", name),
+            &provider,
+            cancel,
+        ));
+    }
+    Ok(tasks)
+}
+
+/// Builds and spawns the usage source; returns its task and source name.
+fn spawn_usage(
+    cfg: &Config,
+    kind: MetricsProvider,
+    node_name: &str,
+    kube_client: Option<kube::Client>,
+    // The watchers' stores, and whether they hold every Node (cluster role) or one (node role).
+    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> Result<(JoinHandle<()>, &'static str)> {
+    let remote = |default_address: &str| -> Result<HttpConfig> {
+        let u = &cfg.usage;
+        let mut h = HttpConfig::new(u.address.clone().unwrap_or_else(|| default_address.into()));
+        h.timeout = cfg.timeout;
+        h.insecure_skip_verify = u.insecure_skip_verify;
+        h.token = u.token.clone();
+        h.ca_file = u.ca_file.clone();
+        h.max_body_bytes = cfg.max_response_bytes;
+        if u.openshift_auth {
+            let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
+            h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
+            if kind == MetricsProvider::Prometheus {
+                h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
+            }
+        }
+        Ok(h)
+    };
+    let schedule = |default: Duration| Schedule {
+        interval: cfg.interval.unwrap_or(default),
+        timeout: cfg.timeout,
+        expire_after: cfg.expire_after_fetches,
+    };
+    Ok(match kind {
+        MetricsProvider::Host => {
+            let f = host::HostFetcher::new(host::HostConfig {
+                procfs: cfg.procfs.clone(),
+                node_name: node_name.to_string(),
+            });
+            let s = schedule(DEFAULT_HOST_INTERVAL);
+            (tokio::spawn(usage::run(f, provider, s, cancel)), "host")
+        }
+        MetricsProvider::Prometheus => {
+            let mut pc = PrometheusConfig::new(remote("http://prometheus-k8s:9090")?);
+            pc.node_label = cfg.usage.prometheus_node_label.clone();
+            pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
+            if let Some(m) = &cfg.usage.prometheus_metrics {
+                pc.metrics = m.clone();
+            }
+            let mut f = PrometheusFetcher::new(pc)?;
+            if let Some((stores, _)) = node_stores {
+                f = f.with_node_addresses(Arc::new(move || stores.node_addresses()));
+            }
+            let s = schedule(DEFAULT_REMOTE_INTERVAL);
+            (
+                tokio::spawn(usage::run(f, provider, s, cancel)),
+                "prometheus",
+            )
+        }
+        MetricsProvider::SignalFx => {
+            let f = SignalFxFetcher::new(SignalFxConfig {
+                http: remote("https://api.signalfx.com")?,
+                host_name_suffix: cfg.usage.signalfx_host_name_suffix.clone(),
+                cluster_name: cfg.usage.signalfx_cluster_name.clone(),
+            })?;
+            let s = schedule(DEFAULT_REMOTE_INTERVAL);
+            (tokio::spawn(usage::run(f, provider, s, cancel)), "signalfx")
+        }
+        MetricsProvider::KubernetesMetricsServer => {
+            let client = kube_client.ok_or_else(|| Error::Kube {
+                what: "the KubernetesMetricsServer backend".into(),
+                reason: "no Kubernetes client was built".into(),
+            })?;
+            let mut f = MetricsServerFetcher::new(
+                client,
+                MetricsServerConfig {
+                    use_allocatable: cfg.usage.metrics_server_use_allocatable,
+                },
+            );
+            // The cluster role watches every Node already: no LIST of all Nodes per fetch.
+            if let Some((stores, true)) = node_stores {
+                let listed = stores.clone();
+                f = f.with_node_source(
+                    Arc::new(move || stores.nodes.state()),
+                    Box::pin(async move { listed.nodes_listed().await }),
+                );
+            }
+            let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);
+            (
+                tokio::spawn(usage::run(f, provider, s, cancel)),
+                "metrics_server",
+            )
+        }
+    })
+}
+
+/// What the sinks need to know about this instance.
+struct SinkContext<'a> {
+    node_name: &'a str,
+    cluster_name: &'a str,
+    identity: &'a Identity,
+    kube_client: Option<&'a kube::Client>,
+}
+
+/// The running push outputs and the leader elector.
+struct Sinks {
+    tasks: Vec<JoinHandle<()>>,
+    elector: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl Sinks {
+    async fn shutdown(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Some((cancel, task)) = self.elector {
+            cancel.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts each configured push output on its own ticker and, in the cluster role, the Lease
+/// elector that decides which replica pushes cluster-level series.
+async fn spawn_sinks(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    published: &watch::Receiver<Arc<Published>>,
+    store: Arc<Store>,
+    cancel: &CancellationToken,
+) -> Result<Sinks> {
+    let sc = &cfg.sinks;
+    let mut sinks = Sinks {
+        tasks: Vec::new(),
+        elector: None,
+    };
+    if sc.kinds.is_empty() {
+        if sc.leader.enabled == Some(true) {
+            tracing::warn!("--leader-elect has no effect without a --sink");
+        }
+        return Ok(sinks);
+    }
+    let schedule = SinkSchedule {
+        interval: sc.interval,
+        timeout: sc.timeout,
+        final_push: cfg.shutdown_timeout.min(sc.timeout),
+    };
+    // This replica's name in the Lease and in `service.instance.id`.
+    let instance_id = match &sc.leader.identity {
+        Some(i) => i.clone(),
+        None => format!("{}_{}", local_hostname()?, std::process::id()),
+    };
+    // Build every sink first: a bad setting stops the start before anything runs.
+    let mut gcm = None;
+    let mut otlp = None;
+    for kind in &sc.kinds {
+        match kind {
+            SinkKind::Gcm => {
+                let g = &sc.gcm;
+                let project = g.project.clone().or_else(|| ctx.identity.project.clone());
+                if project.is_none() {
+                    return Err(Error::Config {
+                        option: "--gcm-project",
+                        value: String::new(),
+                        reason: "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)".into(),
+                    });
+                }
+                let location = g.location.clone().or_else(|| ctx.identity.location.clone());
+                if location.is_none() {
+                    return Err(Error::Config {
+                        option: "--gcm-location",
+                        value: String::new(),
+                        reason: "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location".into(),
+                    });
+                }
+                let gc = GcmConfig {
+                    client: GcmClientConfig {
+                        endpoint: g.endpoint.clone(),
+                        anonymous: g.anonymous,
+                        ..GcmClientConfig::default()
+                    },
+                    project,
+                    location,
+                    cluster: Some(ctx.cluster_name.to_string()),
+                    prefix: g.prefix.clone(),
+                    own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
+                    node_series: g.node_series,
+                    // Retries stop before the runner's timeout would cut the push off.
+                    push_deadline: sc.timeout.mul_f64(0.9),
+                    ..GcmConfig::default()
+                };
+                gcm = Some(Arc::new(GcmSink::new(gc).await?));
+            }
+            SinkKind::Otlp => {
+                let o = &sc.otlp;
+                let oc = OtlpConfig {
+                    protocol: o.protocol.clone(),
+                    endpoint: o.endpoint.clone(),
+                    headers: o
+                        .headers
+                        .iter()
+                        .flat_map(|h| h.split(','))
+                        .map(|h| h.trim().to_string())
+                        .filter(|h| !h.is_empty())
+                        .collect(),
+                    ca_file: o.ca_file.clone(),
+                    client_cert_file: o.client_cert.clone(),
+                    client_key_file: o.client_key.clone(),
+                    compression: o.compression.clone(),
+                    timeout: Some(sc.timeout.mul_f64(0.9)),
+                    max_points_per_request: o.max_points_per_request,
+                    max_response_bytes: Some(cfg.max_response_bytes),
+                };
+                let resource = OtlpResource {
+                    cluster_name: ctx.cluster_name.to_string(),
+                    role: role.as_str().to_string(),
+                    node_name: matches!(role, Role::Node | Role::Host)
+                        .then(|| ctx.node_name.to_string()),
+                    project: ctx.identity.project.clone().unwrap_or_default(),
+                    location: ctx.identity.location.clone().unwrap_or_default(),
+                    instance_id: instance_id.clone(),
+                    host_id: if role == Role::Host {
+                        machine_id()
+                    } else {
+                        String::new()
+                    },
+                };
+                let sink = OtlpSink::new(&oc, &resource)?;
+                tracing::info!(
+                    protocol = sink.settings().protocol.as_str(),
+                    endpoint = %sink.settings().endpoint,
+                    "OTLP sink configured"
+                );
+                otlp = Some(Arc::new(sink));
+            }
+        }
+    }
+    let leadership: Leadership = match (role, sc.leader.enabled, ctx.kube_client) {
+        (Role::Cluster, None | Some(true), Some(client)) => {
+            let l = &sc.leader;
+            let namespace = l
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            let identity = instance_id.clone();
+            let lc = LeaseConfig {
+                lease_duration: l.lease_duration,
+                renew_deadline: l.renew_deadline,
+                retry_period: l.retry_period,
+                ..LeaseConfig::new(lease_name(&l.lease_name, &cfg.shard), namespace, identity)
+            };
+            lc.validate()?;
+            tracing::info!(
+                lease = %format!("{}/{}", lc.namespace, lc.name),
+                identity = %lc.identity,
+                "leader election on: only the Lease holder pushes cluster-level series"
+            );
+            let elector_cancel = CancellationToken::new();
+            let lease = format!("{}/{}", lc.namespace, lc.name);
+            let elector = leader::start(client.clone(), lc, elector_cancel.clone());
+            // Leadership on /metrics (kube_prober_leader), from every change the elector makes.
+            let mut leading = elector.leading.clone();
+            let recorder = store.clone();
+            let mirror = tokio::spawn(async move {
+                loop {
+                    let now = *leading.borrow_and_update();
+                    recorder.sink().record_leadership(&lease, now);
+                    if leading.changed().await.is_err() {
+                        break;
+                    }
+                }
+            });
+            let task = tokio::spawn(async move {
+                let _ = elector.task.await;
+                let _ = mirror.await;
+            });
+            sinks.elector = Some((elector_cancel, task));
+            Some(elector.leading)
+        }
+        (Role::Cluster, Some(false), _) => {
+            tracing::info!("leader election off: this replica pushes everything");
+            None
+        }
+        (_, Some(true), _) => {
+            tracing::warn!(
+                role = role.as_str(),
+                "--leader-elect applies to the cluster role only; ignored"
+            );
+            None
+        }
+        _ => None,
+    };
+    fn start<S: Sink>(
+        sink: Arc<S>,
+        schedule: SinkSchedule,
+        published: &watch::Receiver<Arc<Published>>,
+        store: &Arc<Store>,
+        leadership: &Leadership,
+        cancel: &CancellationToken,
+    ) -> JoinHandle<()> {
+        tokio::spawn(run_sink(
+            sink,
+            schedule,
+            published.clone(),
+            store.clone(),
+            leadership.clone(),
+            cancel.clone(),
+        ))
+    }
+    if let Some(o) = otlp {
+        let t = start(o, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
+    }
+    if let Some(g) = gcm {
+        let t = start(g, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
+    }
+    tracing::info!(
+        sinks = %sc.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+        interval = ?sc.interval,
+        "push outputs started"
+    );
+    Ok(sinks)
+}
+
+/// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has
+/// its own pusher and two replicas of one shard still push once.
+fn lease_name(name: &str, shard: &crate::config::ShardMode) -> String {
+    use crate::config::ShardMode;
+    match shard {
+        ShardMode::Off => name.to_string(),
+        ShardMode::Static(s) => format!("{name}-shard-{}", s.index),
+        ShardMode::StatefulSet { ordinal, .. } => format!("{name}-shard-{ordinal}"),
+    }
+}
+
+fn local_hostname() -> Result<String> {
+    let name = hostname::get().map_err(|source| Error::Io {
+        path: Path::new("hostname").to_path_buf(),
+        source,
+    })?;
+    let name = name.to_string_lossy().trim().to_string();
+    if name.is_empty() {
+        return Err(Error::Config {
+            option: "--node-name",
+            value: String::new(),
+            reason: "the hostname is empty; set --node-name".into(),
+        });
+    }
+    Ok(name)
+}
+
+/// This machine's id for OTLP's `host.id` (host role): `/etc/machine-id`, empty when unreadable.
+fn machine_id() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_probes;
+    use crate::config::ShardMode;
+    use crate::model::Shard;
+
+    #[test]
+    fn only_shard_0_and_unsharded_instances_run_probes() {
+        assert!(runs_probes(&ShardMode::Off));
+        assert!(runs_probes(&ShardMode::Static(Shard {
+            index: 0,
+            total: 3
+        })));
+        assert!(!runs_probes(&ShardMode::Static(Shard {
+            index: 2,
+            total: 3
+        })));
+        let sts = |ordinal| ShardMode::StatefulSet {
+            statefulset: "kube-prober-shard".into(),
+            ordinal,
+        };
+        assert!(runs_probes(&sts(0)));
+        assert!(!runs_probes(&sts(1)));
+    }
+}

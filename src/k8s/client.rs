@@ -1,0 +1,104 @@
+//! Building the Kubernetes client: from a named kubeconfig, or from the pod's service account.
+
+use std::path::Path;
+
+use crate::shared::error::{Error, Result};
+
+fn kube_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Kube {
+        what: what.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// A client for `kubeconfig` (its current context), or in-cluster config when `None`; no
+/// response body it reads may exceed `max_response_bytes` (see [`crate::shared::limit`]).
+///
+/// kube's default retry (429/503/504, up to 15 tries) is turned off: every source has its own
+/// deadline and keeps its last good data, and a failure must show as what it is, not as a
+/// timeout after minutes of silent retries.
+pub async fn client(kubeconfig: Option<&Path>, max_response_bytes: usize) -> Result<kube::Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            // A kubeconfig we cannot use is the user's to fix: a config error (exit 2).
+            let bad = |e: &dyn std::fmt::Display| Error::Config {
+                option: "--kubeconfig",
+                value: path.display().to_string(),
+                reason: format!("{e} (fix it, or run with --role host)"),
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(&e))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(&e))?
+        }
+        None => kube::Config::incluster().map_err(|e| kube_err("in-cluster config", e))?,
+    };
+    config.default_retry = false;
+    client_from_config(config, max_response_bytes)
+}
+
+/// A client for `config` whose response bodies are capped at `max_response_bytes` (whole
+/// bodies; one event per line for watches).
+pub fn client_from_config(config: kube::Config, max_response_bytes: usize) -> Result<kube::Client> {
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| kube_err("building the Kubernetes client", e))?;
+    Ok(builder
+        .with_layer(&crate::shared::limit::BodyCapLayer {
+            limit: max_response_bytes,
+        })
+        .build())
+}
+
+/// `client` with a `Retry-After` gate: after a 429 or 503 naming a time, no request to the same
+/// API group leaves before it (see [`crate::k8s::backoff::paced`]).
+pub fn honour_retry_after(client: kube::Client) -> kube::Client {
+    crate::k8s::backoff::paced(client, None).0
+}
+
+/// A kube error as [`Error::Http`] ([`Error::TooLarge`] past the cap, [`Error::Parse`] for an
+/// answer that did not decode), keeping the API server's `Status` or the error chain.
+pub fn kube_error(what: &str, e: &kube::Error) -> Error {
+    if let Some(t) = crate::shared::limit::find_too_large(e) {
+        return Error::TooLarge {
+            what: what.to_string(),
+            reason: t.to_string(),
+        };
+    }
+    if let kube::Error::SerdeError(err) = e {
+        return Error::Parse {
+            what: what.to_string(),
+            reason: format!("invalid JSON in the answer: {err}"),
+        };
+    }
+    let reason = match e {
+        kube::Error::Api(s) => {
+            let mut r = format!("status {}", s.code);
+            if !s.reason.is_empty() {
+                r.push(' ');
+                r.push_str(&s.reason);
+            }
+            if !s.message.is_empty() {
+                r.push_str(": ");
+                r.push_str(&s.message);
+            }
+            r
+        }
+        other => {
+            let mut r = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !r.contains(&text) {
+                    r.push_str(": ");
+                    r.push_str(&text);
+                }
+                source = s.source();
+            }
+            r
+        }
+    };
+    Error::Http {
+        what: what.to_string(),
+        reason,
+    }
+}

@@ -1,0 +1,1230 @@
+//! OTLP push output: each push turns one [`Snapshot`] into OTLP `ExportMetricsServiceRequest`s
+//! built here from opentelemetry-proto's generated types, and sends them over OTLP/gRPC (our
+//! own tonic channel and opentelemetry-proto's generated `MetricsServiceClient`) or
+//! OTLP/HTTP with binary protobuf bodies (our reqwest client), in requests of at most
+//! [`OtlpSettings::max_points_per_request`] data points (see "Requests" below).
+//!
+//! No OpenTelemetry SDK is involved: the snapshot already holds the values the receiver must
+//! get (it is the one `/metrics` serves), so the sink writes the protocol messages itself.
+//! - gauges are OTLP gauges; counters are monotonic cumulative sums; semconv up-down counters
+//!   are non-monotonic cumulative sums.
+//! - the probe duration histogram is a cumulative explicit-bucket histogram whose bucket
+//!   counts, count and sum are the snapshot's, exactly (the snapshot's cumulative bucket
+//!   counts turned into per-bucket counts, the last bucket being `+Inf`). Min and max are not
+//!   sent: the snapshot does not have them. A series whose cumulative counts go down from one
+//!   bucket to the next (never produced by the hub) is left out of that push and logged at
+//!   debug level.
+//! - **Start time.** Every cumulative point (sums and the histogram) of one sink carries the
+//!   same `start_time_unix_nano`: the wall-clock time when the sink was made, kept for the
+//!   whole life of the process. The hub's counters start at zero when the process starts and
+//!   never reset while it runs, so that one start time is true for every series, including
+//!   series that appear later (their counts were zero before). A restart makes a new sink,
+//!   hence a new start time, which is how a receiver recognises the reset. Gauges carry no
+//!   start time (optional for gauges in OTLP).
+//! - **Point time.** Every point of one push carries the same `time_unix_nano`: the wall-clock
+//!   time when the push began, so the requests of one push describe one instant.
+//! - **NaN and ±Inf** values are not sent: their point is absent from that push (what the
+//!   OpenTelemetry SDK did with them, too). The sources already drop non-finite values before
+//!   they reach the hub (`kube_prober_source_dropped_values_total{reason="non_finite"}`), so this
+//!   only guards the encoding.
+//! - A series that left the snapshot is simply not in the next push: each push sends exactly
+//!   the snapshot's series, nothing is remembered between pushes except the start time.
+//!
+//! ## Requests
+//! One push is one request with the instance-level families ([`series::is_instance_level`]:
+//! the instance's own series and the probe histogram, a few per probe, source and sink, not
+//! growing with the cluster; not split), then as many requests as needed for everything else:
+//! batches of at most `max_points_per_request` data points, taken family by family in
+//! [`OTLP_METRICS`] order, a family larger than what is left of a batch being spread over
+//! several batches. Each series of the snapshot goes out exactly once per push. Each request
+//! is encoded just before it is sent and dropped after, so the memory of a push is that of
+//! the rows plus one request rather than of the whole push. A batch without points sends
+//! nothing. `PushReport` counts the requests sent and their points.
+//!
+//! A failed request ends the push: the remaining batches are not sent (the receiver is most
+//! likely down or refusing, and each further request would wait for its own timeout), and
+//! `PushError::sent` counts the requests the receiver answered, the failed one included when
+//! it answered (a connect, TLS or transport failure, or no answer in time, is not a request),
+//! and the points of those that succeeded. The next push sends everything again. The
+//! per-request timeout is the configured one; the push runner's timeout bounds the whole push.
+//! There are no retries inside the sink: the push runner has its own ticker, timeout and
+//! failure counters.
+//!
+//! ## Answers
+//! The receiver's answer is read through the same byte cap as every other answer
+//! (`--max-response-bytes`, [`OtlpSettings::max_response_bytes`]): over OTLP/HTTP with
+//! [`crate::shared::limit::read_capped`] (a larger `Content-Length` is refused before reading), over
+//! gRPC with tonic's decoding limit. An answer over the cap fails the request with reason
+//! `too_large` (counted in `kube_prober_sink_failures_total`); the receiver did answer, so the
+//! request counts, its points do not. A successful answer that reports a partial success
+//! (rejected points) is logged as a warning; the push still counts as a success, as in the
+//! OpenTelemetry exporters.
+//!
+//! ## Settings and the environment
+//! Each setting of [`OtlpConfig`] that is unset falls back to `OTEL_EXPORTER_OTLP_METRICS_*`,
+//! then `OTEL_EXPORTER_OTLP_*`, then the default; [`OtlpConfig::resolve`] does this and turns
+//! every bad value into `Error::Config` naming the flag or variable. Nothing else reads those
+//! variables: the headers sent are the resolved ones (the environment's, an explicit header
+//! replacing one of the same name), compression is exactly the resolved setting.
+//! `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` is not honoured: always cumulative.
+//! `OTEL_RESOURCE_ATTRIBUTES` adds to and overrides the sink's resource attributes;
+//! `OTEL_SERVICE_NAME` overrides `service.name`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    self as pm, AggregationTemporality, HistogramDataPoint, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, metric::Data, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+use super::names::{self, Family};
+use super::series::{self, Labels, Visitor};
+use super::{PushError, PushReport, PushScope, Sink};
+use crate::model::{PROBE_BUCKETS, Snapshot};
+use crate::shared::error::{Error, Result};
+use crate::shared::limit::{ReadError, read_capped};
+
+mod config;
+mod table;
+
+use config::config_err;
+pub use config::{
+    DEFAULT_MAX_POINTS_PER_REQUEST, DEFAULT_TIMEOUT, OtlpCompression, OtlpConfig, OtlpProtocol,
+    OtlpResource, OtlpSettings, OtlpTls,
+};
+pub use table::{Derivation, OTLP_METRICS, OtelKind, OtelMetric, attribute_key};
+
+/// The instrumentation scope name the metrics carry.
+pub const SCOPE_NAME: &str = "kube-prober";
+
+type Rows = Vec<(Vec<KeyValue>, f64)>;
+
+/// One probe histogram series as the snapshot has it: cumulative counts per bound (`+Inf`
+/// excluded), count and sum.
+#[derive(Debug, Clone, PartialEq)]
+struct HistogramRow {
+    attributes: Vec<KeyValue>,
+    buckets: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+/// How requests are sent.
+enum Transport {
+    Grpc {
+        client: MetricsServiceClient<Channel>,
+        /// The resolved headers, as gRPC metadata.
+        metadata: tonic::metadata::MetadataMap,
+    },
+    Http {
+        client: reqwest::Client,
+        /// The resolved headers.
+        headers: reqwest::header::HeaderMap,
+    },
+}
+
+/// The OTLP push output.
+pub struct OtlpSink {
+    transport: Transport,
+    /// The resource every request carries.
+    resource: Resource,
+    /// `start_time_unix_nano` of every cumulative point: when the sink was made.
+    start_time_unix_nano: u64,
+    /// One push at a time (the connector's `last_error` belongs to it).
+    push_lock: tokio::sync::Mutex<()>,
+    settings: OtlpSettings,
+    /// Filled by the gRPC channel's connector when it could not connect.
+    last_error: LastError,
+}
+
+impl std::fmt::Debug for OtlpSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OtlpSink")
+            .field("protocol", &self.settings.protocol)
+            .field("endpoint", &self.settings.endpoint)
+            .field("start_time_unix_nano", &self.start_time_unix_nano)
+            .finish()
+    }
+}
+
+/// Whether a metric belongs to an instance-level family (probes, sources, sinks, build, ...):
+/// those and the probe histogram go in the push's first request, the rest in batches.
+fn is_instance_metric(metric: &OtelMetric) -> bool {
+    names::ALL
+        .iter()
+        .any(|f| f.name == metric.family && series::is_instance_level(f))
+}
+
+fn tls_files_given(tls: &OtlpTls) -> bool {
+    tls.ca_pem.is_some() || tls.client.is_some()
+}
+
+fn string_kv(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A connect failure seen by the gRPC channel's connector: the request never reached the
+/// receiver, so it is not counted as a request, and its full text joins the error message
+/// (tonic reports only "transport error").
+#[derive(Debug, Clone, Default)]
+struct TransportError {
+    message: String,
+}
+
+type LastError = Arc<Mutex<Option<TransportError>>>;
+
+/// The gRPC channel's connector: plain TCP (tonic adds TLS on top), recording a failed
+/// connect in `last_error` so the export it fails is not counted as a request.
+#[derive(Debug, Clone)]
+struct WatchedConnector {
+    last_error: LastError,
+}
+
+impl tower_service::Service<http::Uri> for WatchedConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Self::Response>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let last_error = self.last_error.clone();
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+                .ok_or_else(|| std::io::Error::other(format!("no host in {uri}")))?;
+            let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                Some("https") => 443,
+                _ => 80,
+            });
+            match tokio::net::TcpStream::connect((host.as_str(), port)).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    Ok(hyper_util::rt::TokioIo::new(stream))
+                }
+                Err(e) => {
+                    if let Ok(mut last) = last_error.lock() {
+                        *last = Some(TransportError {
+                            message: format!("connecting to {host}:{port}: {e}"),
+                        });
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+}
+
+fn build_transport(s: &OtlpSettings, last_error: &LastError) -> Result<Transport> {
+    let https = s.endpoint.starts_with("https://");
+    if !https && tls_files_given(&s.tls) {
+        tracing::warn!(
+            endpoint = %s.endpoint,
+            "OTLP TLS files are set but the endpoint is not https://; they are not used"
+        );
+    }
+    match s.protocol {
+        OtlpProtocol::Grpc => {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (k, v) in &s.headers {
+                let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
+                    .map_err(|e| config_err("otlp header", k, e.to_string()))?;
+                let value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = v
+                    .parse()
+                    .map_err(|_| config_err("otlp header", k, "not a valid header value"))?;
+                metadata.insert(key, value);
+            }
+            let mut endpoint = tonic::transport::Endpoint::from_shared(s.endpoint.clone())
+                .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?
+                .timeout(s.timeout)
+                .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")))
+                .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?;
+            if https {
+                let mut tls = ClientTlsConfig::new();
+                tls = match &s.tls.ca_pem {
+                    Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
+                    None => tls.with_enabled_roots(),
+                };
+                if let Some((cert, key)) = &s.tls.client {
+                    tls = tls.identity(Identity::from_pem(cert, key));
+                }
+                endpoint = endpoint
+                    .tls_config(tls)
+                    .map_err(|e| config_err("otlp TLS", &s.endpoint, e.to_string()))?;
+            }
+            let channel = endpoint.connect_with_connector_lazy(WatchedConnector {
+                last_error: last_error.clone(),
+            });
+            let mut client = MetricsServiceClient::new(channel)
+                .max_decoding_message_size(s.max_response_bytes)
+                .max_encoding_message_size(usize::MAX);
+            if s.compression == OtlpCompression::Gzip {
+                client = client.send_compressed(CompressionEncoding::Gzip);
+            }
+            Ok(Transport::Grpc { client, metadata })
+        }
+        OtlpProtocol::HttpProtobuf => {
+            let mut client = reqwest::Client::builder()
+                .timeout(s.timeout)
+                .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")));
+            if https {
+                if let Some(ca) = &s.tls.ca_pem {
+                    let certs = reqwest::Certificate::from_pem_bundle(ca)
+                        .map_err(|e| config_err("otlp CA file", "(PEM)", e.to_string()))?;
+                    client = client.tls_certs_only(certs);
+                }
+                if let Some((cert, key)) = &s.tls.client {
+                    let mut pem = cert.clone();
+                    pem.push(b'\n');
+                    pem.extend_from_slice(key);
+                    let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                        config_err("otlp client certificate", "(PEM)", e.to_string())
+                    })?;
+                    client = client.identity(id);
+                }
+            }
+            let client = client.build().map_err(|e| Error::Config {
+                option: "otlp",
+                value: s.endpoint.clone(),
+                reason: format!("building the HTTP client: {e}"),
+            })?;
+            let mut headers = reqwest::header::HeaderMap::new();
+            for (k, v) in &s.headers {
+                let name = http::HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| config_err("otlp header", k, e.to_string()))?;
+                let value = http::HeaderValue::from_str(v)
+                    .map_err(|e| config_err("otlp header", k, e.to_string()))?;
+                headers.insert(name, value);
+            }
+            Ok(Transport::Http { client, headers })
+        }
+    }
+}
+
+/// The error's text with its sources, `: `-separated.
+fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    let mut depth = 0;
+    while let Some(s) = source {
+        depth += 1;
+        if depth > 16 {
+            break;
+        }
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    message
+}
+
+/// The outcome of one request: whether the receiver answered, and `Err((reason, message))`
+/// on failure.
+type Sent = (bool, std::result::Result<(), (String, String)>);
+
+impl OtlpSink {
+    /// Resolves `config` against the process environment and builds the sink. Must be called
+    /// inside a Tokio runtime (the gRPC channel is created lazily on it).
+    pub fn new(config: &OtlpConfig, resource: &OtlpResource) -> Result<Self> {
+        Self::from_settings(config.resolve()?, resource)
+    }
+
+    /// Builds the sink from resolved settings. Its start time (that of every cumulative
+    /// point it sends) is now.
+    pub fn from_settings(settings: OtlpSettings, resource: &OtlpResource) -> Result<Self> {
+        let last_error = LastError::default();
+        let transport = build_transport(&settings, &last_error)?;
+        let attributes = resource
+            .build(&settings)
+            .into_iter()
+            .map(|(k, v)| string_kv(k, v))
+            .collect();
+        Ok(OtlpSink {
+            transport,
+            resource: Resource {
+                attributes,
+                ..Default::default()
+            },
+            start_time_unix_nano: unix_nanos(SystemTime::now()),
+            push_lock: tokio::sync::Mutex::new(()),
+            last_error,
+            settings,
+        })
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> &OtlpSettings {
+        &self.settings
+    }
+
+    /// The start time every cumulative point of this sink carries (Unix nanoseconds).
+    pub fn start_time_unix_nano(&self) -> u64 {
+        self.start_time_unix_nano
+    }
+
+    /// One request's message: the resource, our scope, and one metric per non-empty row set
+    /// (in [`OTLP_METRICS`] order), plus the histogram rows.
+    fn request(
+        &self,
+        batch: Vec<Rows>,
+        histograms: Vec<HistogramRow>,
+        time_unix_nano: u64,
+    ) -> (ExportMetricsServiceRequest, u64) {
+        let start = self.start_time_unix_nano;
+        let mut metrics = Vec::new();
+        let mut points = 0u64;
+        let mut histograms = Some(histograms);
+        for (rows, m) in batch.into_iter().zip(OTLP_METRICS) {
+            let description = names::ALL
+                .iter()
+                .find(|f| f.name == m.family)
+                .map(|f| f.help)
+                .unwrap_or_default();
+            let number_points = |rows: Rows, start: u64| -> Vec<NumberDataPoint> {
+                rows.into_iter()
+                    .filter(|(_, v)| v.is_finite())
+                    .map(|(attributes, v)| NumberDataPoint {
+                        attributes,
+                        start_time_unix_nano: start,
+                        time_unix_nano,
+                        value: Some(number_data_point::Value::AsDouble(v)),
+                        ..Default::default()
+                    })
+                    .collect()
+            };
+            let (data, n) = match m.kind {
+                OtelKind::Gauge => {
+                    let data_points = number_points(rows, 0);
+                    let n = data_points.len();
+                    (Data::Gauge(pm::Gauge { data_points }), n)
+                }
+                OtelKind::Counter | OtelKind::UpDownCounter => {
+                    let data_points = number_points(rows, start);
+                    let n = data_points.len();
+                    (
+                        Data::Sum(pm::Sum {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: m.kind == OtelKind::Counter,
+                        }),
+                        n,
+                    )
+                }
+                OtelKind::Histogram => {
+                    let data_points: Vec<HistogramDataPoint> = histograms
+                        .take()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|h| histogram_point(h, start, time_unix_nano))
+                        .collect();
+                    let n = data_points.len();
+                    (
+                        Data::Histogram(pm::Histogram {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        }),
+                        n,
+                    )
+                }
+            };
+            if n == 0 {
+                continue;
+            }
+            points += n as u64;
+            metrics.push(pm::Metric {
+                name: m.name.to_string(),
+                description: description.to_string(),
+                unit: m.unit.to_string(),
+                data: Some(data),
+                ..Default::default()
+            });
+        }
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(self.resource.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE_NAME.to_string(),
+                        version: env!("CARGO_PKG_VERSION").to_string(),
+                        ..Default::default()
+                    }),
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        (request, points)
+    }
+
+    /// Sends one request over the configured transport.
+    async fn export(&self, request: ExportMetricsServiceRequest, points: u64) -> Sent {
+        let timeout = self.settings.timeout;
+        // A little over the client's own timeout, so its error (with details) wins.
+        let limit = timeout + Duration::from_millis(500);
+        let endpoint = &self.settings.endpoint;
+        let sent = match &self.transport {
+            Transport::Grpc { client, metadata } => {
+                if let Ok(mut last) = self.last_error.lock() {
+                    *last = None;
+                }
+                let mut req = tonic::Request::new(request);
+                for kv in metadata.iter() {
+                    if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv {
+                        req.metadata_mut().insert(k.clone(), v.clone());
+                    }
+                }
+                let mut client = client.clone();
+                tokio::time::timeout(limit, async move {
+                    let result = client.export(req).await;
+                    self.grpc_outcome(result.map(tonic::Response::into_inner))
+                })
+                .await
+            }
+            Transport::Http { client, headers } => {
+                tokio::time::timeout(limit, self.http_export(client, headers, request)).await
+            }
+        };
+        match sent {
+            Ok((answered, Ok(()))) => (answered, Ok(())),
+            Ok((answered, Err((reason, message)))) => (
+                answered,
+                Err((
+                    reason,
+                    format!("OTLP export of {points} points to {endpoint} failed: {message}"),
+                )),
+            ),
+            Err(_) => (
+                false,
+                Err((
+                    "timeout".into(),
+                    format!("OTLP export to {endpoint} did not finish within {limit:?}"),
+                )),
+            ),
+        }
+    }
+
+    fn grpc_outcome(
+        &self,
+        result: std::result::Result<ExportMetricsServiceResponse, tonic::Status>,
+    ) -> Sent {
+        let status = match result {
+            Ok(response) => {
+                log_partial_success(&self.settings.endpoint, &response);
+                return (true, Ok(()));
+            }
+            Err(status) => status,
+        };
+        let connect = self.last_error.lock().ok().and_then(|mut l| l.take());
+        let mut message = format!(
+            "export failed with gRPC code: {:?}: {}",
+            status.code(),
+            with_sources(&status)
+        );
+        if let Some(t) = &connect {
+            message = format!("{message}: {}", t.message);
+        }
+        // tonic's decoding limit (`--max-response-bytes`) on the answer.
+        if status.code() == tonic::Code::OutOfRange
+            && status.message().contains("message length too large")
+        {
+            return (
+                true,
+                Err((
+                    "too_large".into(),
+                    format!(
+                        "{message} (the answer is larger than the {}-byte limit, --max-response-bytes)",
+                        self.settings.max_response_bytes
+                    ),
+                )),
+            );
+        }
+        let reason = classify(&message);
+        // A failed connect, and failures tonic makes up itself (TLS, broken connection, its
+        // own timeout), never had an answer.
+        let answered =
+            connect.is_none() && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
+        (answered, Err((reason, message)))
+    }
+
+    async fn http_export(
+        &self,
+        client: &reqwest::Client,
+        headers: &reqwest::header::HeaderMap,
+        request: ExportMetricsServiceRequest,
+    ) -> Sent {
+        let mut body = request.encode_to_vec();
+        drop(request);
+        let mut builder = client
+            .post(&self.settings.endpoint)
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf");
+        if self.settings.compression == OtlpCompression::Gzip {
+            use std::io::Write as _;
+            let mut gz = flate2::write::GzEncoder::new(
+                Vec::with_capacity(body.len() / 4),
+                flate2::Compression::default(),
+            );
+            let compressed = gz.write_all(&body).and_then(|()| gz.finish());
+            match compressed {
+                Ok(c) => body = c,
+                Err(e) => {
+                    return (
+                        false,
+                        Err(("error".into(), format!("gzip of the request failed: {e}"))),
+                    );
+                }
+            }
+            builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+        }
+        // Set last: an explicit header replaces what the client would send itself.
+        for (k, v) in headers {
+            builder = builder.header(k.clone(), v.clone());
+        }
+        let response = match builder.body(body).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let message = format!("HTTP export failed: {}", with_sources(&e));
+                let lower = message.to_ascii_lowercase();
+                let reason = if e.is_timeout() {
+                    "timeout"
+                } else if lower.contains("certificate") || lower.contains("alert") {
+                    "tls"
+                } else {
+                    "transport"
+                };
+                return (false, Err((reason.into(), message)));
+            }
+        };
+        let status = response.status();
+        let body = match read_capped(response, self.settings.max_response_bytes).await {
+            Ok(b) => b,
+            Err(ReadError::TooLarge(t)) => {
+                return (
+                    true,
+                    Err((
+                        "too_large".into(),
+                        format!("HTTP export answered {}: {t}", status.as_u16()),
+                    )),
+                );
+            }
+            Err(ReadError::Read(e)) => {
+                let reason = if e.is_timeout() {
+                    "timeout"
+                } else {
+                    "transport"
+                };
+                return (
+                    true,
+                    Err((
+                        reason.into(),
+                        format!(
+                            "HTTP export answered {} and the body failed: {}",
+                            status.as_u16(),
+                            with_sources(&e)
+                        ),
+                    )),
+                );
+            }
+        };
+        if !status.is_success() {
+            let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
+            return (
+                true,
+                Err((
+                    format!("http_{}", status.as_u16()),
+                    format!(
+                        "HTTP export failed with status code: {}: {}",
+                        status.as_u16(),
+                        text.trim()
+                    ),
+                )),
+            );
+        }
+        // An empty or undecodable 2xx body is still a success (the spec's receivers answer
+        // with a message, but the data was accepted).
+        if let Ok(response) = ExportMetricsServiceResponse::decode(body) {
+            log_partial_success(&self.settings.endpoint, &response);
+        }
+        (true, Ok(()))
+    }
+}
+
+fn log_partial_success(endpoint: &str, response: &ExportMetricsServiceResponse) {
+    if let Some(p) = &response.partial_success
+        && (p.rejected_data_points > 0 || !p.error_message.is_empty())
+    {
+        let message: String = p.error_message.chars().take(300).collect();
+        tracing::warn!(
+            %endpoint,
+            rejected_data_points = p.rejected_data_points,
+            message,
+            "the OTLP receiver accepted the request in part"
+        );
+    }
+}
+
+/// The histogram point of one series: per-bucket counts from the snapshot's cumulative ones.
+/// `None` (logged) when they are not cumulative.
+fn histogram_point(h: HistogramRow, start: u64, time: u64) -> Option<HistogramDataPoint> {
+    let per_bucket = per_bucket_counts(&h.buckets, h.count);
+    let Some(bucket_counts) = per_bucket.filter(|_| h.buckets.len() == PROBE_BUCKETS.len()) else {
+        tracing::debug!(
+            series = ?h.attributes,
+            "probe histogram counts are not cumulative; series left out of this push"
+        );
+        return None;
+    };
+    Some(HistogramDataPoint {
+        attributes: h.attributes,
+        start_time_unix_nano: start,
+        time_unix_nano: time,
+        count: h.count,
+        sum: h.sum.is_finite().then_some(h.sum),
+        bucket_counts,
+        explicit_bounds: PROBE_BUCKETS.to_vec(),
+        ..Default::default()
+    })
+}
+
+/// Cumulative counts per bound and the total count as counts per bucket, `+Inf` last.
+fn per_bucket_counts(cumulative: &[u64], count: u64) -> Option<Vec<u64>> {
+    let mut out = Vec::with_capacity(cumulative.len() + 1);
+    let mut below = 0u64;
+    for &c in cumulative {
+        out.push(c.checked_sub(below)?);
+        below = c;
+    }
+    out.push(count.checked_sub(below)?);
+    Some(out)
+}
+
+/// The low-cardinality reason for an export error message.
+pub fn classify(message: &str) -> String {
+    if let Some(rest) = message.split("gRPC code: ").nth(1) {
+        let code: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
+        let lower = message.to_ascii_lowercase();
+        // Certificate problems are configuration, not an outage: keep them apart.
+        if lower.contains("invalid peer certificate") || lower.contains("received fatal alert") {
+            return "tls".to_string();
+        }
+        return match code.as_str() {
+            "Unavailable" => "unavailable",
+            "DeadlineExceeded" => "timeout",
+            "Cancelled" if lower.contains("timeout") || lower.contains("timed out") => "timeout",
+            "Cancelled" => "cancelled",
+            "Unauthenticated" => "unauthenticated",
+            "PermissionDenied" => "permission_denied",
+            "ResourceExhausted" => "resource_exhausted",
+            "InvalidArgument" => "invalid_argument",
+            "Unimplemented" => "unimplemented",
+            "Internal" => "internal",
+            // tonic reports failed TLS handshakes and broken connections this way.
+            "Unknown" if lower.contains("transport error") => "transport",
+            "Unknown" => "unknown",
+            _ => "error",
+        }
+        .to_string();
+    }
+    if let Some(rest) = message.split("status code: ").nth(1) {
+        let code: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(c) = code.parse::<u16>()
+            && (100..600).contains(&c)
+        {
+            return format!("http_{c}");
+        }
+    }
+    if message.contains("network error") {
+        return "transport".to_string();
+    }
+    "error".to_string()
+}
+
+impl Sink for OtlpSink {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+
+    async fn push(
+        &self,
+        snapshot: Arc<Snapshot>,
+        scope: PushScope,
+    ) -> std::result::Result<PushReport, PushError> {
+        let _one_at_a_time = self.push_lock.lock().await;
+        let time = unix_nanos(SystemTime::now());
+        let (mut rows, histograms) = prepare(&snapshot, scope);
+        // The instance-level rows (and the probe histogram): one request.
+        let instance: Vec<Rows> = rows
+            .iter_mut()
+            .zip(OTLP_METRICS)
+            .map(|(r, m)| {
+                if is_instance_metric(m) {
+                    std::mem::take(r)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let max = self.settings.max_points_per_request.max(1);
+        let mut sent = PushReport::default();
+        self.send(instance, histograms, time, &mut sent).await?;
+        while let Some(batch) = next_batch(&mut rows, max) {
+            self.send(batch, Vec::new(), time, &mut sent).await?;
+        }
+        Ok(sent)
+    }
+}
+
+/// Turns one snapshot into rows per [`OTLP_METRICS`] index (non-finite values already left
+/// out) and the probe histogram's series (no I/O).
+fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRow>) {
+    let mut c = Collector::new(scope);
+    series::visit(
+        snapshot,
+        &mut super::select::Filter::new(&snapshot.selection, &mut c),
+    );
+    let age = SystemTime::now()
+        .duration_since(snapshot.generated_at)
+        .unwrap_or_default()
+        .as_secs_f64();
+    c.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    c.derive();
+    for rows in &mut c.rows {
+        rows.retain(|(_, v)| v.is_finite());
+    }
+    (c.rows, c.histograms)
+}
+
+/// The next batch of at most `max` rows, taken off the end of `rows` (per [`OTLP_METRICS`]
+/// index, in index order; one family may be spread over several batches). `None` when no
+/// rows are left.
+fn next_batch(rows: &mut [Rows], max: usize) -> Option<Vec<Rows>> {
+    let mut batch: Vec<Rows> = vec![Vec::new(); rows.len()];
+    let mut n = 0;
+    for (i, r) in rows.iter_mut().enumerate() {
+        if n == max {
+            break;
+        }
+        if r.is_empty() {
+            continue;
+        }
+        let k = (max - n).min(r.len());
+        batch[i] = r.split_off(r.len() - k);
+        n += k;
+    }
+    (n > 0).then_some(batch)
+}
+
+impl OtlpSink {
+    /// Encodes `batch` (and `histograms`) as one request and sends it (none when it has no
+    /// points), adding to `sent`. A failed request ends the push: the error's `sent` counts it
+    /// among the requests when the receiver answered, and the points of the requests before
+    /// it.
+    async fn send(
+        &self,
+        batch: Vec<Rows>,
+        histograms: Vec<HistogramRow>,
+        time: u64,
+        sent: &mut PushReport,
+    ) -> std::result::Result<(), PushError> {
+        let (request, points) = self.request(batch, histograms, time);
+        if points == 0 {
+            return Ok(());
+        }
+        let (answered, result) = self.export(request, points).await;
+        // Only requests the receiver answered count; a connect or transport failure, or no
+        // answer in time, is not a request.
+        if answered {
+            sent.requests += 1;
+        }
+        match result {
+            Ok(()) => {
+                sent.points += points;
+                Ok(())
+            }
+            Err((reason, message)) => {
+                let earlier = sent.requests - u64::from(answered);
+                let before = if earlier > 0 {
+                    format!(
+                        " (request {} of this push; {} points went out before it)",
+                        earlier + 1,
+                        sent.points
+                    )
+                } else {
+                    String::new()
+                };
+                Err(PushError {
+                    reason,
+                    message: format!("{message}{before}"),
+                    sent: *sent,
+                })
+            }
+        }
+    }
+}
+
+/// Turns visitor rows into OTLP rows per [`OTLP_METRICS`] index.
+struct Collector {
+    scope: PushScope,
+    rows: Vec<Rows>,
+    /// Latest utilization per node, for the derived semconv usage metrics (by family name).
+    latest: HashMap<&'static str, HashMap<String, f64>>,
+    capacity: HashMap<&'static str, HashMap<String, f64>>,
+    histograms: Vec<HistogramRow>,
+}
+
+fn attrs(labels: &Labels<'_>) -> Vec<KeyValue> {
+    labels
+        .iter()
+        .map(|(k, v)| string_kv(attribute_key(k), *v))
+        .collect()
+}
+
+fn label<'a>(labels: &'a Labels<'_>, key: &str) -> Option<&'a str> {
+    labels.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+impl Collector {
+    fn new(scope: PushScope) -> Self {
+        Collector {
+            scope,
+            rows: vec![Vec::new(); OTLP_METRICS.len()],
+            latest: HashMap::new(),
+            capacity: HashMap::new(),
+            histograms: Vec::new(),
+        }
+    }
+
+    fn wanted(&self, family: &Family) -> bool {
+        self.scope == PushScope::All || series::is_instance_level(family)
+    }
+
+    /// Derived metrics from what the visit gathered.
+    fn derive(&mut self) {
+        for (i, m) in OTLP_METRICS.iter().enumerate() {
+            let Derivation::LatestTimesCapacity { capacity } = m.derivation else {
+                continue;
+            };
+            let (Some(latest), Some(cap)) =
+                (self.latest.get(m.family), self.capacity.get(capacity))
+            else {
+                continue;
+            };
+            // Point order: the map's (hash order).
+            let rows: Rows = latest
+                .iter()
+                .filter_map(|(node, u)| {
+                    let c = cap.get(node)?;
+                    Some((vec![string_kv("k8s.node.name", node.clone())], u * c))
+                })
+                .collect();
+            self.rows[i] = rows;
+        }
+    }
+}
+
+impl Visitor for Collector {
+    fn family(&mut self, family: &Family, rows: &[(Labels<'_>, f64)]) {
+        if !self.wanted(family) {
+            return;
+        }
+        // Inputs of derived metrics.
+        for m in OTLP_METRICS {
+            if let Derivation::LatestTimesCapacity { capacity } = m.derivation {
+                if m.family == family.name {
+                    let map = self.latest.entry(m.family).or_default();
+                    for (labels, v) in rows {
+                        if label(labels, "window") == Some("instant")
+                            && let Some(node) = label(labels, "node")
+                        {
+                            map.insert(node.to_string(), *v);
+                        }
+                    }
+                }
+                if capacity == family.name {
+                    let map = self.capacity.entry(capacity).or_default();
+                    for (labels, v) in rows {
+                        if let Some(node) = label(labels, "node") {
+                            map.insert(node.to_string(), *v);
+                        }
+                    }
+                }
+            }
+        }
+        for (i, m) in OTLP_METRICS.iter().enumerate() {
+            if m.family != family.name {
+                continue;
+            }
+            match m.derivation {
+                Derivation::Rows => {
+                    self.rows[i] = rows.iter().map(|(l, v)| (attrs(l), *v)).collect();
+                }
+                Derivation::AllConditionStatuses => {
+                    let mut out = Vec::with_capacity(rows.len() * 3);
+                    for (labels, _) in rows {
+                        let current = label(labels, "status")
+                            .unwrap_or("unknown")
+                            .to_ascii_lowercase();
+                        let base: Vec<KeyValue> = labels
+                            .iter()
+                            .filter(|(k, _)| *k != "status")
+                            .map(|(k, v)| {
+                                let key = match *k {
+                                    "condition" => "k8s.node.condition.type",
+                                    k => attribute_key(k),
+                                };
+                                string_kv(key, *v)
+                            })
+                            .collect();
+                        let mut statuses = vec!["true", "false", "unknown"];
+                        if !statuses.contains(&current.as_str()) {
+                            statuses.push(current.as_str());
+                        }
+                        for st in statuses {
+                            let mut a = base.clone();
+                            a.push(string_kv("k8s.node.condition.status", st));
+                            out.push((a, if st == current { 1.0 } else { 0.0 }));
+                        }
+                    }
+                    self.rows[i] = out;
+                }
+                Derivation::LatestTimesCapacity { .. } => {}
+            }
+        }
+    }
+
+    fn histogram(
+        &mut self,
+        family: &Family,
+        bounds: &[f64],
+        rows: &[(Labels<'_>, &[u64], f64, u64)],
+    ) {
+        if !self.wanted(family) || bounds != PROBE_BUCKETS.as_slice() {
+            return;
+        }
+        for (labels, buckets, sum, count) in rows {
+            self.histograms.push(HistogramRow {
+                attributes: attrs(labels),
+                buckets: buckets.to_vec(),
+                count: *count,
+                sum: *sum,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_counts_are_the_snapshots_per_bucket() {
+        // Cumulative per bound: 1 in (0, b0], 2 more in (b1, b2], 1 above the last bound.
+        let mut cumulative = vec![0u64; PROBE_BUCKETS.len()];
+        for (i, c) in cumulative.iter_mut().enumerate() {
+            *c = match i {
+                0 | 1 => 1,
+                _ => 3,
+            };
+        }
+        let h = HistogramRow {
+            attributes: vec![string_kv("probe", "dns")],
+            buckets: cumulative,
+            count: 4,
+            sum: 9.5,
+        };
+        let p = histogram_point(h.clone(), 7, 9).expect("cumulative");
+        let mut want = vec![0u64; PROBE_BUCKETS.len() + 1];
+        want[0] = 1;
+        want[2] = 2;
+        want[PROBE_BUCKETS.len()] = 1;
+        assert_eq!(p.bucket_counts, want);
+        assert_eq!((p.count, p.sum, p.min, p.max), (4, Some(9.5), None, None));
+        assert_eq!((p.start_time_unix_nano, p.time_unix_nano), (7, 9));
+        assert_eq!(p.explicit_bounds, PROBE_BUCKETS.to_vec());
+        // Not cumulative, or a count below the last bucket: left out.
+        let mut bad = h.clone();
+        bad.buckets[1] = 0;
+        assert_eq!(histogram_point(bad, 7, 9), None);
+        let bad = HistogramRow {
+            count: 2,
+            ..h.clone()
+        };
+        assert_eq!(histogram_point(bad, 7, 9), None);
+        let short = HistogramRow {
+            buckets: vec![1],
+            count: 1,
+            ..h
+        };
+        assert_eq!(histogram_point(short, 7, 9), None);
+    }
+
+    /// NaN and ±Inf never reach the wire: their points are absent, and a request with only
+    /// such values is not sent at all (it has no points).
+    #[tokio::test]
+    async fn non_finite_values_are_left_out() {
+        let settings = OtlpConfig {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        }
+        .resolve_with(&|_| None)
+        .expect("settings");
+        let sink = OtlpSink::from_settings(settings, &OtlpResource::default()).expect("sink");
+        let gauge = OTLP_METRICS
+            .iter()
+            .position(|m| m.kind == OtelKind::Gauge)
+            .expect("a gauge");
+        let sum = OTLP_METRICS
+            .iter()
+            .position(|m| m.kind == OtelKind::Counter)
+            .expect("a counter");
+        let mut batch: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
+        batch[gauge] = vec![
+            (vec![string_kv("a", "nan")], f64::NAN),
+            (vec![string_kv("a", "one")], 1.0),
+            (vec![string_kv("a", "inf")], f64::INFINITY),
+        ];
+        batch[sum] = vec![(vec![string_kv("a", "-inf")], f64::NEG_INFINITY)];
+        let (req, points) = sink.request(batch, Vec::new(), 5);
+        assert_eq!(points, 1);
+        let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+        assert_eq!(metrics.len(), 1, "the counter had only -Inf: no metric");
+        assert_eq!(metrics[0].name, OTLP_METRICS[gauge].name);
+        let Some(Data::Gauge(g)) = &metrics[0].data else {
+            panic!("not a gauge")
+        };
+        assert_eq!(g.data_points.len(), 1);
+        assert_eq!(
+            g.data_points[0].value,
+            Some(number_data_point::Value::AsDouble(1.0))
+        );
+
+        let mut only_nan: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
+        only_nan[gauge] = vec![(vec![], f64::NAN)];
+        let mut sent = PushReport::default();
+        // Nothing listens on port 9: a request would fail; none is made.
+        sink.send(only_nan, Vec::new(), 5, &mut sent)
+            .await
+            .expect("nothing to send");
+        assert_eq!(sent, PushReport::default());
+    }
+
+    #[test]
+    fn every_cumulative_point_of_a_request_has_the_sinks_start_time() {
+        let settings = OtlpConfig {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        }
+        .resolve_with(&|_| None)
+        .expect("settings");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _guard = rt.enter();
+        let sink = OtlpSink::from_settings(settings, &OtlpResource::default()).expect("sink");
+        let start = sink.start_time_unix_nano();
+        assert!(start > 0);
+        let mut batch: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];
+        for (i, rows) in batch.iter_mut().enumerate() {
+            *rows = vec![(vec![string_kv("i", i.to_string())], 1.0)];
+        }
+        let hist = HistogramRow {
+            attributes: vec![],
+            buckets: vec![0; PROBE_BUCKETS.len()],
+            count: 0,
+            sum: 0.0,
+        };
+        let (req, points) = sink.request(batch, vec![hist], start + 10);
+        assert_eq!(points as usize, OTLP_METRICS.len());
+        for m in &req.resource_metrics[0].scope_metrics[0].metrics {
+            match &m.data {
+                Some(Data::Sum(s)) => {
+                    assert!(
+                        s.data_points
+                            .iter()
+                            .all(|p| p.start_time_unix_nano == start)
+                    )
+                }
+                Some(Data::Histogram(h)) => {
+                    assert!(
+                        h.data_points
+                            .iter()
+                            .all(|p| p.start_time_unix_nano == start)
+                    )
+                }
+                Some(Data::Gauge(g)) => {
+                    assert!(g.data_points.iter().all(|p| p.start_time_unix_nano == 0))
+                }
+                other => panic!("{}: {other:?}", m.name),
+            }
+        }
+    }
+
+    #[test]
+    fn reasons_are_low_cardinality() {
+        assert_eq!(
+            classify("TonicMetricsClient export failed with gRPC code: Unavailable: x"),
+            "unavailable"
+        );
+        assert_eq!(
+            classify("export failed with gRPC code: Cancelled: Timeout expired"),
+            "timeout"
+        );
+        assert_eq!(
+            classify("gRPC code: ResourceExhausted"),
+            "resource_exhausted"
+        );
+        assert_eq!(
+            classify("HTTP export failed with status code: 503"),
+            "http_503"
+        );
+        assert_eq!(classify("HTTP export failed: network error"), "transport");
+        assert_eq!(
+            classify("gRPC code: Unknown: transport error: connection error: received fatal alert"),
+            "tls"
+        );
+        assert_eq!(
+            classify("gRPC code: Unavailable: transport error: invalid peer certificate: x"),
+            "tls"
+        );
+        assert_eq!(
+            classify("gRPC code: Unknown: transport error: connection reset"),
+            "transport"
+        );
+        assert_eq!(classify("something else"), "error");
+    }
+}

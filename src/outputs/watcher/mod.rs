@@ -1,0 +1,947 @@
+//! paypal/load-watcher's `/watcher` wire format: the structs (for decoding, as Trimaran does),
+//! the byte-exact encoder used at tick time, and a small client.
+//!
+//! Encoding rules copied from load-watcher's hand-written marshalers: every key always present,
+//! keys in struct order, hosts under `data.NodeMetricsMap`, `tags` `{}`, `metadata`
+//! `{"dataCenter":""}`, floats as the shortest decimal with no exponent, integer times.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds};
+use crate::outputs::body::{self, Body, Chunk};
+use crate::shared::error::{Error, Result};
+
+/// load-watcher's `WatcherMetrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WatcherMetrics {
+    pub timestamp: i64,
+    pub window: WatcherWindow,
+    pub source: String,
+    pub data: Data,
+}
+
+/// load-watcher's `Window`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WatcherWindow {
+    pub duration: String,
+    pub start: i64,
+    pub end: i64,
+}
+
+/// load-watcher's `Data`: the hosts sit under the key `NodeMetricsMap`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Data {
+    #[serde(rename = "NodeMetricsMap", default)]
+    pub node_metrics_map: BTreeMap<String, NodeMetrics>,
+}
+
+/// load-watcher's `NodeMetrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NodeMetrics {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub metrics: Vec<Metric>,
+    #[serde(default)]
+    pub tags: Tags,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// load-watcher's `Tags` (always empty).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Tags {}
+
+/// load-watcher's `Metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metadata {
+    #[serde(rename = "dataCenter", default)]
+    pub data_center: String,
+}
+
+/// load-watcher's `Metric`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metric {
+    #[serde(default)]
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub operator: String,
+    #[serde(default)]
+    pub rollup: String,
+    pub value: f64,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Metric>, D::Error> {
+    Ok(Option::<Vec<Metric>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// load-watcher's type constants.
+pub mod kinds {
+    pub const CPU: &str = "CPU";
+    pub const MEMORY: &str = "Memory";
+    pub const BANDWIDTH: &str = "Bandwidth";
+    pub const STORAGE: &str = "Storage";
+    pub const ENERGY: &str = "Energy";
+}
+
+/// load-watcher's operator constants.
+pub mod operators {
+    pub const AVG: &str = "AVG";
+    pub const STD: &str = "STD";
+    pub const LATEST: &str = "Latest";
+}
+
+/// The name in `source` for one of our source names.
+pub fn wire_source_name(source: &str) -> &str {
+    match source {
+        "host" => "Host",
+        "metrics_server" => "KubernetesMetricsServer",
+        "prometheus" => "Prometheus",
+        "signalfx" => "SignalFx",
+        other => other,
+    }
+}
+
+/// The pre-rendered `/watcher` bodies of one snapshot: the head (made each tick) and every
+/// host entry as deflated blocks of consecutive nodes (shared between ticks while none of a
+/// block's nodes changed). Only compressed bytes are held: the gzip answer is joined from
+/// them, the plain answer inflated from them on the first plain request, and a `?host=` answer
+/// is written on demand from the snapshot's node map.
+#[derive(Debug)]
+pub struct WatcherBodies {
+    /// Everything up to the first host entry.
+    head: Bytes,
+    /// Every host entry, comma-separated, in name order, as deflated blocks.
+    blocks: Arc<Vec<Arc<Block>>>,
+    /// The nodes the entries were written from, with the window and options (for `?host=`).
+    nodes: Arc<NodeMap>,
+    window: Window,
+    opts: WatcherOptions,
+    /// The body gzip-compressed, joined on the first request that accepts gzip: one piece,
+    /// so an answer is one write with a `Content-Length`, as a static file's.
+    all_gzip: std::sync::OnceLock<Bytes>,
+    /// How many times the gzip body was joined (once per body at most; a test hook).
+    gzips: std::sync::atomic::AtomicU64,
+    /// The plain body, inflated on the first request of this body that does not accept gzip
+    /// and kept with it: held only while such a client polls (Trimaran's Go client asks for
+    /// gzip), so every plain answer of a tick after the first is one write of these bytes,
+    /// as a static file's. `None`: a block did not inflate (not seen: the bytes are our own).
+    all_plain: std::sync::OnceLock<Option<Bytes>>,
+}
+
+/// The entries of consecutive nodes (of the served window), held compressed only
+/// ([`Chunk::compressed`]: a piece that stands alone, so gzip streams are joined from pieces
+/// deflated once and each piece inflates by itself). Its boundaries come from the nodes' names
+/// ([`body::ends_block`], ~64 nodes a block), so adding or removing a node changes one
+/// block.
+#[derive(Debug)]
+struct Block {
+    /// The name of its first node, and how many nodes it holds.
+    first: Arc<str>,
+    len: usize,
+    /// Whether it opens the host map (its bytes then start without a comma).
+    leads: bool,
+    entries: Arc<Chunk>,
+}
+
+impl PartialEq for WatcherBodies {
+    /// The same bytes, window and options (the bodies of two ticks with the same data).
+    fn eq(&self, other: &Self) -> bool {
+        self.window == other.window
+            && self.opts == other.opts
+            && self.head == other.head
+            && self.all() == other.all()
+    }
+}
+
+/// Closes the host map, `data` and the body.
+const TAIL: &str = "}}}";
+
+impl WatcherBodies {
+    /// The body for all hosts, as pieces one after the other: the head, each block inflated
+    /// when the piece is asked for, the tail ([`WatcherBodies::all_plain`] joins them once).
+    /// An error is a block that does not inflate (not seen: the bytes are our own).
+    pub fn plain_pieces(&self) -> impl Iterator<Item = std::io::Result<Bytes>> + Send + 'static {
+        let blocks = self.blocks.clone();
+        std::iter::once(Ok(self.head.clone()))
+            .chain((0..blocks.len()).map(move |i| blocks[i].entries.try_text()))
+            .chain(std::iter::once(Ok(Bytes::from_static(TAIL.as_bytes()))))
+    }
+
+    /// The body for all hosts in one piece (inflated and joined: tests and small bodies; empty
+    /// when a block does not inflate).
+    pub fn all(&self) -> Bytes {
+        self.join_plain().unwrap_or_default()
+    }
+
+    fn join_plain(&self) -> std::io::Result<Bytes> {
+        let mut out = Vec::with_capacity(self.plain_len());
+        for piece in self.plain_pieces() {
+            out.extend_from_slice(&piece?);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// The plain body for all hosts in one piece: inflated once, on the first call, and kept
+    /// with this body (see the field); `None` when a block does not inflate.
+    pub fn all_plain(&self) -> Option<&Bytes> {
+        self.all_plain
+            .get_or_init(|| {
+                self.join_plain()
+                    .inspect_err(
+                        |e| tracing::error!(error = %e, "/watcher: a block did not inflate"),
+                    )
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Whether [`WatcherBodies::all_plain`] is made already.
+    pub fn has_plain(&self) -> bool {
+        self.all_plain.get().is_some()
+    }
+
+    /// Length of the plain body for all hosts.
+    pub fn plain_len(&self) -> usize {
+        self.head.len() + self.blocks.iter().map(|b| b.entries.len()).sum::<usize>() + TAIL.len()
+    }
+
+    /// The body for `?host=host`, when that host has data: written now from its load.
+    pub fn host(&self, host: &str) -> Option<Bytes> {
+        let (name, node) = self.nodes.get_key_value(host)?;
+        node.windows.iter().find(|ws| ws.window == self.window)?;
+        let mut entry = String::with_capacity(640);
+        push_json_string(&mut entry, name);
+        entry.push(':');
+        node_entry(&mut entry, node, self.window, self.opts);
+        Some(Bytes::from(
+            [&self.head[..], entry.as_bytes(), TAIL.as_bytes()].concat(),
+        ))
+    }
+
+    /// The body for all hosts as one gzip stream: joined once, on the first call, from the
+    /// head and tail compressed then and the blocks compressed once for every body that
+    /// shares them (a copy of the compressed bytes, a tenth of the body or less).
+    pub fn all_gzip(&self) -> &Bytes {
+        self.all_gzip.get_or_init(|| {
+            self.gzips
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.join_gzip()
+        })
+    }
+
+    /// The head (compressed now), the blocks' compressed forms and the tail as one gzip
+    /// stream ([`Body::gzip_whole`]), in one piece.
+    fn join_gzip(&self) -> Bytes {
+        let mut chunks = Vec::with_capacity(self.blocks.len() + 1);
+        chunks.push(Chunk::new(self.head.to_vec()));
+        chunks.extend(self.blocks.iter().map(|b| b.entries.clone()));
+        let tail = Bytes::from_static(TAIL.as_bytes());
+        Body { chunks }.gzip_whole(&[tail])
+    }
+
+    /// Whether [`WatcherBodies::all_gzip`] is made already.
+    pub fn has_gzip(&self) -> bool {
+        self.all_gzip.get().is_some()
+    }
+
+    /// How many times the gzip body was joined (1 at most).
+    pub fn gzip_count(&self) -> u64 {
+        self.gzips.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the host entries of `self` and `other` are the same pieces (and so compressed
+    /// once for both): true for bodies of consecutive ticks when no node changed between them.
+    pub fn shares_entries_with(&self, other: &WatcherBodies) -> bool {
+        Arc::ptr_eq(&self.blocks, &other.blocks)
+    }
+
+    /// How many of this body's blocks of entries are `other`'s own (compressed once for
+    /// both), and how many blocks it has.
+    pub fn blocks_shared_with(&self, other: &WatcherBodies) -> (usize, usize) {
+        let theirs: std::collections::HashSet<*const Block> =
+            other.blocks.iter().map(Arc::as_ptr).collect();
+        let shared = self
+            .blocks
+            .iter()
+            .filter(|b| theirs.contains(&Arc::as_ptr(b)))
+            .count();
+        (shared, self.blocks.len())
+    }
+}
+
+/// The window `/watcher` serves: 15m, else 10m (never 5m), as load-watcher does.
+pub fn served_window(snap: &Snapshot) -> Option<Window> {
+    [Window::FifteenMinutes, Window::TenMinutes]
+        .into_iter()
+        .find(|w| {
+            snap.nodes
+                .values()
+                .any(|n| n.windows.iter().any(|ws| ws.window == *w))
+        })
+}
+
+/// How `/watcher` writes values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WatcherOptions {
+    /// load-watcher multiplies every Prometheus value by 100, so bandwidth comes out as bytes/s
+    /// × 100 and energy as joules × 100. Off (the default): CPU and Memory are percentages and
+    /// every other type keeps its own unit. On: every value is × 100, as load-watcher.
+    pub legacy_scaling: bool,
+}
+
+/// What `/watcher` made of the previous tick's nodes: a block of entries is written and
+/// deflated again only when one of its nodes' load (or the served window or options)
+/// changed, and when no node changed at all (the same node map) the blocks are reused whole,
+/// without visiting a node.
+#[derive(Debug, Default)]
+pub struct WatcherCache {
+    whole: Option<Whole>,
+    /// Host entries written so far (a test hook: 0 more on a tick without change, the
+    /// entries of one block when one node changed).
+    pub entries_rendered: u64,
+    /// Blocks of entries written and deflated so far (a test hook).
+    pub blocks_rendered: u64,
+}
+
+/// Everything of the previous body that depends only on the node map, the window and the
+/// options: reused as long as those are the same.
+#[derive(Debug)]
+struct Whole {
+    nodes: Arc<NodeMap>,
+    window: Window,
+    opts: WatcherOptions,
+    end: SystemTime,
+    source: String,
+    blocks: Arc<Vec<Arc<Block>>>,
+}
+
+/// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
+pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
+    render_cached(snap, opts, &mut WatcherCache::default())
+}
+
+/// As [`render`], reusing the blocks of entries whose nodes' load did not change since
+/// `cache` was last used.
+pub fn render_cached(
+    snap: &Snapshot,
+    opts: WatcherOptions,
+    cache: &mut WatcherCache,
+) -> Option<WatcherBodies> {
+    let Some(window) = served_window(snap) else {
+        cache.whole = None;
+        return None;
+    };
+    let previous = cache
+        .whole
+        .take()
+        .filter(|w| w.window == window && w.opts == opts);
+    let w = match previous {
+        Some(w) if Arc::ptr_eq(&w.nodes, &snap.nodes) => w,
+        previous => whole(snap, window, opts, previous, cache)?,
+    };
+    // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
+    // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
+    let end_s = unix_seconds(w.end).floor() as i64;
+    let start_s = end_s - window.duration().as_secs() as i64;
+    let timestamp = (unix_seconds(snap.generated_at).floor() as i64).max(end_s);
+
+    let mut head = String::with_capacity(160);
+    let _ = write!(
+        head,
+        "{{\"timestamp\":{timestamp},\"window\":{{\"duration\":\"{}\",\"start\":{start_s},\"end\":{end_s}}},\"source\":",
+        window.as_str()
+    );
+    push_json_string(&mut head, &w.source);
+    head.push_str(",\"data\":{\"NodeMetricsMap\":{");
+    let bodies = WatcherBodies {
+        head: Bytes::from(head),
+        blocks: w.blocks.clone(),
+        nodes: w.nodes.clone(),
+        window,
+        opts,
+        all_gzip: std::sync::OnceLock::new(),
+        gzips: std::sync::atomic::AtomicU64::new(0),
+        all_plain: std::sync::OnceLock::new(),
+    };
+    cache.whole = Some(w);
+    Some(bodies)
+}
+
+/// The node-map part of a body: the blocks of entries, reusing the previous part's block
+/// (same window and options) where its nodes and their loads are the same, writing and
+/// deflating the others one at a time through one reused buffer and compressor.
+fn whole(
+    snap: &Snapshot,
+    window: Window,
+    opts: WatcherOptions,
+    previous: Option<Whole>,
+    cache: &mut WatcherCache,
+) -> Option<Whole> {
+    let has_window = |n: &NodeLoad| n.windows.iter().any(|ws| ws.window == window);
+    let nodes: Vec<(&Arc<str>, &Arc<NodeLoad>)> =
+        snap.nodes.iter().filter(|(_, n)| has_window(n)).collect();
+    let end = nodes
+        .iter()
+        .filter_map(|(_, n)| {
+            n.windows
+                .iter()
+                .find(|ws| ws.window == window)
+                .map(|ws| ws.end)
+        })
+        .min()?;
+    let source = nodes
+        .first()
+        .map(|(_, n)| wire_source_name(&n.source))
+        .unwrap_or_default()
+        .to_string();
+
+    // The previous blocks by their first node's name.
+    let old: HashMap<&str, &Arc<Block>> = previous
+        .as_ref()
+        .map(|w| w.blocks.iter().map(|b| (&*b.first, b)).collect())
+        .unwrap_or_default();
+    // Whether `block` (of the previous part) holds exactly `members`, with the same loads.
+    let same = |block: &Block, members: &[(&Arc<str>, &Arc<NodeLoad>)]| {
+        let Some(prev) = previous.as_ref() else {
+            return false;
+        };
+        block.len == members.len()
+            && prev
+                .nodes
+                .range::<str, _>((
+                    std::ops::Bound::Included(&*block.first),
+                    std::ops::Bound::Unbounded,
+                ))
+                .filter(|(_, n)| has_window(n))
+                .take(block.len)
+                .zip(members)
+                .all(|((name, load), (new_name, new_load))| {
+                    name == *new_name && (Arc::ptr_eq(load, new_load) || **load == ***new_load)
+                })
+    };
+
+    let mut blocks = Vec::with_capacity(old.len().max(nodes.len() / 32 + 1));
+    let mut plain = String::new();
+    let mut compress = flate2::Compress::new(flate2::Compression::fast(), false);
+    let mut from = 0;
+    for (i, (name, _)) in nodes.iter().enumerate() {
+        if !(body::ends_block(name) || i + 1 == nodes.len()) {
+            continue;
+        }
+        let members = &nodes[from..=i];
+        let leads = from == 0;
+        from = i + 1;
+        let reused = old
+            .get(&**members[0].0)
+            .filter(|b| b.leads == leads && same(b, members));
+        if let Some(b) = reused {
+            blocks.push(Arc::clone(b));
+            continue;
+        }
+        plain.clear();
+        for (j, (name, node)) in members.iter().enumerate() {
+            if j > 0 || !leads {
+                plain.push(',');
+            }
+            push_json_string(&mut plain, name);
+            plain.push(':');
+            node_entry(&mut plain, node, window, opts);
+        }
+        cache.entries_rendered += members.len() as u64;
+        cache.blocks_rendered += 1;
+        blocks.push(Arc::new(Block {
+            first: members[0].0.clone(),
+            len: members.len(),
+            leads,
+            entries: Chunk::compressed_with(&mut compress, plain.as_bytes()),
+        }));
+    }
+    drop(old);
+    drop(previous);
+    Some(Whole {
+        nodes: snap.nodes.clone(),
+        window,
+        opts,
+        end,
+        source,
+        blocks: Arc::new(blocks),
+    })
+}
+
+/// Appends one `{"name":..,"type":..,"operator":..,"rollup":..,"value":..}`; a non-finite
+/// value is never written.
+fn push_metric(out: &mut String, first: &mut bool, m: [&str; 4], value: f64) {
+    if !value.is_finite() {
+        return;
+    }
+    if !*first {
+        out.push(',');
+    }
+    *first = false;
+    let [name, kind, operator, rollup] = m;
+    out.push_str("{\"name\":");
+    push_json_string(out, name);
+    out.push_str(",\"type\":");
+    push_json_string(out, kind);
+    out.push_str(",\"operator\":");
+    push_json_string(out, operator);
+    out.push_str(",\"rollup\":");
+    push_json_string(out, rollup);
+    let _ = write!(out, ",\"value\":{value}}}");
+}
+
+/// `{"metrics":[...],"tags":{},"metadata":{"dataCenter":""}}` for one node.
+///
+/// Hub-computed values first: per type (CPU, then Memory) Latest, AVG, STD. TargetLoadPacking
+/// takes the last CPU metric that is AVG or Latest, so it scores on the window's mean;
+/// LoadVariationRiskBalancing takes AVG (over Latest) and STD. Then backend-aggregated values as
+/// load-watcher lists them: every AVG, then every STD.
+fn node_entry(out: &mut String, node: &NodeLoad, window: Window, opts: WatcherOptions) {
+    out.push_str("{\"metrics\":[");
+    let stats = node.windows.iter().find(|ws| ws.window == window);
+    let mut first = true;
+    let rollup = window.as_str();
+    for (resource, kind) in [
+        (Resource::Cpu, kinds::CPU),
+        (Resource::Memory, kinds::MEMORY),
+    ] {
+        if let Some(&v) = node.latest.get(&resource) {
+            push_metric(
+                out,
+                &mut first,
+                ["", kind, operators::LATEST, ""],
+                v * 100.0,
+            );
+        }
+        if let Some(s) = stats.and_then(|ws| ws.stats.get(&resource)) {
+            push_metric(
+                out,
+                &mut first,
+                ["", kind, operators::AVG, rollup],
+                s.avg * 100.0,
+            );
+            push_metric(
+                out,
+                &mut first,
+                ["", kind, operators::STD, rollup],
+                s.std * 100.0,
+            );
+        }
+    }
+    let backend = stats.map(|ws| ws.backend.as_slice()).unwrap_or_default();
+    for op in [Operator::Avg, Operator::Std] {
+        for b in backend.iter().filter(|b| b.value.operator == op) {
+            let v = &b.value;
+            let scale = if v.kind.is_ratio() || opts.legacy_scaling {
+                100.0
+            } else {
+                1.0
+            };
+            let m = [v.name.as_str(), v.kind.as_wire(), op.as_wire(), rollup];
+            push_metric(out, &mut first, m, v.value * scale);
+        }
+    }
+    out.push_str("],\"tags\":{},\"metadata\":{\"dataCenter\":\"\"}}");
+}
+
+/// A JSON string literal; escapes `"`, `\` and control characters.
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Fetches `/watcher` from kube-prober (or load-watcher), as Trimaran's service client does.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// Largest `/watcher` answer the client reads: a node's CPU and Memory statistics take about
+/// 550 bytes (tests/golden/watcher.json), 36 MB at 65,000 nodes, so this leaves room for
+/// backends with more metric types while bounding what a wrong address can make it hold.
+pub const WATCHER_MAX_BYTES: usize = 256 << 20;
+
+impl Client {
+    /// `address` is the base URL, e.g. `http://kube-prober.kube-system:2020`.
+    pub fn new(address: &str, timeout: Duration) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| Error::Http {
+                what: "building the watcher client".into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Client {
+            base: address.trim_end_matches('/').to_string(),
+            http,
+        })
+    }
+
+    /// All hosts.
+    pub async fn get_latest_watcher_metrics(&self) -> Result<WatcherMetrics> {
+        self.get(None).await
+    }
+
+    /// One host (`?host=`).
+    pub async fn get_host_metrics(&self, host: &str) -> Result<WatcherMetrics> {
+        self.get(Some(host)).await
+    }
+
+    async fn get(&self, host: Option<&str>) -> Result<WatcherMetrics> {
+        let url = format!("{}/watcher", self.base);
+        let mut req = self.http.get(&url);
+        if let Some(h) = host {
+            req = req.query(&[("host", h)]);
+        }
+        let http_err = |reason: String| Error::Http {
+            what: format!("GET {url}"),
+            reason,
+        };
+        let resp = req.send().await.map_err(|e| http_err(e.to_string()))?;
+        let status = resp.status();
+        if status != reqwest::StatusCode::OK {
+            return Err(http_err(format!(
+                "received status code {} from watcher",
+                status.as_u16()
+            )));
+        }
+        let body = crate::shared::limit::read_capped(resp, WATCHER_MAX_BYTES)
+            .await
+            .map_err(|e| http_err(e.to_string()))?;
+        serde_json::from_slice(&body).map_err(|e| http_err(format!("decoding body: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Stat, WindowStats};
+    use std::time::SystemTime;
+
+    #[test]
+    fn json_strings_escape_like_load_watcher() {
+        let mut s = String::new();
+        push_json_string(&mut s, "sf_metric:\"cpu.utilization\"\\\u{1}");
+        assert_eq!(s, "\"sf_metric:\\\"cpu.utilization\\\"\\\\\\u0001\"");
+    }
+
+    #[test]
+    fn no_data_renders_nothing() {
+        assert_eq!(
+            render(
+                &Snapshot::empty(SystemTime::UNIX_EPOCH),
+                WatcherOptions::default()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn ten_minute_window_is_the_fallback_but_five_is_not() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
+        let mut snap = Snapshot::empty(at);
+        let ws = |window| WindowStats {
+            window,
+            start: at,
+            end: at,
+            stats: crate::model::ResourceMap::from([(
+                Resource::Cpu,
+                Stat {
+                    avg: 0.5,
+                    std: 0.1,
+                    samples: std::num::NonZeroU32::new(3).unwrap(),
+                },
+            )]),
+            backend: Vec::new(),
+        };
+        let mut node = NodeLoad {
+            node: "n".into(),
+            source: "prometheus".into(),
+            latest_at: at,
+            latest: Default::default(),
+            windows: vec![ws(Window::FiveMinutes)],
+            capacity: None,
+        };
+        Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node.clone()));
+        assert_eq!(served_window(&snap), None);
+        node.windows.push(ws(Window::TenMinutes));
+        Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node));
+        assert_eq!(served_window(&snap), Some(Window::TenMinutes));
+        let body = render(&snap, WatcherOptions::default()).unwrap();
+        let decoded: WatcherMetrics = serde_json::from_slice(&body.all()).unwrap();
+        assert_eq!(decoded.window.duration, "10m");
+        assert_eq!(decoded.window.end - decoded.window.start, 600);
+        assert_eq!(decoded.source, "Prometheus");
+        let m = &decoded.data.node_metrics_map["n"].metrics;
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].operator.as_str(), m[0].value), ("AVG", 50.0));
+        assert_eq!(
+            (m[1].operator.as_str(), m[1].rollup.as_str()),
+            ("STD", "10m")
+        );
+    }
+
+    /// A small deterministic generator (xorshift) for the random snapshots.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn unit(&mut self) -> f64 {
+            (self.next() % 1_000_000) as f64 / 1_000_000.0
+        }
+    }
+
+    fn load(name: &str, at: SystemTime, cpu: f64, windows: &[Window]) -> Arc<NodeLoad> {
+        let stat = |avg: f64| Stat {
+            avg,
+            std: avg / 7.0,
+            samples: std::num::NonZeroU32::new(3).unwrap(),
+        };
+        Arc::new(NodeLoad {
+            node: name.into(),
+            source: "metrics_server".into(),
+            latest_at: at,
+            latest: crate::model::ResourceMap::from([
+                (Resource::Cpu, cpu),
+                (Resource::Memory, 1.0 - cpu),
+            ]),
+            windows: windows
+                .iter()
+                .map(|&window| WindowStats {
+                    window,
+                    start: at - Duration::from_secs(600),
+                    end: at,
+                    stats: crate::model::ResourceMap::from([
+                        (Resource::Cpu, stat(cpu)),
+                        (Resource::Memory, stat(1.0 - cpu)),
+                    ]),
+                    backend: Vec::new(),
+                })
+                .collect(),
+            capacity: None,
+        })
+    }
+
+    /// `n` nodes with random names (some needing JSON escapes) and loads; about one in ten
+    /// lacks the 15-minute window (and so is left out of the body).
+    fn random_snapshot(rng: &mut Rng, n: usize) -> Snapshot {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut snap = Snapshot::empty(at + Duration::from_secs(5));
+        let nodes = Arc::make_mut(&mut snap.nodes);
+        for i in 0..n {
+            let odd = ["", "\"q\"", "\\", "\u{1}", "é"][(rng.next() % 5) as usize];
+            let name = format!("pool-{}-{i}{odd}", rng.next() % 1000);
+            let windows: &[Window] = if rng.next().is_multiple_of(10) {
+                &[Window::TenMinutes]
+            } else {
+                &[Window::FifteenMinutes, Window::TenMinutes]
+            };
+            nodes.insert(name.as_str().into(), load(&name, at, rng.unit(), windows));
+        }
+        snap
+    }
+
+    /// The body as the previous implementation wrote it: the head, every entry joined by
+    /// commas, the tail, in one buffer.
+    fn reference_body(bodies: &WatcherBodies, snap: &Snapshot) -> Vec<u8> {
+        let mut out = String::from_utf8(bodies.head.to_vec()).unwrap();
+        let mut first = true;
+        for (name, node) in snap.nodes.iter() {
+            if !node.windows.iter().any(|ws| ws.window == bodies.window) {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            push_json_string(&mut out, name);
+            out.push(':');
+            node_entry(&mut out, node, bodies.window, bodies.opts);
+        }
+        out.push_str(TAIL);
+        out.into_bytes()
+    }
+
+    fn gunzip(b: &[u8]) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(b)
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn plain_pieces_and_gzip_are_the_reference_bytes_for_random_snapshots() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut cache = WatcherCache::default();
+        for n in [1, 2, 63, 64, 65, 300, 1_000] {
+            for _ in 0..3 {
+                let snap = random_snapshot(&mut rng, n);
+                let Some(bodies) = render_cached(&snap, WatcherOptions::default(), &mut cache)
+                else {
+                    // Every node lacked the 15-minute window: then the 10-minute one is
+                    // served, so a body is always made.
+                    panic!("no body for {n} nodes");
+                };
+                let reference = reference_body(&bodies, &snap);
+                let plain: Vec<u8> = bodies
+                    .plain_pieces()
+                    .map(|p| p.unwrap())
+                    .collect::<Vec<_>>()
+                    .concat();
+                assert_eq!(plain, reference, "{n} nodes");
+                assert_eq!(bodies.plain_len(), reference.len());
+                assert_eq!(gunzip(bodies.all_gzip()), reference, "{n} nodes");
+                let decoded: WatcherMetrics = serde_json::from_slice(&plain).unwrap();
+                let served = snap
+                    .nodes
+                    .values()
+                    .filter(|l| l.windows.iter().any(|w| w.window == bodies.window))
+                    .count();
+                assert_eq!(decoded.data.node_metrics_map.len(), served);
+                // A fresh render (no cache) makes the same body.
+                assert_eq!(render(&snap, WatcherOptions::default()).unwrap(), bodies);
+            }
+        }
+    }
+
+    #[test]
+    fn a_host_answer_is_its_entry_between_the_head_and_the_tail() {
+        let mut rng = Rng(42);
+        let snap = random_snapshot(&mut rng, 200);
+        let bodies = render(&snap, WatcherOptions::default()).unwrap();
+        let all: WatcherMetrics = serde_json::from_slice(&bodies.all()).unwrap();
+        for (name, node) in snap.nodes.iter() {
+            let served = node.windows.iter().any(|ws| ws.window == bodies.window);
+            let Some(one) = bodies.host(name) else {
+                assert!(!served, "{name} has data");
+                continue;
+            };
+            assert!(served, "{name} has no 15m data");
+            let mut expected = bodies.head.to_vec();
+            let mut entry = String::new();
+            push_json_string(&mut entry, name);
+            entry.push(':');
+            node_entry(&mut entry, node, bodies.window, bodies.opts);
+            expected.extend_from_slice(entry.as_bytes());
+            expected.extend_from_slice(TAIL.as_bytes());
+            assert_eq!(one, expected);
+            let decoded: WatcherMetrics = serde_json::from_slice(&one).unwrap();
+            assert_eq!(
+                decoded.data.node_metrics_map[&**name],
+                all.data.node_metrics_map[&**name]
+            );
+        }
+        assert_eq!(bodies.host("nope"), None);
+    }
+
+    #[test]
+    fn one_changed_node_writes_its_block_only_and_the_others_are_shared() {
+        let mut rng = Rng(7);
+        let mut snap = random_snapshot(&mut rng, 2_000);
+        let mut cache = WatcherCache::default();
+        let first = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        let blocks = first.blocks.len();
+        assert!(blocks > 10, "{blocks} blocks for 2,000 nodes");
+        assert_eq!(cache.blocks_rendered, blocks as u64);
+        let served = first.blocks.iter().map(|b| b.len).sum::<usize>() as u64;
+        assert_eq!(cache.entries_rendered, served);
+
+        // The same node map: not a node visited, every block shared.
+        let again = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        assert!(again.shares_entries_with(&first));
+        assert_eq!(cache.entries_rendered, served);
+
+        // One node changes (a new map, the other loads the same `Arc`s): its block only.
+        let (name, old) = snap
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.windows.len() == 2)
+            .nth(777)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        let at = old.latest_at;
+        Arc::make_mut(&mut snap.nodes).insert(
+            name.clone(),
+            load(
+                &name,
+                at,
+                0.999,
+                &old.windows.iter().map(|w| w.window).collect::<Vec<_>>(),
+            ),
+        );
+        let (e0, b0) = (cache.entries_rendered, cache.blocks_rendered);
+        let changed = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        assert!(!changed.shares_entries_with(&first));
+        assert_eq!(cache.blocks_rendered - b0, 1);
+        let block = changed
+            .blocks
+            .iter()
+            .find(|b| *b.first <= *name && !first.blocks.iter().any(|o| Arc::ptr_eq(o, b)))
+            .unwrap();
+        assert_eq!(cache.entries_rendered - e0, block.len as u64);
+        assert!(block.len < 300, "one block, not every node: {}", block.len);
+        assert_eq!(changed.blocks_shared_with(&first), (blocks - 1, blocks));
+        assert_eq!(changed.all(), reference_body(&changed, &snap));
+        assert_eq!(changed, render(&snap, WatcherOptions::default()).unwrap());
+        let decoded: WatcherMetrics = serde_json::from_slice(&changed.all()).unwrap();
+        assert_eq!(decoded.data.node_metrics_map[&*name].metrics[0].value, 99.9);
+
+        // A node added and one removed: at most the two blocks around them (and the first
+        // block when the body's first node changes) are written again.
+        let nodes = Arc::make_mut(&mut snap.nodes);
+        let gone = nodes.keys().nth(1_000).unwrap().clone();
+        nodes.remove(&gone);
+        nodes.insert(
+            "pool-500-new".into(),
+            load("pool-500-new", at, 0.5, &[Window::FifteenMinutes]),
+        );
+        let b1 = cache.blocks_rendered;
+        let moved = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        assert!(
+            (1..=3).contains(&(cache.blocks_rendered - b1)),
+            "{}",
+            cache.blocks_rendered - b1
+        );
+        assert!(moved.blocks_shared_with(&changed).0 + 3 >= changed.blocks.len());
+        assert_eq!(moved.all(), reference_body(&moved, &snap));
+        assert_eq!(gunzip(moved.all_gzip()), reference_body(&moved, &snap));
+
+        // Other options: every block is written again.
+        let b2 = cache.blocks_rendered;
+        let legacy = WatcherOptions {
+            legacy_scaling: true,
+        };
+        let scaled = render_cached(&snap, legacy, &mut cache).unwrap();
+        assert_eq!(scaled.blocks_shared_with(&moved).0, 0);
+        assert_eq!(cache.blocks_rendered - b2, scaled.blocks.len() as u64);
+    }
+}

@@ -1,0 +1,8 @@
+//! The neutral room: helpers every layer may use. It imports nothing else of the crate.
+
+pub mod error;
+pub mod limit;
+pub mod quantity;
+pub mod retry_after;
+pub mod suggest;
+pub mod telemetry;

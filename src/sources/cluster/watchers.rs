@@ -1,0 +1,1327 @@
+//! The reflectors: Nodes, Pods, DaemonSets and Deployments (cluster role), or this node and the
+//! pods on it (node role), trimmed with `.modify()` to what `derive` reads, and the loop that
+//! turns their stores into a [`crate::model::ClusterState`] for the hub.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::aggregate::{PodAggregates, PodRecord};
+use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use crate::hub::{Provider, RunOutcome};
+use crate::k8s::backoff::{ReflectorBackoff, paced};
+use crate::k8s::lean::PodFollower;
+use crate::k8s::lean::{LeanNode, LeanPod};
+use crate::model::{ClusterState, PodFacts};
+
+/// Which pods the cluster role watches (`--pod-scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodScope {
+    /// Every pod in the cluster: the per-node pod series (requests, limits, pod counts) of
+    /// every node, and the addon series.
+    #[default]
+    All,
+    /// Only the pods in the workload namespaces (one watch per namespace): the addon series of
+    /// those namespaces; the per-node pod series are left to the node role.
+    Workloads,
+    /// No pods: the per-node pod and addon series are left to the node role.
+    None,
+}
+
+impl PodScope {
+    /// `all`, `workloads` or `none` (case-insensitive).
+    pub fn parse(s: &str) -> Option<PodScope> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Some(PodScope::All),
+            "workloads" => Some(PodScope::Workloads),
+            "none" => Some(PodScope::None),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodScope::All => "all",
+            PodScope::Workloads => "workloads",
+            PodScope::None => "none",
+        }
+    }
+}
+
+/// Which objects to watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scope {
+    /// All nodes; the pods `pods` names; DaemonSets and Deployments in these namespaces.
+    Cluster {
+        namespaces: Vec<String>,
+        pods: PodScope,
+    },
+    /// One node (`metadata.name`) and the pods on it (`spec.nodeName`).
+    Node { name: String },
+}
+
+/// Settings of the Kubernetes sources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchConfig {
+    pub scope: Scope,
+    pub derive: DeriveConfig,
+    /// How often the cluster state is derived from the stores.
+    pub interval: Duration,
+}
+
+/// `namespace/name` -> the pod's record, in one allocation for the key; the records are held
+/// inline in the table (about 64 bytes each).
+type PodMap = std::collections::HashMap<Box<str>, PodEntry>;
+
+/// One pod of a [`PodTable`]: its record (`None`: could not be used) and the relist mark.
+pub(crate) struct PodEntry {
+    rec: Option<PodRecord>,
+    /// The table's `mark` when the pod was last written: a relist ends by removing the pods
+    /// whose mark is older than its own (not listed; a list that failed half-way leaves marks
+    /// of its own, which the next list's number differs from too).
+    mark: u32,
+}
+
+/// The pods of one watch and what they add up to per node, kept together under one lock so
+/// the sums always match the pods.
+///
+/// A relist updates this one table in place (mark and sweep) instead of building a second
+/// one beside it: every listed pod is written with the new mark, and at the end of the list
+/// the pods still carrying the old mark (deleted while the watch was gone) are removed. So a
+/// relist of 650,000 pods never holds two indexes of them, and a listed pod already held
+/// keeps its key: only a pod new to the table allocates one.
+#[derive(Default)]
+pub(crate) struct PodTable {
+    map: PodMap,
+    agg: PodAggregates,
+    /// Bumped when a (re)list begins.
+    mark: u32,
+}
+
+impl PodTable {
+    /// Adds or replaces a pod: its old record leaves the sums, its new one enters them.
+    pub(crate) fn insert(&mut self, key: &str, rec: Option<PodRecord>) {
+        self.agg.add(rec.as_ref());
+        let mark = self.mark;
+        match self.map.get_mut(key) {
+            Some(slot) => {
+                self.agg.remove(slot.rec.as_ref());
+                *slot = PodEntry { rec, mark };
+            }
+            None => {
+                self.map.insert(key.into(), PodEntry { rec, mark });
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        if let Some(old) = self.map.remove(key) {
+            self.agg.remove(old.rec.as_ref());
+        }
+    }
+
+    /// A (re)list begins: pods written from now on carry the new mark.
+    fn begin_relist(&mut self) {
+        self.mark = self.mark.wrapping_add(1);
+    }
+
+    /// The list is complete: pods it did not name are gone. Answers how many were removed.
+    fn end_relist(&mut self) -> usize {
+        let (mark, agg) = (self.mark, &mut self.agg);
+        let before = self.map.len();
+        self.map.retain(|_, e| {
+            if e.mark != mark {
+                agg.remove(e.rec.as_ref());
+            }
+            e.mark == mark
+        });
+        let removed = before - self.map.len();
+        // Give memory back only when the table is mostly empty now (a shrink copies it).
+        if self.map.capacity() > 4 * self.map.len().max(1024) {
+            self.map.shrink_to_fit();
+        }
+        removed
+    }
+
+    /// Every pod's record (`None`: a pod that could not be used).
+    pub(crate) fn records(&self) -> impl Iterator<Item = Option<&PodRecord>> + Clone {
+        self.map.values().map(|e| e.rec.as_ref())
+    }
+}
+
+/// Pods as records, keyed by namespace and name: a pod is turned into a [`PodRecord`] when
+/// its event arrives and the object is dropped, so memory follows the records (about 150
+/// bytes a pod with its key and table slot), not the objects. `None` marks a pod that could
+/// not be used.
+#[derive(Clone)]
+pub struct PodIndex {
+    live: Arc<std::sync::Mutex<PodTable>>,
+    synced: tokio::sync::watch::Receiver<bool>,
+}
+
+impl PodIndex {
+    pub fn len(&self) -> usize {
+        self.live.lock().map(|m| m.map.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PodTable> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn wait_until_ready(&self) -> bool {
+        let mut rx = self.synced.clone();
+        rx.wait_for(|s| *s).await.is_ok()
+    }
+}
+
+/// The reflector stores.
+#[derive(Clone)]
+pub struct Stores {
+    /// Nodes decoded lean ([`LeanNode`]) and trimmed by [`trim_node`].
+    pub nodes: Store<LeanNode>,
+    /// One index per pod watch: every pod, the node's pods, or one per workload namespace
+    /// (`--pod-scope workloads`); none with `--pod-scope none`.
+    pub pods: Vec<PodIndex>,
+    /// Which pods the cluster role watches (`All` in the node role: every pod of its node).
+    pub pod_scope: PodScope,
+    pub daemonsets: Vec<Store<DaemonSet>>,
+    pub deployments: Vec<Store<Deployment>>,
+    /// Turns `true` when the Node watcher's first list has ended. Readiness is waited for on
+    /// channels of our own, never on kube-runtime's `Store::wait_until_ready`: that wakes only
+    /// the task that polled it last, so two waiters (the derive loop and the metrics-server
+    /// fetch) left one asleep for good.
+    nodes_listed: tokio::sync::watch::Receiver<bool>,
+    /// The same for each DaemonSet and Deployment watcher.
+    workloads_listed: Vec<tokio::sync::watch::Receiver<bool>>,
+    /// Bumped after every event any watcher applied (node, pod, DaemonSet, Deployment, list
+    /// start and end): the derive loop derives again only when it moved (or the clock made a
+    /// node done warming).
+    changes: Arc<AtomicU64>,
+    /// Cluster states the derive loop derived (for tests: no events, no derivations).
+    derivations: Arc<AtomicU64>,
+}
+
+impl Stores {
+    /// Waits until the Node watcher's first list has ended (`true`), or it stopped before
+    /// (`false`). Any number of tasks may wait at once.
+    pub async fn nodes_listed(&self) -> bool {
+        listed(&self.nodes_listed).await
+    }
+
+    /// How many events the watchers have applied so far (any kind, any watcher).
+    pub fn generation(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// How many cluster states the derive loop has derived so far.
+    pub fn derivations(&self) -> u64 {
+        self.derivations.load(Ordering::Relaxed)
+    }
+
+    /// Derives the cluster state from what the stores hold now. Unless every pod is watched,
+    /// the per-node pod sums are left out (a node's sums from some of its pods would be
+    /// wrong); the node role serves them.
+    pub fn derive(&self, now: SystemTime, cfg: &DeriveConfig) -> ClusterState {
+        let nodes = self.nodes.state();
+        let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
+        let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
+        let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
+        let bad = guards.iter().map(|g| g.agg.bad()).sum();
+        // Nodes and workloads here; what comes of the pods from the per-node sums the pod
+        // watchers keep up to date: one entry per node, not a visit of every pod.
+        let mut st = cluster_state_from_facts(
+            nodes.iter().map(AsRef::as_ref),
+            std::iter::empty::<&PodFacts>(),
+            bad,
+            ds.iter().map(AsRef::as_ref),
+            deps.iter().map(AsRef::as_ref),
+            now,
+            cfg,
+        );
+        st.node_pods = match (&guards[..], self.pod_scope) {
+            ([one], PodScope::All) => one.agg.node_pods(),
+            _ => Default::default(),
+        };
+        st.addons = PodAggregates::addons_on_nodes(guards.iter().map(|g| &g.agg));
+        // Restart series: addon pods only, in the order the pods are held (as before); a
+        // pointer each, shared with the index.
+        st.restarts = guards
+            .iter()
+            .flat_map(|g| g.records().flatten())
+            .filter_map(|r| r.restarts().cloned())
+            .collect();
+        drop(guards);
+        st.addons_elsewhere = self.pod_scope == PodScope::None;
+        st
+    }
+
+    /// Node addresses (InternalIP, ExternalIP, Hostname) -> node name, from the node store.
+    pub fn node_addresses(&self) -> std::collections::HashMap<String, String> {
+        let mut out = std::collections::HashMap::new();
+        for n in self.nodes.state() {
+            let Some(name) = n.metadata.name.as_deref() else {
+                continue;
+            };
+            for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
+                out.insert(a.address.to_string(), name.to_string());
+            }
+        }
+        out
+    }
+
+    async fn wait_until_ready(&self) -> bool {
+        self.nodes_listed().await
+            && futures_util::future::join_all(self.pods.iter().map(|p| p.wait_until_ready()))
+                .await
+                .into_iter()
+                .all(|ok| ok)
+            && futures_util::future::join_all(self.workloads_listed.iter().map(listed))
+                .await
+                .into_iter()
+                .all(|ok| ok)
+    }
+}
+
+/// Waits until a watcher's first list has ended (`true`), or it stopped before (`false`).
+async fn listed(rx: &tokio::sync::watch::Receiver<bool>) -> bool {
+    let mut rx = rx.clone();
+    rx.wait_for(|listed| *listed).await.is_ok()
+}
+
+fn keep_keys(map: &mut Option<std::collections::BTreeMap<String, String>>, keep: &[String]) {
+    if let Some(m) = map {
+        m.retain(|k, _| keep.iter().any(|x| x == k));
+        if m.is_empty() {
+            *map = None;
+        }
+    }
+}
+
+fn addon_key_names(cfg: &DeriveConfig) -> Vec<String> {
+    cfg.addon_keys
+        .iter()
+        .flat_map(|k| [k.name.clone(), k.version.clone()])
+        .collect()
+}
+
+fn trim_meta(meta: &mut ObjectMeta, keep_annotations: &[String], keep_labels: Option<&[String]>) {
+    meta.managed_fields = None;
+    keep_keys(&mut meta.annotations, keep_annotations);
+    if let Some(keep) = keep_labels {
+        keep_keys(&mut meta.labels, keep);
+    }
+}
+
+/// The node label keys derive reads: the pool and zone labels.
+pub fn node_label_keys(cfg: &DeriveConfig) -> Vec<String> {
+    cfg.pool_labels
+        .iter()
+        .chain(&cfg.zone_labels)
+        .cloned()
+        .collect()
+}
+
+/// What the node store keeps of a [`LeanNode`] (which holds only what `derive::node_facts`,
+/// `node_addresses` and the metrics-server backend read): the labels in `keep` (the pool and
+/// zone keys, [`node_label_keys`]), and one shared copy of each label, condition type and
+/// status and address type, which most nodes have in common.
+pub fn trim_node(n: &mut LeanNode, keep: &[String], interner: &mut Interner) {
+    n.labels.retain(|(k, _)| keep.iter().any(|x| **x == **k));
+    n.labels.shrink_to_fit();
+    for (k, v) in &mut n.labels {
+        *k = interner.get(k);
+        *v = interner.get(v);
+    }
+    if let Some(s) = n.status.as_mut() {
+        for c in s.conditions.iter_mut().flatten() {
+            c.type_ = interner.get(&c.type_);
+            c.status = interner.get(&c.status);
+        }
+        for a in s.addresses.iter_mut().flatten() {
+            a.type_ = interner.get(&a.type_);
+        }
+    }
+}
+
+/// DaemonSets: name, addon markers on the object and its pod template, desired count.
+pub fn trim_daemonset(d: &mut DaemonSet, keys: &[String]) {
+    trim_meta(&mut d.metadata, keys, Some(keys));
+    let mut tmeta = d.spec.template.metadata.take();
+    if let Some(m) = tmeta.as_mut() {
+        trim_meta(m, keys, Some(keys));
+    }
+    d.spec = DaemonSetSpec::default();
+    d.spec.template.metadata = tmeta;
+}
+
+/// Deployments: name, addon markers, replicas.
+pub fn trim_deployment(d: &mut Deployment, keys: &[String]) {
+    trim_meta(&mut d.metadata, keys, Some(keys));
+    let mut tmeta = d.spec.template.metadata.take();
+    if let Some(m) = tmeta.as_mut() {
+        trim_meta(m, keys, Some(keys));
+    }
+    let replicas = d.spec.replicas;
+    d.spec = DeploymentSpec::default();
+    d.spec.replicas = replicas;
+    d.spec.template.metadata = tmeta;
+    d.status = None;
+}
+
+/// One watcher's bookkeeping: relists and WATCH restarts by reason, and the client-go pause
+/// after each failure. Fed by the watcher's events and by its client (every WATCH request), so
+/// a stream the server closed cleanly, which kube-runtime reopens without any event, is
+/// counted too.
+struct WatchBook {
+    source: &'static str,
+    provider: Arc<dyn Provider>,
+    state: std::sync::Mutex<BookState>,
+}
+
+#[derive(Default)]
+struct BookState {
+    /// `Event::Init`s seen: the first is the initial list, every later one a relist.
+    inits: u64,
+    /// A list just completed: the next WATCH is its first, not a restart.
+    after_list: bool,
+    restart_reason: Option<&'static str>,
+    relist_reason: Option<&'static str>,
+    backoff: ReflectorBackoff,
+}
+
+impl WatchBook {
+    fn new(source: &'static str, resource: &'static str, provider: Arc<dyn Provider>) -> Arc<Self> {
+        provider.source().register_watch(source, resource);
+        Arc::new(WatchBook {
+            source,
+            provider,
+            state: Default::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BookState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `client` with a `Retry-After` gate that reports this watcher's WATCH requests.
+    fn client(self: &Arc<Self>, client: kube::Client) -> kube::Client {
+        let book = self.clone();
+        paced(client, Some(Box::new(move || book.on_watch_request()))).0
+    }
+
+    fn on_init(&self) {
+        let mut st = self.lock();
+        if st.inits > 0 {
+            let reason = st.relist_reason.take().unwrap_or("unknown");
+            tracing::info!(source = self.source, reason, "relisting");
+            self.provider.source().record_relist(self.source, reason);
+        }
+        st.inits += 1;
+    }
+
+    fn on_listed(&self) {
+        let mut st = self.lock();
+        st.after_list = true;
+        st.restart_reason = None;
+    }
+
+    fn on_watch_request(&self) {
+        let mut st = self.lock();
+        if std::mem::take(&mut st.after_list) {
+            return;
+        }
+        let reason = st.restart_reason.take().unwrap_or("closed");
+        tracing::debug!(source = self.source, reason, "watch restarted");
+        self.provider
+            .source()
+            .record_watch_restart(self.source, reason);
+    }
+
+    /// Counts the failure as a failed run, notes what the watcher will do next (relist or
+    /// re-watch) and returns the pause before polling it again.
+    fn on_error(&self, e: &watcher::Error) -> Duration {
+        let mut st = self.lock();
+        match e {
+            watcher::Error::InitialListFailed(_) => st.relist_reason = Some("list_failed"),
+            watcher::Error::NoResourceVersion => st.relist_reason = Some("no_resource_version"),
+            watcher::Error::WatchError(status) if status.code == 410 => {
+                st.relist_reason = Some("expired")
+            }
+            watcher::Error::WatchError(_)
+            | watcher::Error::WatchStartFailed(_)
+            | watcher::Error::WatchFailed(_) => st.restart_reason = Some("error"),
+        }
+        let pause = st.backoff.next_delay(tokio::time::Instant::now());
+        drop(st);
+        tracing::warn!(source = self.source, error = %e, ?pause, "watch failed; retrying after a pause");
+        self.provider.source().record_source_run(
+            self.source,
+            SystemTime::now(),
+            Duration::ZERO,
+            RunOutcome::Failed {
+                reason: watch_error_reason(self.source, e).into(),
+                message: e.to_string(),
+            },
+        );
+        pause
+    }
+}
+
+/// The documented source error reason (`error::SOURCE_ERROR_REASONS`) of a watcher failure:
+/// that of the kube error inside (`http`, `parse`, `too_large`), `http` for an error event on
+/// the stream, `parse` for a list without a resourceVersion.
+pub fn watch_error_reason(what: &str, e: &watcher::Error) -> &'static str {
+    match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => crate::k8s::client::kube_error(what, k).metric_label(),
+        watcher::Error::WatchError(_) => "http",
+        watcher::Error::NoResourceVersion => "parse",
+    }
+}
+
+/// Waits `pause` unless cancelled first; false when cancelled.
+async fn pause_or_cancel(pause: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(pause) => true,
+    }
+}
+
+/// What every watcher shares: the hub, the stop signal and the change counter.
+#[derive(Clone)]
+struct Shared {
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+    changes: Arc<AtomicU64>,
+}
+
+/// What a watcher's event was, once applied to its store.
+enum Seen {
+    ListStart,
+    ListEnd,
+    Object,
+}
+
+/// Applies a watcher's events to a reflector store, relisting in place: the first list fills
+/// the store as kube-runtime's reflector does (it becomes ready at its end), but a later
+/// relist writes each listed object into the live store as it arrives and, at its end, deletes
+/// the objects it did not list, instead of building a second store beside the first and
+/// swapping (which holds every object twice: 65,000 Nodes are ~114 MiB a copy). Until the
+/// relist ends the store may hold objects deleted meanwhile, as it did before the swap.
+struct RelistInPlace<K>
+where
+    K: kube::Resource + Clone + PartialEq + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    reader: Store<K>,
+    writer: reflector::store::Writer<K>,
+    /// Whether the first list has ended (the store is ready).
+    listed: bool,
+    /// During a relist, the objects it has listed so far.
+    seen: Option<std::collections::HashSet<reflector::ObjectRef<K>>>,
+}
+
+impl<K> RelistInPlace<K>
+where
+    K: kube::Resource + Clone + PartialEq + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    fn new(reader: Store<K>, writer: reflector::store::Writer<K>) -> Self {
+        RelistInPlace {
+            reader,
+            writer,
+            listed: false,
+            seen: None,
+        }
+    }
+
+    /// Applies `ev` to the store; whether anything derived from the store may have changed.
+    /// After the first list, an update that only moves the object's resourceVersion (a kwok or
+    /// kubelet heartbeat, once trimming has dropped the heartbeat times) changes nothing and
+    /// is not stored, so it triggers no derivation and no render.
+    fn apply(&mut self, ev: Event<K>) -> bool {
+        if !self.listed {
+            self.listed = matches!(ev, Event::InitDone);
+            self.writer.apply_watcher_event(&ev);
+            return true;
+        }
+        match ev {
+            // A relist begins (again, if an earlier one stopped half-way).
+            Event::Init => self.seen = Some(Default::default()),
+            Event::InitApply(o) => {
+                if let Some(seen) = &mut self.seen {
+                    seen.insert(reflector::ObjectRef::from_obj(&o));
+                }
+                self.writer.apply_watcher_event(&Event::Apply(o));
+            }
+            Event::InitDone => {
+                let Some(seen) = self.seen.take() else {
+                    return false;
+                };
+                for o in self.reader.state() {
+                    if !seen.contains(&reflector::ObjectRef::from_obj(&*o)) {
+                        self.writer
+                            .apply_watcher_event(&Event::Delete(K::clone(&o)));
+                    }
+                }
+            }
+            Event::Apply(o) if self.holds_the_same(&o) => return false,
+            ev @ (Event::Apply(_) | Event::Delete(_)) => self.writer.apply_watcher_event(&ev),
+        }
+        true
+    }
+
+    /// Whether the store holds `o` already, but for its resourceVersion.
+    fn holds_the_same(&self, o: &K) -> bool {
+        let Some(held) = self.reader.get(&reflector::ObjectRef::from_obj(o)) else {
+            return false;
+        };
+        let mut held = K::clone(&held);
+        held.meta_mut().resource_version = o.meta().resource_version.clone();
+        held == *o
+    }
+}
+
+/// Starts one reflector; each completed (re)list counts as a run of `source`, each watch error
+/// as a failed run, followed by client-go's pause (see [`super::backoff`]).
+fn reflect<K>(
+    api: impl FnOnce(kube::Client) -> Api<K>,
+    client: kube::Client,
+    wc: watcher::Config,
+    (source, resource): (&'static str, &'static str),
+    trim: impl FnMut(&mut K) + Send + 'static,
+    shared: Shared,
+) -> (Store<K>, tokio::sync::watch::Receiver<bool>, JoinHandle<()>)
+where
+    K: kube::Resource + Clone + PartialEq + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let Shared {
+        provider,
+        cancel,
+        changes,
+    } = shared;
+    let (reader, writer) = reflector::store();
+    let book = WatchBook::new(source, resource, provider.clone());
+    let stream = watcher::watcher(api(book.client(client)), wc).modify(trim);
+    let mut store = RelistInPlace::new(reader.clone(), writer);
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut listing = Instant::now();
+        loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => break,
+                ev = stream.next() => ev,
+            };
+            // Applied to the store first, by value (no copy of the object on top of the
+            // store's own); the bookkeeping below needs only the kind of event.
+            let ev = ev.map(|r| {
+                r.map(|e| {
+                    let seen = match &e {
+                        Event::Init => Seen::ListStart,
+                        Event::InitDone => Seen::ListEnd,
+                        _ => Seen::Object,
+                    };
+                    if store.apply(e) {
+                        changes.fetch_add(1, Ordering::Release);
+                    }
+                    seen
+                })
+            });
+            match ev {
+                None => break,
+                Some(Ok(Seen::ListStart)) => {
+                    book.on_init();
+                    listing = Instant::now();
+                }
+                Some(Ok(Seen::ListEnd)) => {
+                    listed_tx.send_replace(true);
+                    book.on_listed();
+                    let took = listing.elapsed();
+                    tracing::debug!(source, ?took, "listed");
+                    provider.source().record_source_run(
+                        source,
+                        SystemTime::now(),
+                        took,
+                        RunOutcome::Ok,
+                    );
+                }
+                Some(Ok(Seen::Object)) => {}
+                Some(Err(e)) => {
+                    let pause = book.on_error(&e);
+                    if !pause_or_cancel(pause, &cancel).await {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (reader, listed, task)
+}
+
+/// One shared copy of each string many objects carry (node names in pod records, addon and
+/// container names, condition types of nodes): at 150,000 pods on 5,000 nodes that is 5,000
+/// node names instead of 150,000 copies of them. Strings nothing holds any more (deleted
+/// nodes, gone addons) are dropped whenever the set has doubled since the last sweep.
+#[derive(Default)]
+pub struct Interner {
+    set: std::collections::HashSet<Arc<str>>,
+    sweep_at: usize,
+}
+
+impl Interner {
+    pub fn get(&mut self, s: &Arc<str>) -> Arc<str> {
+        if let Some(x) = self.set.get(&**s) {
+            return x.clone();
+        }
+        if self.set.len() >= self.sweep_at {
+            self.set.retain(|x| Arc::strong_count(x) > 1);
+            self.sweep_at = (self.set.len() * 2).max(1024);
+        }
+        self.set.insert(s.clone());
+        s.clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// The index's record of `f`, its shared strings (node; an addon pod's namespace, addon
+    /// and container names and reasons) replaced by the interned copies.
+    pub fn record(&mut self, mut f: PodFacts) -> PodRecord {
+        f.node = f.node.map(|n| self.get(&n));
+        // The restart record was made with the facts and is not shared yet; if it were, its
+        // own copies would stay (correct, only not shared).
+        if let Some(r) = f.restarts.as_mut().and_then(Arc::get_mut) {
+            r.namespace = self.get(&r.namespace);
+            r.node = f.node.clone();
+            if let Some(a) = &mut r.addon {
+                a.name = self.get(&a.name);
+                a.version = self.get(&a.version);
+            }
+            for c in &mut r.containers {
+                c.name = self.get(&c.name);
+                c.last_reason = c.last_reason.as_ref().map(|x| self.get(x));
+            }
+        }
+        PodRecord::of(f)
+    }
+}
+
+/// Watches pods into a [`PodIndex`]: a relist updates the index in place as its pages arrive
+/// and removes, at `InitDone`, the pods it did not list, so deleted pods never linger and the
+/// pods are never held twice; each list is a run of `watch_pods`.
+fn index_pods(
+    client: kube::Client,
+    namespace: Option<&str>,
+    wc: watcher::Config,
+    derive: DeriveConfig,
+    shared: Shared,
+    tasks: Option<Arc<dyn PodFollower>>,
+) -> (PodIndex, JoinHandle<()>) {
+    let Shared {
+        provider,
+        cancel,
+        changes,
+    } = shared;
+    const SOURCE: &str = "watch_pods";
+    let live = Arc::new(std::sync::Mutex::new(PodTable::default()));
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let index = PodIndex {
+        live: live.clone(),
+        synced,
+    };
+    let book = WatchBook::new(SOURCE, "pods", provider.clone());
+    let client = book.client(client);
+    let api = match namespace {
+        Some(ns) => Api::<LeanPod>::namespaced(client, ns),
+        None => Api::<LeanPod>::all(client),
+    };
+    let stream = watcher::watcher(api, wc);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut listing = Instant::now();
+        // `namespace/name`, written into `out`.
+        let write_key = |p: &LeanPod, out: &mut String| {
+            out.clear();
+            out.push_str(p.metadata.namespace.as_deref().unwrap_or_default());
+            out.push('/');
+            out.push_str(p.metadata.name.as_deref().unwrap_or_default());
+        };
+        let mut interner = Interner::default();
+        let facts_of = |p: &LeanPod, interner: &mut Interner| {
+            pod_facts(p, &derive)
+                .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
+                .ok()
+                .map(|f| interner.record(f))
+        };
+        // A pod's key, written here for each event and copied only for a pod new to the index.
+        let mut key_buf = String::new();
+        loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => break,
+                ev = stream.next() => ev,
+            };
+            let lock = || live.lock().unwrap_or_else(|p| p.into_inner());
+            match ev {
+                None => break,
+                Some(Ok(Event::Init)) => {
+                    book.on_init();
+                    listing = Instant::now();
+                    lock().begin_relist();
+                    tasks.iter().for_each(|t| t.begin_relist());
+                }
+                Some(Ok(Event::InitApply(p))) => {
+                    tasks.iter().for_each(|t| t.relist_apply(&p));
+                    let f = facts_of(&p, &mut interner);
+                    write_key(&p, &mut key_buf);
+                    lock().insert(&key_buf, f);
+                }
+                Some(Ok(Event::InitDone)) => {
+                    book.on_listed();
+                    let gone = lock().end_relist();
+                    tracing::debug!(gone, "pods not in the list removed");
+                    changes.fetch_add(1, Ordering::Release);
+                    tasks.iter().for_each(|t| t.end_relist());
+                    let _ = synced_tx.send(true);
+                    provider.source().record_source_run(
+                        SOURCE,
+                        SystemTime::now(),
+                        listing.elapsed(),
+                        RunOutcome::Ok,
+                    );
+                }
+                Some(Ok(Event::Apply(p))) => {
+                    tasks.iter().for_each(|t| t.apply(&p));
+                    let f = facts_of(&p, &mut interner);
+                    write_key(&p, &mut key_buf);
+                    lock().insert(&key_buf, f);
+                    changes.fetch_add(1, Ordering::Release);
+                }
+                Some(Ok(Event::Delete(p))) => {
+                    tasks.iter().for_each(|t| t.delete(&p));
+                    write_key(&p, &mut key_buf);
+                    lock().remove(&key_buf);
+                    changes.fetch_add(1, Ordering::Release);
+                }
+                Some(Err(e)) => {
+                    // A failed relist leaves the pods it did not reach as they were; the
+                    // next list's end removes those that are gone.
+                    let pause = book.on_error(&e);
+                    if !pause_or_cancel(pause, &cancel).await {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (index, task)
+}
+
+/// Starts the reflectors and the derive loop; returns the stores and the tasks.
+pub fn spawn(
+    client: kube::Client,
+    cfg: WatchConfig,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    spawn_with_tasks(client, cfg, provider, cancel, None)
+}
+
+/// [`spawn`], with the pod watcher also keeping `tasks` (the node role's task pods).
+pub fn spawn_with_tasks(
+    client: kube::Client,
+    cfg: WatchConfig,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+    task_pods: Option<Arc<dyn PodFollower>>,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
+    let changes = Arc::new(AtomicU64::new(0));
+    let shared = Shared {
+        provider: provider.clone(),
+        cancel: cancel.clone(),
+        changes: changes.clone(),
+    };
+    let mut tasks = Vec::new();
+    let (node_wc, pod_wc) = match &cfg.scope {
+        Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
+        Scope::Node { name } => (
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+            watcher::Config::default().fields(&format!("spec.nodeName={name}")),
+        ),
+    };
+    // The pod watches: all namespaces at once, one per workload namespace, or none.
+    let (pod_scope, pod_namespaces): (PodScope, Vec<Option<&str>>) = match &cfg.scope {
+        Scope::Cluster {
+            pods: PodScope::Workloads,
+            namespaces,
+        } => (
+            PodScope::Workloads,
+            namespaces.iter().map(|n| Some(n.as_str())).collect(),
+        ),
+        Scope::Cluster {
+            pods: PodScope::None,
+            ..
+        } => (PodScope::None, Vec::new()),
+        _ => (PodScope::All, vec![None]),
+    };
+    let node_keys = node_label_keys(&cfg.derive);
+    let mut node_strings = Interner::default();
+    let (nodes, nodes_listed, t) = reflect(
+        Api::<LeanNode>::all,
+        client.clone(),
+        node_wc,
+        ("watch_nodes", "nodes"),
+        move |n: &mut LeanNode| trim_node(n, &node_keys, &mut node_strings),
+        shared.clone(),
+    );
+    tasks.push(t);
+    let mut pods = Vec::new();
+    for ns in pod_namespaces {
+        let (index, t) = index_pods(
+            client.clone(),
+            ns,
+            pod_wc.clone(),
+            cfg.derive.clone(),
+            shared.clone(),
+            task_pods.clone(),
+        );
+        pods.push(index);
+        tasks.push(t);
+    }
+    let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
+    let mut workloads_listed = Vec::new();
+    if let Scope::Cluster { namespaces, .. } = &cfg.scope {
+        for ns in namespaces {
+            let (s, l, t) = reflect(
+                |c| Api::<DaemonSet>::namespaced(c, ns),
+                client.clone(),
+                watcher::Config::default(),
+                ("watch_daemonsets", "daemonsets"),
+                {
+                    let keys = keys.clone();
+                    move |d: &mut DaemonSet| trim_daemonset(d, &keys)
+                },
+                shared.clone(),
+            );
+            daemonsets.push(s);
+            workloads_listed.push(l);
+            tasks.push(t);
+            let (s, l, t) = reflect(
+                |c| Api::<Deployment>::namespaced(c, ns),
+                client.clone(),
+                watcher::Config::default(),
+                ("watch_deployments", "deployments"),
+                {
+                    let keys = keys.clone();
+                    move |d: &mut Deployment| trim_deployment(d, &keys)
+                },
+                shared.clone(),
+            );
+            deployments.push(s);
+            workloads_listed.push(l);
+            tasks.push(t);
+        }
+    }
+    let stores = Stores {
+        nodes,
+        nodes_listed,
+        workloads_listed,
+        pods,
+        pod_scope,
+        daemonsets,
+        deployments,
+        changes,
+        derivations: Arc::new(AtomicU64::new(0)),
+    };
+    let loop_stores = stores.clone();
+    tasks.push(tokio::spawn(async move {
+        let ready = tokio::select! {
+            _ = cancel.cancelled() => false,
+            r = loop_stores.wait_until_ready() => r,
+        };
+        if !ready {
+            return;
+        }
+        tracing::info!(
+            nodes = loop_stores.nodes.len(),
+            pods = loop_stores.pods.iter().map(PodIndex::len).sum::<usize>(),
+            pod_scope = loop_stores.pod_scope.as_str(),
+            "Kubernetes caches synced"
+        );
+        let mut last = DeriveSchedule::default();
+        loop {
+            let now = SystemTime::now();
+            let generation = loop_stores.generation();
+            if last.due(generation, now) {
+                let started = Instant::now();
+                let state = loop_stores.derive(now, &cfg.derive);
+                loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
+                last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
+                tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
+                provider.cluster().record_cluster_state(state);
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(cfg.interval) => {}
+            }
+        }
+    }));
+    (stores, tasks)
+}
+
+/// When the derive loop derives again: after any watcher event, and when the clock reaches the
+/// next time a derived value depends on (a node done warming); never otherwise, so an idle
+/// cluster costs no per-node or per-pod work.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeriveSchedule {
+    /// The generation and time of the last derivation (`None`: never derived).
+    last: Option<(u64, SystemTime)>,
+    /// The earliest time a node of that state finishes warming.
+    next_warm: Option<SystemTime>,
+}
+
+impl DeriveSchedule {
+    /// The schedule after deriving `state` at `now` from the stores at `generation`.
+    pub fn after(
+        generation: u64,
+        now: SystemTime,
+        state: &ClusterState,
+        cfg: &DeriveConfig,
+    ) -> Self {
+        // `done_warming` is `now - created >= warming`: it flips at `created + warming`.
+        let next_warm = state
+            .nodes
+            .iter()
+            .filter(|n| !n.done_warming)
+            .filter_map(|n| n.created?.checked_add(cfg.warming))
+            .min();
+        DeriveSchedule {
+            last: Some((generation, now)),
+            next_warm,
+        }
+    }
+
+    /// Whether the stores at `generation` must be derived again at `now`.
+    pub fn due(&self, generation: u64, now: SystemTime) -> bool {
+        let Some((g, at)) = self.last else {
+            return true;
+        };
+        // A clock set back can make a node warming again: derive.
+        g != generation || now < at || self.next_warm.is_some_and(|w| now >= w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(name: &str, created: Option<u64>, done_warming: bool) -> crate::model::NodeFacts {
+        crate::model::NodeFacts {
+            done_warming,
+            created: created.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+            ..crate::model::NodeFacts::ready_for_test(name)
+        }
+    }
+
+    /// A relist in place ends with exactly the listed pods and the sums of a table built from
+    /// them alone, also after an earlier list was abandoned half-way (its marks must not save
+    /// a pod the next complete list does not name), and between lists the watch's own writes
+    /// survive the next relist only when listed.
+    #[test]
+    fn relist_in_place_keeps_exactly_the_listed_pods() {
+        use crate::sources::cluster::aggregate::tests::{Rng, random_facts, record};
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut table = PodTable::default();
+        let fresh = |rng: &mut Rng, key: &str| {
+            record(&(rng.below(10) != 0).then(|| random_facts(rng, key.into())))
+        };
+        // The first list.
+        table.begin_relist();
+        for i in 0..40 {
+            let key = format!("ns/p{i}");
+            let f = fresh(&mut rng, &key);
+            table.insert(&key, f);
+        }
+        assert_eq!(table.end_relist(), 0);
+        for round in 0..30 {
+            // Watch events between lists.
+            for _ in 0..10 {
+                let key = format!("ns/p{}", rng.below(60));
+                if rng.below(3) == 0 {
+                    table.remove(&key);
+                } else {
+                    let f = fresh(&mut rng, &key);
+                    table.insert(&key, f);
+                }
+            }
+            // Sometimes a list that stops half-way (its Init, some pages, no InitDone).
+            if rng.below(2) == 0 {
+                table.begin_relist();
+                for _ in 0..rng.below(20) {
+                    let key = format!("ns/p{}", rng.below(60));
+                    let f = fresh(&mut rng, &key);
+                    table.insert(&key, f);
+                }
+            }
+            // A complete relist naming a random subset of the pods.
+            let mut want = PodTable::default();
+            table.begin_relist();
+            for i in 0..60 {
+                if rng.below(3) == 0 {
+                    continue;
+                }
+                let key = format!("ns/p{i}");
+                let f = fresh(&mut rng, &key);
+                want.insert(&key, f.clone());
+                table.insert(&key, f);
+            }
+            let held = table.map.len();
+            let gone = table.end_relist();
+            assert_eq!(held - gone, want.map.len(), "round {round}");
+            let mut got_keys: Vec<_> = table.map.keys().collect();
+            let mut want_keys: Vec<_> = want.map.keys().collect();
+            got_keys.sort();
+            want_keys.sort();
+            assert_eq!(got_keys, want_keys, "round {round}");
+            for (k, e) in &want.map {
+                assert_eq!(table.map[k].rec, e.rec, "round {round}: {k}");
+            }
+            assert_eq!(table.agg, want.agg, "round {round}: sums");
+        }
+    }
+
+    /// A node update that only moves resourceVersion and the heartbeat times (kwok's and the
+    /// kubelet's status heartbeats) is not stored and bumps nothing; a real change is, and so
+    /// is a delete.
+    #[test]
+    fn a_heartbeat_only_update_changes_nothing_and_a_status_change_does() {
+        use crate::k8s::lean::LeanNode;
+        let node = |rv: &str, beat: &str, ready: &str| -> LeanNode {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1", "resourceVersion": rv},
+                "status": {"conditions": [{"type": "Ready", "status": ready,
+                    "lastHeartbeatTime": beat,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+            }))
+            .expect("a lean node")
+        };
+        let ready = |r: &Store<LeanNode>| {
+            let n = r.state()[0].clone();
+            let c = n.status.as_ref().and_then(|s| s.conditions.clone());
+            (
+                n.metadata.resource_version.clone(),
+                c.map(|c| c[0].status.to_string()),
+            )
+        };
+        let (reader, writer) = reflector::store();
+        let mut s = RelistInPlace::new(reader.clone(), writer);
+        let first = node("1", "2026-01-01T00:00:00Z", "True");
+        for ev in [Event::Init, Event::InitApply(first), Event::InitDone] {
+            assert!(s.apply(ev));
+        }
+        let beat = node("2", "2026-01-01T00:00:20Z", "True");
+        assert!(!s.apply(Event::Apply(beat)), "a heartbeat changes nothing");
+        assert_eq!(ready(&reader), (Some("1".into()), Some("True".into())));
+        let down = node("3", "2026-01-01T00:00:40Z", "False");
+        assert!(s.apply(Event::Apply(down.clone())));
+        assert_eq!(ready(&reader), (Some("3".into()), Some("False".into())));
+        assert!(s.apply(Event::Delete(down)));
+        assert!(reader.state().is_empty());
+    }
+
+    /// The derivation from the per-node sums equals the one from every pod's facts, after
+    /// random applies and deletes, for every pod scope.
+    #[test]
+    fn derive_from_kept_sums_equals_derive_from_every_pod() {
+        use crate::sources::cluster::aggregate::tests::{Rng, random_facts, record};
+        let cfg = DeriveConfig::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for scope in [PodScope::All, PodScope::Workloads] {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+            let indexes = if scope == PodScope::All { 1 } else { 3 };
+            let (_tx, synced) = tokio::sync::watch::channel(true);
+            let pods: Vec<PodIndex> = (0..indexes)
+                .map(|_| PodIndex {
+                    live: Default::default(),
+                    synced: synced.clone(),
+                })
+                .collect();
+            let stores = Stores {
+                nodes: reflector::store::<LeanNode>().0,
+                nodes_listed: synced.clone(),
+                workloads_listed: Vec::new(),
+                pods: pods.clone(),
+                pod_scope: scope,
+                daemonsets: Vec::new(),
+                deployments: Vec::new(),
+                changes: Default::default(),
+                derivations: Default::default(),
+            };
+            // Each index's pods as facts, beside the records the index keeps of them.
+            let mut held: Vec<std::collections::HashMap<String, Option<PodFacts>>> =
+                vec![Default::default(); indexes as usize];
+            for step in 0..300 {
+                let i = rng.below(indexes) as usize;
+                let key = format!("ns/p{}", rng.below(30));
+                if rng.below(4) == 0 {
+                    pods[i].lock().remove(&key);
+                    held[i].remove(&key);
+                } else {
+                    let f = (rng.below(10) != 0).then(|| random_facts(&mut rng, key.clone()));
+                    pods[i].lock().insert(&key, record(&f));
+                    held[i].insert(key, f);
+                }
+                let got = stores.derive(now, &cfg);
+                let guards: Vec<_> = pods.iter().map(PodIndex::lock).collect();
+                let bad = held
+                    .iter()
+                    .map(|h| h.values().filter(|f| f.is_none()).count() as u64)
+                    .sum();
+                // In the order the indexes hold the pods (the restart rows' order).
+                let facts = guards
+                    .iter()
+                    .zip(&held)
+                    .flat_map(|(g, h)| g.map.keys().filter_map(|k| h[&**k].as_ref()));
+                let mut want = cluster_state_from_facts(
+                    std::iter::empty::<&LeanNode>(),
+                    facts,
+                    bad,
+                    std::iter::empty(),
+                    std::iter::empty(),
+                    now,
+                    &cfg,
+                );
+                if scope != PodScope::All {
+                    want.node_pods.clear();
+                }
+                want.addons_elsewhere = scope == PodScope::None;
+                assert_eq!(got, want, "{scope:?} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn derive_schedule_follows_events_and_the_warming_clock_only() {
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let cfg = DeriveConfig::default(); // 300 s warming
+        assert!(DeriveSchedule::default().due(0, t(0)), "never derived");
+        let st = ClusterState {
+            nodes: vec![
+                facts("old", Some(0), true),
+                facts("young", Some(1_000), false),
+                facts("younger", Some(1_100), false),
+                facts("no-time", None, false),
+            ],
+            ..Default::default()
+        };
+        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        // Nothing changed: no derivation, however many ticks, until "young" is done warming.
+        for now in [1_200, 1_210, 1_299] {
+            assert!(!s.due(7, t(now)), "idle at {now}");
+        }
+        assert!(
+            s.due(7, t(1_300)),
+            "young is done warming at created + 300 s"
+        );
+        assert!(s.due(8, t(1_201)), "an event");
+        assert!(s.due(7, t(1_199)), "the clock went back");
+        // Every node done warming (or without a creation time): only events count.
+        let st = ClusterState {
+            nodes: vec![facts("old", Some(0), true), facts("no-time", None, false)],
+            ..Default::default()
+        };
+        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        assert!(!s.due(7, t(1_000_000)));
+    }
+
+    #[test]
+    fn interner_shares_one_copy_and_sweeps_unused_names() {
+        let mut i = Interner::default();
+        let a1: Arc<str> = "node-1".into();
+        let a2: Arc<str> = "node-1".into();
+        let s1 = i.get(&a1);
+        let s2 = i.get(&a2);
+        assert!(Arc::ptr_eq(&s1, &s2));
+        assert!(Arc::ptr_eq(&s1, &a1), "the first copy is the one kept");
+        drop((a1, a2, s1, s2));
+        // 2,000 one-off names (Jobs): the set is swept instead of growing with them.
+        let keep = i.get(&Arc::from("kept"));
+        for n in 0..2000 {
+            let _ = i.get(&Arc::from(format!("job-{n}").as_str()));
+        }
+        assert!(i.len() < 1100, "{} names held", i.len());
+        assert!(Arc::ptr_eq(&keep, &i.get(&Arc::from("kept"))));
+    }
+
+    #[test]
+    fn trimming_keeps_the_pool_and_zone_labels_and_shares_strings() {
+        let json = |name: &str| {
+            serde_json::json!({
+                "metadata": {"name": name, "labels": {
+                    "cloud.google.com/gke-nodepool": "pool-1",
+                    "topology.kubernetes.io/zone": "zone-a",
+                    "kubernetes.io/hostname": name,
+                    "beta.kubernetes.io/arch": "amd64",
+                }},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{}", name.len())}],
+                },
+            })
+        };
+        let keys = node_label_keys(&DeriveConfig::default());
+        let mut interner = Interner::default();
+        let mut a: LeanNode = serde_json::from_value(json("a")).unwrap();
+        let mut b: LeanNode = serde_json::from_value(json("bb")).unwrap();
+        assert_eq!(a.labels.len(), 4);
+        trim_node(&mut a, &keys, &mut interner);
+        trim_node(&mut b, &keys, &mut interner);
+        let kept: Vec<_> = a.labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+        assert_eq!(
+            kept,
+            [
+                ("cloud.google.com/gke-nodepool", "pool-1"),
+                ("topology.kubernetes.io/zone", "zone-a")
+            ]
+        );
+        assert!(
+            Arc::ptr_eq(&a.labels[0].1, &b.labels[0].1),
+            "one copy of the pool name"
+        );
+        let cond =
+            |n: &LeanNode| n.status.as_ref().unwrap().conditions.as_ref().unwrap()[0].clone();
+        assert!(Arc::ptr_eq(&cond(&a).status, &cond(&b).status));
+        let f = super::super::derive::node_facts(&a, SystemTime::now(), &DeriveConfig::default())
+            .unwrap();
+        assert_eq!(
+            (f.placement.pool.as_str(), f.placement.zone.as_str()),
+            ("pool-1", "zone-a")
+        );
+        assert!(f.ready);
+    }
+}

@@ -1,0 +1,18 @@
+//! Sources: everything that records into the hub, one room each.
+//!
+//! - [`usage`]: node usage backends behind `/watcher` (procfs, metrics-server, Prometheus,
+//!   SignalFx).
+//! - [`cluster`]: the cluster role's watchers of nodes, pods and workloads, and what is
+//!   derived from them.
+//! - [`probe`]: health probes (HTTP, DNS, Kubernetes).
+//! - [`task`]: the node role's per-pod and per-container cgroup, perf and platform metrics.
+//! - [`procfs`]: the procfs parsers the usage and task sources share.
+//!
+//! May import: [`crate::shared`], [`crate::model`], [`crate::hub`], [`crate::k8s`]; a source
+//! never imports another source (only the shared [`procfs`] parsers), an output, or config.
+
+pub mod cluster;
+pub mod probe;
+pub mod procfs;
+pub mod task;
+pub mod usage;

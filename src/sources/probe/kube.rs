@@ -1,0 +1,88 @@
+//! Probes through the Kubernetes API: metrics-server answers with items; the API server's
+//! `/readyz` says ok.
+
+use k8s_metrics::v1beta1::NodeMetrics;
+use kube::api::{Api, ListParams};
+
+use super::{Failure, Probe};
+
+fn kube_failure(e: kube::Error) -> Failure {
+    if let Some(t) = crate::shared::limit::find_too_large(&e) {
+        return Failure::new("too_large", t.to_string());
+    }
+    match &e {
+        kube::Error::Api(s) => Failure::new(format!("status_{}", s.code), e.to_string()),
+        _ => Failure::new("error", e.to_string()),
+    }
+}
+
+/// `metrics.k8s.io` answers a NodeMetrics list with at least one item.
+#[derive(Clone)]
+pub struct MetricsServerProbe {
+    client: kube::Client,
+}
+
+impl MetricsServerProbe {
+    pub fn new(client: kube::Client) -> Self {
+        MetricsServerProbe { client }
+    }
+}
+
+impl Probe for MetricsServerProbe {
+    fn name(&self) -> &str {
+        "metrics_server"
+    }
+
+    fn target(&self) -> &str {
+        "metrics.k8s.io/v1beta1/nodes"
+    }
+
+    async fn check(&self) -> Result<(), Failure> {
+        let api: Api<NodeMetrics> = Api::all(self.client.clone());
+        let list = api
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(kube_failure)?;
+        if list.items.is_empty() {
+            return Err(Failure::new(
+                "no_items",
+                "metrics-server answered with no NodeMetrics",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The API server's `/readyz` answers `ok`.
+#[derive(Clone)]
+pub struct ApiServerReadyProbe {
+    client: kube::Client,
+}
+
+impl ApiServerReadyProbe {
+    pub fn new(client: kube::Client) -> Self {
+        ApiServerReadyProbe { client }
+    }
+}
+
+impl Probe for ApiServerReadyProbe {
+    fn name(&self) -> &str {
+        "apiserver_readyz"
+    }
+
+    fn target(&self) -> &str {
+        "/readyz"
+    }
+
+    async fn check(&self) -> Result<(), Failure> {
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| Failure::new("error", e.to_string()))?;
+        let text = self.client.request_text(req).await.map_err(kube_failure)?;
+        if text.trim() != "ok" {
+            let shown: String = text.chars().take(100).collect();
+            return Err(Failure::new("bad_body", format!("/readyz said {shown:?}")));
+        }
+        Ok(())
+    }
+}

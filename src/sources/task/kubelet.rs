@@ -1,0 +1,365 @@
+//! The kubelet's `GET /pods` (a PodList) as the node role's task pod source (`--kubelet-url`).
+//!
+//! When set, it replaces the API-server pod watch as the source of *tasks*: every poll lists the
+//! kubelet's pods and swaps them into a [`TaskPodIndex`] as a relist would, through the one
+//! conversion the watch path uses ([`super::pods::task_pod`]: namespaces, labels, QoS,
+//! effective requests and limits). The node role's pod watch on the API server still runs for the
+//! node's own facts (per-node requests); it just no longer feeds the task source.
+//!
+//! Authentication: the service-account token (`--kubelet-token-file`, re-read on every poll so
+//! a rotated token is picked up) or a client certificate (`--kubelet-client-cert-file` and
+//! `--kubelet-client-key-file`). TLS is verified against `--kubelet-ca-file` only (default: the
+//! service-account `ca.crt`), unless `--kubelet-insecure-skip-tls-verify` says otherwise. The CA,
+//! certificate and key files are compared with what the client was built from on every poll;
+//! a change rebuilds the client. The body is capped at `--max-response-bytes`. The client
+//! never follows redirects (a 3xx is a counted failure, so the token is never sent elsewhere)
+//! and never uses a proxy from the environment.
+//!
+//! The kubelet authorizes `/pods` as `get` on the `nodes/proxy` subresource (`nodes/pods` with the
+//! `KubeletFineGrainedAuthz` feature), see docs/node-role.md.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::pods::TaskPodIndex;
+use crate::hub::{Provider, RunOutcome};
+use crate::shared::error::{Error, Result};
+
+/// The source name in the self-metrics (`kube_prober_source_*{source="kubelet_pods"}`).
+pub const KUBELET_SOURCE: &str = "kubelet_pods";
+/// The in-cluster service-account token: `--kubelet-token-file`'s default.
+pub const DEFAULT_TOKEN_FILE: &str = crate::k8s::role::SERVICE_ACCOUNT_TOKEN;
+/// The in-cluster service-account CA: `--kubelet-ca-file`'s default.
+pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// How the kubelet is told who we are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeletAuth {
+    /// `Authorization: Bearer <file content>`, read on every poll.
+    TokenFile(PathBuf),
+    /// A client certificate and its key (PEM files).
+    ClientCert { cert: PathBuf, key: PathBuf },
+}
+
+/// `--kubelet-*` as resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletSettings {
+    /// Base URL, e.g. `https://10.0.0.5:10250`; `/pods` is appended.
+    pub url: String,
+    pub auth: KubeletAuth,
+    /// The only roots trusted for the kubelet's serving certificate; `None` with
+    /// `insecure_skip_verify`.
+    pub ca_file: Option<PathBuf>,
+    pub insecure_skip_verify: bool,
+}
+
+/// The files the TLS client is built from, as read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    identity: Option<Vec<u8>>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl TlsFiles {
+    fn load(s: &KubeletSettings) -> Result<Self> {
+        let ca = match (&s.ca_file, s.insecure_skip_verify) {
+            (Some(p), false) => Some(read(p)?),
+            _ => None,
+        };
+        let identity = match &s.auth {
+            KubeletAuth::ClientCert { cert, key } => {
+                let mut pem = read(cert)?;
+                pem.push(b'\n');
+                pem.extend(read(key)?);
+                Some(pem)
+            }
+            KubeletAuth::TokenFile(_) => None,
+        };
+        Ok(TlsFiles { ca, identity })
+    }
+}
+
+/// The error and every cause below it, `: `-joined (reqwest hides rustls's reason, e.g.
+/// `invalid peer certificate: UnknownIssuer`, two levels down).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Builds the client for `files`. Errors name the file at fault (`Parse`); the caller decides
+/// whether that stops the start (a config error) or is counted (a rotated file gone bad).
+fn build_client(
+    s: &KubeletSettings,
+    files: &TlsFiles,
+    timeout: Duration,
+) -> Result<reqwest::Client> {
+    // Never follow a redirect (it would carry the request, and with some policies the bearer
+    // token, to wherever the answer points: a 3xx is a counted failure) and never go through
+    // HTTP(S)_PROXY/ALL_PROXY from the environment (the kubelet is reached directly).
+    let mut b = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .danger_accept_invalid_certs(s.insecure_skip_verify);
+    if let (Some(pem), Some(path)) = (&files.ca, &s.ca_file) {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .ok()
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| Error::Parse {
+                what: format!("--kubelet-ca-file {}", path.display()),
+                reason: "not a PEM certificate bundle".into(),
+            })?;
+        b = b.tls_certs_only(certs);
+    }
+    if let Some(pem) = &files.identity {
+        let id = reqwest::Identity::from_pem(pem).map_err(|e| Error::Parse {
+            what: "--kubelet-client-cert-file/--kubelet-client-key-file".into(),
+            reason: format!("not a PEM certificate and private key: {}", chain(&e)),
+        })?;
+        b = b.identity(id);
+    }
+    b.build().map_err(|e| Error::Http {
+        what: "building the kubelet client".into(),
+        reason: chain(&e),
+    })
+}
+
+/// The kubelet's answer: `{"kind":"PodList","apiVersion":"v1","items":[...]}`.
+pub type PodList = k8s_openapi::List<Pod>;
+
+/// Polls the kubelet's `/pods`.
+#[derive(Debug)]
+pub struct KubeletPods {
+    settings: KubeletSettings,
+    url: String,
+    timeout: Duration,
+    max_body_bytes: usize,
+    files: TlsFiles,
+    client: reqwest::Client,
+}
+
+impl KubeletPods {
+    /// Reads the TLS files and builds the client; any problem is a config error naming the flag
+    /// (exit 2). A missing token file is one too: without it no poll could succeed.
+    pub fn new(
+        settings: KubeletSettings,
+        timeout: Duration,
+        max_body_bytes: usize,
+    ) -> Result<Self> {
+        let cfg_err = |option: &'static str, value: String, e: Error| Error::Config {
+            option,
+            value,
+            reason: e.to_string(),
+        };
+        let files = TlsFiles::load(&settings).map_err(|e| {
+            let (option, path) = match &e {
+                Error::Io { path, .. } => (flag_of(&settings, path), path.display().to_string()),
+                _ => ("--kubelet-url", settings.url.clone()),
+            };
+            cfg_err(option, path, e)
+        })?;
+        let client = build_client(&settings, &files, timeout).map_err(|e| {
+            let option = match &e {
+                Error::Parse { what, .. } if what.starts_with("--kubelet-ca-file") => {
+                    "--kubelet-ca-file"
+                }
+                Error::Parse { .. } => "--kubelet-client-cert-file",
+                _ => "--kubelet-url",
+            };
+            cfg_err(option, settings.url.clone(), e)
+        })?;
+        if let KubeletAuth::TokenFile(p) = &settings.auth {
+            read(p).map_err(|e| cfg_err("--kubelet-token-file", p.display().to_string(), e))?;
+        }
+        let url = format!("{}/pods", settings.url.trim_end_matches('/'));
+        Ok(KubeletPods {
+            settings,
+            url,
+            timeout,
+            max_body_bytes,
+            files,
+            client,
+        })
+    }
+
+    pub fn settings(&self) -> &KubeletSettings {
+        &self.settings
+    }
+
+    /// Rebuilds the client when the CA, certificate or key file changed since it was built.
+    fn refresh_tls(&mut self) -> Result<()> {
+        let now = TlsFiles::load(&self.settings)?;
+        if now != self.files {
+            self.client = build_client(&self.settings, &now, self.timeout)?;
+            self.files = now;
+            tracing::info!(url = %self.settings.url, "kubelet TLS files changed; client rebuilt");
+        }
+        Ok(())
+    }
+
+    /// One `GET /pods`: the kubelet's PodList.
+    pub async fn fetch(&mut self) -> Result<PodList> {
+        self.refresh_tls()?;
+        let what = format!("kubelet GET {}", self.url);
+        let mut req = self
+            .client
+            .get(&self.url)
+            .header(http::header::ACCEPT, "application/json");
+        if let KubeletAuth::TokenFile(p) = &self.settings.auth {
+            let token = String::from_utf8_lossy(&read(p)?).trim().to_string();
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.map_err(|e| {
+            if e.is_timeout() {
+                Error::Timeout {
+                    what: what.clone(),
+                    after: self.timeout,
+                }
+            } else {
+                Error::Http {
+                    what: what.clone(),
+                    reason: chain(&e),
+                }
+            }
+        })?;
+        let status = resp.status();
+        if status.is_redirection() {
+            let to = resp
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("(no Location)");
+            return Err(Error::Http {
+                what,
+                reason: format!(
+                    "HTTP {status}: a redirect to {to}, not followed (the kubelet is asked directly; the token goes nowhere else)"
+                ),
+            });
+        }
+        if !status.is_success() {
+            let hint = match status.as_u16() {
+                401 => {
+                    " (the kubelet did not accept the token or client certificate; service-account tokens need the kubelet's webhook authentication)"
+                }
+                403 => {
+                    " (RBAC: the kubelet authorizes /pods as get on nodes/proxy, or nodes/pods with KubeletFineGrainedAuthz)"
+                }
+                _ => "",
+            };
+            return Err(Error::Http {
+                what,
+                reason: format!("HTTP {status}{hint}"),
+            });
+        }
+        let body = crate::shared::limit::read_capped(resp, self.max_body_bytes)
+            .await
+            .map_err(|e| match e {
+                crate::shared::limit::ReadError::TooLarge(t) => Error::TooLarge {
+                    what: what.clone(),
+                    reason: t.to_string(),
+                },
+                crate::shared::limit::ReadError::Read(e) if e.is_timeout() => Error::Timeout {
+                    what: what.clone(),
+                    after: self.timeout,
+                },
+                crate::shared::limit::ReadError::Read(e) => Error::Http {
+                    what: what.clone(),
+                    reason: format!("reading the body: {}", chain(&e)),
+                },
+            })?;
+        serde_json::from_slice::<PodList>(&body).map_err(|e| Error::Parse {
+            what,
+            reason: format!("not a PodList: {e}"),
+        })
+    }
+
+    /// One poll into `index`: on success the kubelet's pods replace the index's (finished pods
+    /// and pods outside `--task-namespaces` leave out, bad ones are counted and logged by the
+    /// index); on failure the last good pods stay.
+    pub async fn poll_into(&mut self, index: &TaskPodIndex) -> RunOutcome {
+        match self.fetch().await {
+            Ok(list) => {
+                index.begin_relist();
+                for p in &list.items {
+                    index.relist_apply(p);
+                }
+                index.end_relist();
+                if list.items.is_empty() {
+                    RunOutcome::NoData
+                } else {
+                    RunOutcome::Ok
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                tracing::warn!(source = KUBELET_SOURCE, reason = e.metric_label(), error = %message, "kubelet /pods failed; the last pods stay");
+                RunOutcome::Failed {
+                    reason: e.metric_label().into(),
+                    message,
+                }
+            }
+        }
+    }
+}
+
+/// The flag whose file `path` is.
+fn flag_of(s: &KubeletSettings, path: &Path) -> &'static str {
+    match &s.auth {
+        KubeletAuth::ClientCert { cert, .. } if cert == path => return "--kubelet-client-cert-file",
+        KubeletAuth::ClientCert { key, .. } if key == path => return "--kubelet-client-key-file",
+        _ => {}
+    }
+    "--kubelet-ca-file"
+}
+
+/// Polls every `interval` into `index` until cancelled; each poll is a run of
+/// [`KUBELET_SOURCE`] (readiness waits for the first, successful or not).
+pub fn spawn(
+    mut source: KubeletPods,
+    index: TaskPodIndex,
+    interval: Duration,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    provider.source().register_source(KUBELET_SOURCE);
+    if source.settings.insecure_skip_verify {
+        tracing::warn!(url = %source.settings.url, "--kubelet-insecure-skip-tls-verify: the kubelet's serving certificate is not verified; anyone on the path can impersonate it and read the token");
+    }
+    tokio::spawn(async move {
+        loop {
+            let started = Instant::now();
+            let outcome = source.poll_into(&index).await;
+            provider.source().record_source_run(
+                KUBELET_SOURCE,
+                SystemTime::now(),
+                started.elapsed(),
+                outcome,
+            );
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    })
+}

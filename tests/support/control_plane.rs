@@ -607,7 +607,9 @@ impl ControlPlane {
             format!("--secure-port={port}"),
             format!("--cert-dir={}", self.files.path("metrics-server").display()),
             "--kubelet-insecure-tls".into(),
-            "--kubelet-preferred-address-types=InternalIP".into(),
+            // A node's ExternalIP is kwok's address when the node has an address of its own
+            // (create_nodes_at); kwok's own nodes have only their InternalIP 127.0.0.1.
+            "--kubelet-preferred-address-types=ExternalIP,InternalIP".into(),
             "--kubelet-use-node-status-port".into(),
             "--metric-resolution=15s".into(),
         ];
@@ -747,10 +749,32 @@ spec:
     /// Creates kwok nodes `kwok-node-<i>` for `range`, with `cpu` and `memory` as capacity and
     /// allocatable.
     pub fn create_nodes(&self, range: std::ops::Range<usize>, cpu: &str, memory: &str) {
+        self.create_nodes_at(range, cpu, memory, None);
+    }
+
+    /// [`create_nodes`](Self::create_nodes), each node with its own address `ip(i)` (a
+    /// 127.x.y.z) as InternalIP when `ip` is given (else kwok's 127.0.0.1): the address kwok
+    /// gives the node's host-network pods (`status.hostIP`, `status.podIP`). kwok serves every
+    /// node's kubelet on 127.0.0.1, so that is the node's ExternalIP, the address metrics-server
+    /// prefers.
+    pub fn create_nodes_at(
+        &self,
+        range: std::ops::Range<usize>,
+        cpu: &str,
+        memory: &str,
+        ip: Option<&dyn Fn(usize) -> String>,
+    ) {
         let docs: Vec<String> = range
             .map(|i| {
                 let name = node_name(i);
-                json!({
+                let addresses = ip.map(|ip| {
+                    json!([
+                        {"type": "InternalIP", "address": ip(i)},
+                        {"type": "ExternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": name},
+                    ])
+                });
+                let mut node = json!({
                     "apiVersion": "v1", "kind": "Node",
                     "metadata": {
                         "name": name,
@@ -767,8 +791,11 @@ spec:
                         "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
                         "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
                     },
-                })
-                .to_string()
+                });
+                if let Some(a) = addresses {
+                    node["status"]["addresses"] = a;
+                }
+                node.to_string()
             })
             .collect();
         for chunk in docs.chunks(200) {

@@ -505,18 +505,11 @@ fn start_pod(
         node_name: node.clone(),
         host_ip: host_ip.clone(),
     };
-    let (mut args, mut env) = deploy::container_command(w, &downward);
-    let manifest = deploy::local_listen(&mut args);
+    let (mut args, mut env, manifest) = deploy::local_pod_command(w, &downward, kubeconfig);
     let port = manifest.rsplit_once(':').expect("HOST:PORT").1;
     for a in args.iter_mut().filter(|a| a.starts_with("--listen=")) {
         *a = format!("--listen={pod_ip}:{port}");
     }
-    deploy::outside_container(&mut args, &deploy::host_mounts(w));
-    deploy::without_collector(&mut env);
-    env.push((
-        "KUBECONFIG".into(),
-        kubeconfig.to_string_lossy().into_owned(),
-    ));
     for (k, v) in [
         ("KUBE_PROBER_TICK_INTERVAL", "1s"),
         ("KUBE_PROBER_INTERVAL", "2s"),

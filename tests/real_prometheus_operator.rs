@@ -667,6 +667,70 @@ fn label<'a>(s: &'a prom::Sample, k: &str) -> &'a str {
     s.0.get(k).map(String::as_str).unwrap_or_default()
 }
 
+/// The defect: `honorLabels: false` patched on the live ServiceMonitor and PodMonitor (and the
+/// PodMonitor made from the ServiceMonitor follows). Once the operator's configuration has
+/// `honor_labels: false` in every kube-prober job, a fresh Prometheus on it shows kube-prober's
+/// own labels as `exported_*`, the target's pod and container in their place, and the restart
+/// panel without the addon pod. Returns (series renamed, the pods the restart panel shows).
+fn without_honor_labels(cp: &ControlPlane, dir: &Path) -> (usize, Vec<String>) {
+    for (resource, path) in [
+        (
+            "servicemonitor/kube-prober",
+            "/spec/endpoints/0/honorLabels",
+        ),
+        (
+            "podmonitor/kube-prober-node",
+            "/spec/podMetricsEndpoints/0/honorLabels",
+        ),
+    ] {
+        cp.kubectl(&[
+            "patch",
+            resource,
+            "-n",
+            "kube-system",
+            "--type=json",
+            "-p",
+            &format!(r#"[{{"op": "replace", "path": "{path}", "value": false}}]"#),
+        ]);
+    }
+    cp.apply(&cluster_pods_monitor(cp));
+    let config = prometheus_config(cp, false, dir);
+    let prometheus = prom::ScrapingPrometheus::start_with_config(
+        &control_plane::upstream("prometheus"),
+        &config,
+    );
+    wait_targets_up(cp, &prometheus);
+    let renamed = wait_query(
+        &prometheus,
+        r#"kube_prober_container_restarts_total{exported_pod=~"test-restarts-.+"}"#,
+        Duration::from_secs(60),
+    );
+    for s in &renamed {
+        assert_eq!(label(s, "exported_namespace"), "kube-system", "{s:?}");
+        assert!(
+            matches!(label(s, "exported_container"), "app" | "sidecar"),
+            "{s:?}"
+        );
+        assert!(
+            label(s, "pod").starts_with("kube-prober"),
+            "the target's pod wins: {s:?}"
+        );
+        assert_eq!(label(s, "container"), "kube-prober", "{s:?}");
+    }
+    let restarts = wait_query(&prometheus, RESTARTS, Duration::from_secs(30));
+    assert!(
+        restarts
+            .iter()
+            .all(|s| !label(s, "pod").starts_with("test-restarts-")),
+        "without honorLabels the restart panel cannot find the addon pod: {restarts:?}"
+    );
+    let pods = restarts
+        .iter()
+        .map(|s| label(s, "pod").to_string())
+        .collect();
+    (renamed.len(), pods)
+}
+
 #[test]
 fn the_operator_s_config_scrapes_the_overlay_and_every_dashboard_and_alert_has_data() {
     let started = Instant::now();
@@ -775,63 +839,10 @@ fn the_operator_s_config_scrapes_the_overlay_and_every_dashboard_and_alert_has_d
     assert!(exported.is_empty(), "exported_* labels: {exported:?}");
     drop(prometheus);
 
-    // The defect: honorLabels false on the live objects.
-    for (resource, path) in [
-        (
-            "servicemonitor/kube-prober",
-            "/spec/endpoints/0/honorLabels",
-        ),
-        (
-            "podmonitor/kube-prober-node",
-            "/spec/podMetricsEndpoints/0/honorLabels",
-        ),
-    ] {
-        cp.kubectl(&[
-            "patch",
-            resource,
-            "-n",
-            "kube-system",
-            "--type=json",
-            "-p",
-            &format!(r#"[{{"op": "replace", "path": "{path}", "value": false}}]"#),
-        ]);
-    }
-    cp.apply(&cluster_pods_monitor(&cp));
-    let config = prometheus_config(&cp, false, files.path());
-    let prometheus = prom::ScrapingPrometheus::start_with_config(
-        &control_plane::upstream("prometheus"),
-        &config,
-    );
-    wait_targets_up(&cp, &prometheus);
-    let renamed = wait_query(
-        &prometheus,
-        r#"kube_prober_container_restarts_total{exported_pod=~"test-restarts-.+"}"#,
-        Duration::from_secs(60),
-    );
-    for s in &renamed {
-        assert_eq!(label(s, "exported_namespace"), "kube-system", "{s:?}");
-        assert!(
-            matches!(label(s, "exported_container"), "app" | "sidecar"),
-            "{s:?}"
-        );
-        assert!(
-            label(s, "pod").starts_with("kube-prober"),
-            "the target's pod wins: {s:?}"
-        );
-        assert_eq!(label(s, "container"), "kube-prober", "{s:?}");
-    }
-    let restarts = wait_query(&prometheus, RESTARTS, Duration::from_secs(30));
-    assert!(
-        restarts
-            .iter()
-            .all(|s| !label(s, "pod").starts_with("test-restarts-")),
-        "without honorLabels the restart panel cannot find the addon pod: {restarts:?}"
-    );
+    let (renamed, pods) = without_honor_labels(&cp, files.path());
     eprintln!(
-        "honorLabels false: {} series renamed exported_*, the restart panel shows only {:?}; \
-         {:.1} s in all",
-        renamed.len(),
-        restarts.iter().map(|s| label(s, "pod")).collect::<Vec<_>>(),
+        "honorLabels false: {renamed} series renamed exported_*, the restart panel shows only \
+         {pods:?}; {:.1} s in all",
         started.elapsed().as_secs_f64()
     );
     drop(procs);

@@ -125,12 +125,8 @@ fn start_workload(
                 node_name: node.to_string(),
                 host_ip: "127.0.0.1".into(),
             };
-            let (mut args, mut env) = deploy::container_command(w, &downward);
-            deploy::local_listen(&mut args);
-            // The container's hostPath mounts (/host/proc, /host/sys) are this machine's paths.
-            deploy::outside_container(&mut args, &deploy::host_mounts(w));
-            deploy::without_collector(&mut env);
-            env.push(("KUBECONFIG".into(), kubeconfig.into()));
+            let (args, mut env, _) =
+                deploy::local_pod_command(w, &downward, std::path::Path::new(kubeconfig));
             // Fast probes and elections so every probe and every Lease verb happen within seconds.
             env.push(("KUBE_PROBER_PROBE_INTERVAL".into(), "1s".into()));
             env.push(("KUBE_PROBER_PROBE_TIMEOUT".into(), "1s".into()));

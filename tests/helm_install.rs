@@ -148,19 +148,7 @@ async fn run_as_installed(
         node_name: control_plane::node_name(0),
         host_ip: "127.0.0.1".into(),
     };
-    let (mut args, mut env) = deploy::container_command(&w, &downward);
-    deploy::local_listen(&mut args);
-    deploy::outside_container(&mut args, &deploy::host_mounts(&w));
-    for (k, v) in env.iter_mut() {
-        if k == "OTEL_EXPORTER_OTLP_ENDPOINT" {
-            // No collector here: a closed port of 127.0.0.1, so a push fails at once.
-            *v = "http://127.0.0.1:9".into();
-        }
-    }
-    env.push((
-        "KUBECONFIG".into(),
-        kubeconfig.to_string_lossy().into_owned(),
-    ));
+    let (args, env, _) = deploy::local_pod_command(&w, &downward, &kubeconfig);
     let p = deploy::spawn(&args, &env);
     let mut log: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -80,14 +80,7 @@ fn start_workload(cp: &ControlPlane, w: &Value, nodes: &[String]) -> Vec<support
                 node_name: node,
                 host_ip: "127.0.0.1".into(),
             };
-            let (mut args, mut env) = deploy::container_command(w, &downward);
-            deploy::local_listen(&mut args);
-            deploy::outside_container(&mut args, &deploy::host_mounts(w));
-            deploy::without_collector(&mut env);
-            env.push((
-                "KUBECONFIG".into(),
-                kubeconfig.to_string_lossy().into_owned(),
-            ));
+            let (args, mut env, _) = deploy::local_pod_command(w, &downward, &kubeconfig);
             // Fast probes, so that every probe (each an API call of its own) runs within seconds.
             env.push(("KUBE_PROBER_PROBE_INTERVAL".into(), "1s".into()));
             env.push(("KUBE_PROBER_PROBE_TIMEOUT".into(), "1s".into()));

@@ -260,16 +260,7 @@ struct LoadWatcherProc {
 
 impl LoadWatcherProc {
     fn start(cp: &ControlPlane) -> LoadWatcherProc {
-        use std::os::fd::AsRawFd;
-        // The port is the machine's, so the lock is too (not one checkout's target/).
-        let lock_path = std::env::temp_dir().join("kube-prober-load-watcher-2020.lock");
-        let lock = std::fs::File::create(&lock_path).expect("creating the :2020 lock file");
-        // Blocks while another test binary runs load-watcher.
-        assert_eq!(
-            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) },
-            0,
-            "flock"
-        );
+        let lock = control_plane::lock_port_2020();
         if let Err(e) = std::net::TcpListener::bind("0.0.0.0:2020") {
             panic!(
                 "port 2020 is taken by another process ({e}): load-watcher binds :2020 with no \

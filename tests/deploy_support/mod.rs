@@ -189,6 +189,26 @@ pub fn local_listen(args: &mut [String]) -> String {
     addr
 }
 
+/// A pod's container of `workload` as a process of this machine: the manifest's command line
+/// for `downward` ([`container_command`]), listening as [`local_listen`] says, the container's
+/// hostPath mounts (/host/proc, /host/sys) mapped to this machine's paths, no collector, and
+/// `kubeconfig` as its credentials. Returns the args, the env and the manifest's `--listen`.
+pub fn local_pod_command(
+    workload: &Value,
+    downward: &Downward,
+    kubeconfig: &Path,
+) -> (Vec<String>, Vec<(String, String)>, String) {
+    let (mut args, mut env) = container_command(workload, downward);
+    let listen = local_listen(&mut args);
+    outside_container(&mut args, &host_mounts(workload));
+    without_collector(&mut env);
+    env.push((
+        "KUBECONFIG".into(),
+        kubeconfig.to_string_lossy().into_owned(),
+    ));
+    (args, env, listen)
+}
+
 /// Paths in `--flag=PATH` arguments that lie under one of the container's `mounts` (e.g.
 /// `--procfs=/host/proc`, `--cgroup-root=/host/sys/fs/cgroup`), mapped to where the hostPath
 /// lives on this machine, for running the manifest's command outside a sandbox.

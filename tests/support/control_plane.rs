@@ -607,7 +607,9 @@ impl ControlPlane {
             format!("--secure-port={port}"),
             format!("--cert-dir={}", self.files.path("metrics-server").display()),
             "--kubelet-insecure-tls".into(),
-            "--kubelet-preferred-address-types=InternalIP".into(),
+            // A node's ExternalIP is kwok's address when the node has an address of its own
+            // (create_nodes_at); kwok's own nodes have only their InternalIP 127.0.0.1.
+            "--kubelet-preferred-address-types=ExternalIP,InternalIP".into(),
             "--kubelet-use-node-status-port".into(),
             "--metric-resolution=15s".into(),
         ];
@@ -747,10 +749,32 @@ spec:
     /// Creates kwok nodes `kwok-node-<i>` for `range`, with `cpu` and `memory` as capacity and
     /// allocatable.
     pub fn create_nodes(&self, range: std::ops::Range<usize>, cpu: &str, memory: &str) {
+        self.create_nodes_at(range, cpu, memory, None);
+    }
+
+    /// [`create_nodes`](Self::create_nodes), each node with its own address `ip(i)` (a
+    /// 127.x.y.z) as InternalIP when `ip` is given (else kwok's 127.0.0.1): the address kwok
+    /// gives the node's host-network pods (`status.hostIP`, `status.podIP`). kwok serves every
+    /// node's kubelet on 127.0.0.1, so that is the node's ExternalIP, the address metrics-server
+    /// prefers.
+    pub fn create_nodes_at(
+        &self,
+        range: std::ops::Range<usize>,
+        cpu: &str,
+        memory: &str,
+        ip: Option<&dyn Fn(usize) -> String>,
+    ) {
         let docs: Vec<String> = range
             .map(|i| {
                 let name = node_name(i);
-                json!({
+                let addresses = ip.map(|ip| {
+                    json!([
+                        {"type": "InternalIP", "address": ip(i)},
+                        {"type": "ExternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": name},
+                    ])
+                });
+                let mut node = json!({
                     "apiVersion": "v1", "kind": "Node",
                     "metadata": {
                         "name": name,
@@ -767,8 +791,11 @@ spec:
                         "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
                         "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
                     },
-                })
-                .to_string()
+                });
+                if let Some(a) = addresses {
+                    node["status"]["addresses"] = a;
+                }
+                node.to_string()
             })
             .collect();
         for chunk in docs.chunks(200) {
@@ -1128,4 +1155,18 @@ fn yaml_files(dir: &Path) -> Vec<String> {
         .iter()
         .map(|p| std::fs::read_to_string(p).expect("kwok config file"))
         .collect()
+}
+
+/// The machine-wide lock of port 2020, held by every test that binds it on any address:
+/// load-watcher binds `:2020` (every address, no flag to change it) and the manifests' cluster
+/// role listens on 2020 too. The lock is a file in the temp folder, so test binaries of every
+/// checkout on the machine take turns; it is released when the returned file is dropped.
+pub fn lock_port_2020() -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join("kube-prober-load-watcher-2020.lock");
+    let lock = std::fs::File::create(&path).expect("creating the :2020 lock file");
+    // SAFETY: flock on a descriptor this function owns; blocks while another test holds it.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", path.display());
+    lock
 }

@@ -447,7 +447,23 @@ pub struct ScrapingPrometheus {
 impl ScrapingPrometheus {
     /// `scrape_configs` is the YAML list under `scrape_configs:` (indented by two spaces).
     pub fn start(scrape_configs: &str, rule_files: &[&Path]) -> ScrapingPrometheus {
-        let prometheus_bin = binary("prometheus");
+        let mut config = String::from(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n",
+        );
+        if !rule_files.is_empty() {
+            config.push_str("rule_files:\n");
+            for f in rule_files {
+                config.push_str(&format!("  - {}\n", f.display()));
+            }
+        }
+        config.push_str("scrape_configs:\n");
+        config.push_str(scrape_configs);
+        ScrapingPrometheus::start_with_config(&binary("prometheus"), &config)
+    }
+
+    /// Runs the Prometheus binary `prometheus_bin` on `config`, a whole configuration file's
+    /// text, exactly as given.
+    pub fn start_with_config(prometheus_bin: &Path, config: &str) -> ScrapingPrometheus {
         let dir = tempfile::Builder::new()
             .prefix("kube-prober-prometheus-")
             .tempdir()
@@ -460,21 +476,10 @@ impl ScrapingPrometheus {
             .expect("building the HTTP client");
         let config_path = dir.path().join("prometheus.yml");
         let data_path = dir.path().join("data");
-        let mut config = String::from(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n",
-        );
-        if !rule_files.is_empty() {
-            config.push_str("rule_files:\n");
-            for f in rule_files {
-                config.push_str(&format!("  - {}\n", f.display()));
-            }
-        }
-        config.push_str("scrape_configs:\n");
-        config.push_str(scrape_configs);
         std::fs::write(&config_path, config).expect("writing prometheus.yml");
         let (prometheus, addr) = spawn_listening(
             "prometheus",
-            &prometheus_bin,
+            prometheus_bin,
             dir.path(),
             |addr| {
                 vec![

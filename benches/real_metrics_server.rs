@@ -90,6 +90,7 @@ fn main() {
         metrics_server: true,
         wait_node_metrics: false,
         apiserver_args: Vec::new(),
+        ..Options::default()
     });
     let t_api = started.elapsed();
 

@@ -4,7 +4,7 @@
 //! `prometheus` cannot stand in: it is built without Kubernetes service discovery):
 //! - the overlay is installed with `kubectl apply -k`; the real controllers roll its Deployment
 //!   and node DaemonSet out on kwok nodes, kwok gives the pods their IPs (pod network
-//!   127.1.0.0/16; the DaemonSet is host-network, so its pods have their node's own 127.2.0.x),
+//!   10.244.0.0/16; the DaemonSet is host-network, so its pods have their node's own 127.2.0.x),
 //!   and kube-prober runs once per pod with the pod's own command line, bound to the pod's IP
 //!   and the manifest's port, with its ServiceAccount's token and RBAC;
 //! - the operator, given a `Prometheus` object that selects the overlay's ServiceMonitor,
@@ -16,17 +16,16 @@
 //!   test holding the ConfigMap's files; nothing else changed. It discovers the pods through the
 //!   real API server as the ServiceAccount `monitoring/prometheus` with a Role to read them
 //!   (`apiserverConfig`, as for a Prometheus outside the cluster), and scrapes all six;
-//! - one thing cannot be real here: the API server refuses loopback addresses in Endpoints and
-//!   EndpointSlices, so the endpoints controller cannot publish the cluster pods (the test
-//!   checks that it tried and was refused) and the ServiceMonitor's job discovers nothing. The
-//!   cluster pods are scraped through a PodMonitor made from the live ServiceMonitor
-//!   ([`cluster_pods_monitor`]: same pods, endpoint and job label), and the ServiceMonitor's own
-//!   generated job is checked in the configuration (its `honor_labels`);
+//! - the whole test runs in a network namespace of its own (`unshare --net`), whose loopback
+//!   device answers for the pod network: the API server refuses loopback addresses in
+//!   Endpoints and EndpointSlices, so pod IPs must lie elsewhere for the endpoints controller
+//!   to publish the cluster role's pods, and the namespace keeps every packet to them local.
+//!   The ServiceMonitor's job discovers them through those EndpointSlices, as in a cluster;
 //! - every dashboard query and alert expression returns data (deploy_support/dashboards.rs),
 //!   and kube-prober's own `namespace`, `pod` and `container` labels (of the addon pods it
 //!   describes) arrive intact, with no `exported_*` label;
 //! - then the defect this guards against: `honorLabels` patched to false on the live
-//!   ServiceMonitor (and so on the PodMonitor made from it) and PodMonitor, the operator's new
+//!   ServiceMonitor and PodMonitor, the operator's new
 //!   configuration (`honor_labels: false` in every kube-prober job) turns those labels into
 //!   `exported_*` (the target's own pod and container win), and the dashboards' restart query
 //!   no longer finds the restarting addon pod.
@@ -205,49 +204,45 @@ spec:
     )
 }
 
-/// The PodMonitor that stands in for the discovery of the overlay's ServiceMonitor.
-const CLUSTER_PODS: &str = "kube-prober-cluster-pods";
+/// The pods' network: a range the API server accepts in Endpoints (it refuses loopback
+/// addresses), local to the network namespace the test runs in.
+const POD_NETWORK: &str = "10.244.0.0/16";
 
-/// The API server refuses loopback addresses in Endpoints and EndpointSlices (they "may not be
-/// in the loopback range"), so with pod IPs on 127.0.0.0/8 the endpoints controller cannot
-/// publish the cluster role's pods and the ServiceMonitor's job discovers nothing. The test
-/// shows that refusal in the controller's log, then scrapes the same pods through a PodMonitor
-/// made from the live ServiceMonitor: the pods its Service selects, its endpoint as it is
-/// (port, path, interval, timeout, honorLabels) and its job label, so the operator generates
-/// the same scrape settings and labels from it (but the `service` target label, which no
-/// dashboard or alert uses).
-fn cluster_pods_monitor(cp: &ControlPlane) -> String {
+/// Waits until the endpoints controller has published the cluster role's pods behind Service
+/// `kube-prober` (the ServiceMonitor's discovery reads them).
+fn wait_service_endpoints(cp: &ControlPlane, want: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !cp
-        .log("kube-controller-manager")
-        .contains("may not be in the loopback range")
-    {
+    loop {
+        let slices = cp.get_json(&[
+            "endpointslices",
+            "-n",
+            "kube-system",
+            "-l",
+            "kubernetes.io/service-name=kube-prober",
+        ]);
+        let ready = items(&slices)
+            .iter()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .count();
+        if ready >= want {
+            return;
+        }
         assert!(
             Instant::now() < deadline,
-            "the endpoints controller did not report the loopback pod IPs refused:\n{}",
-            cp.kubectl(&["get", "endpoints,endpointslices", "-n", "kube-system"])
+            "Service kube-prober has {ready} of {want} ready endpoints after 60 s:\n{}\n{}",
+            cp.kubectl(&[
+                "get",
+                "endpointslices,pods",
+                "-n",
+                "kube-system",
+                "-o",
+                "wide"
+            ]),
+            cp.log_tail("kube-controller-manager", 20)
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    let sm = cp.get_json(&["servicemonitor", "kube-prober", "-n", "kube-system"]);
-    let svc = cp.get_json(&["service", "kube-prober", "-n", "kube-system"]);
-    let selects = sm["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .expect("the ServiceMonitor selects by labels")
-        .iter()
-        .all(|(k, v)| svc["metadata"]["labels"][k] == *v);
-    assert!(selects, "the ServiceMonitor selects Service kube-prober");
-    serde_json::json!({
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PodMonitor",
-        "metadata": {"name": CLUSTER_PODS, "namespace": "kube-system"},
-        "spec": {
-            "jobLabel": sm["spec"]["jobLabel"],
-            "selector": {"matchLabels": svc["spec"]["selector"]},
-            "podMetricsEndpoints": [sm["spec"]["endpoints"][0]],
-        },
-    })
-    .to_string()
 }
 
 /// Starts the operator as the cluster admin (it has no kubeconfig flag).
@@ -307,7 +302,7 @@ fn generated_config(cp: &ControlPlane, honor: bool) -> String {
                 .read_to_string(&mut text)
                 .expect("prometheus.yaml.gz is gzip of UTF-8 text");
             let jobs = kube_prober_jobs(&text);
-            if jobs.len() == 3 && jobs.iter().all(|(_, h)| *h == honor) {
+            if jobs.len() == 2 && jobs.iter().all(|(_, h)| *h == honor) {
                 return text;
             }
             last = format!("kube-prober jobs (job, honor_labels): {jobs:?}");
@@ -323,7 +318,7 @@ fn generated_config(cp: &ControlPlane, honor: bool) -> String {
 }
 
 /// (job_name, honor_labels) of the generated scrape jobs of the overlay's ServiceMonitor and
-/// PodMonitor, and of the [`CLUSTER_PODS`] PodMonitor.
+/// PodMonitor.
 fn kube_prober_jobs(config: &str) -> Vec<(String, bool)> {
     let v: Value = serde_yaml_ng::from_str(config).expect("generated configuration is YAML");
     v["scrape_configs"]
@@ -333,8 +328,7 @@ fn kube_prober_jobs(config: &str) -> Vec<(String, bool)> {
         .filter_map(|j| {
             let job = j["job_name"].as_str()?;
             let ours = job.starts_with("serviceMonitor/kube-system/kube-prober/")
-                || job.starts_with("podMonitor/kube-system/kube-prober-node/")
-                || job.starts_with(&format!("podMonitor/kube-system/{CLUSTER_PODS}/"));
+                || job.starts_with("podMonitor/kube-system/kube-prober-node/");
             ours.then(|| (job.to_string(), j["honor_labels"] == true))
         })
         .collect()
@@ -667,8 +661,7 @@ fn label<'a>(s: &'a prom::Sample, k: &str) -> &'a str {
     s.0.get(k).map(String::as_str).unwrap_or_default()
 }
 
-/// The defect: `honorLabels: false` patched on the live ServiceMonitor and PodMonitor (and the
-/// PodMonitor made from the ServiceMonitor follows). Once the operator's configuration has
+/// The defect: `honorLabels: false` patched on the live ServiceMonitor and PodMonitor. Once the operator's configuration has
 /// `honor_labels: false` in every kube-prober job, a fresh Prometheus on it shows kube-prober's
 /// own labels as `exported_*`, the target's pod and container in their place, and the restart
 /// panel without the addon pod. Returns (series renamed, the pods the restart panel shows).
@@ -693,7 +686,6 @@ fn without_honor_labels(cp: &ControlPlane, dir: &Path) -> (usize, Vec<String>) {
             &format!(r#"[{{"op": "replace", "path": "{path}", "value": false}}]"#),
         ]);
     }
-    cp.apply(&cluster_pods_monitor(cp));
     let config = prometheus_config(cp, false, dir);
     let prometheus = prom::ScrapingPrometheus::start_with_config(
         &control_plane::upstream("prometheus"),
@@ -733,22 +725,26 @@ fn without_honor_labels(cp: &ControlPlane, dir: &Path) -> (usize, Vec<String>) {
 
 #[test]
 fn the_operator_s_config_scrapes_the_overlay_and_every_dashboard_and_alert_has_data() {
+    if !control_plane::run_in_own_network(
+        "the_operator_s_config_scrapes_the_overlay_and_every_dashboard_and_alert_has_data",
+        POD_NETWORK,
+    ) {
+        return;
+    }
     let started = Instant::now();
     let cp = ControlPlane::start(Options {
         nodes: 0,
         pods_per_node: 0,
         wait_node_metrics: false,
+        pod_cidr: POD_NETWORK.into(),
         ..Options::default()
     });
     prepare_cluster(&cp);
     let mut operator = start_operator(&cp);
-    // The pods listen on the manifests' port 2020, which load-watcher's suite binds on every
-    // address.
-    let _port = control_plane::lock_port_2020();
     let procs = install_overlay(&cp);
+    wait_service_endpoints(&cp, 2);
     let files = tempfile::tempdir().expect("temp dir");
     let token = files.path().join("token");
-    cp.apply(&cluster_pods_monitor(&cp));
     cp.apply(PROMETHEUS_ACCESS);
     std::fs::write(&token, cp.token("monitoring", "prometheus")).expect("token file");
     cp.apply(&prometheus_object(&cp, &token));

@@ -224,6 +224,10 @@ pub struct Options {
     pub wait_node_metrics: bool,
     /// Extra kube-apiserver flags.
     pub apiserver_args: Vec<String>,
+    /// The pods' IP range (kwok's `--cidr`). On loopback by default; a test that needs pod IPs
+    /// the API server accepts in Endpoints (it refuses loopback ones) takes another range inside
+    /// a network namespace of its own ([`run_in_own_network`]).
+    pub pod_cidr: String,
 }
 
 impl Default for Options {
@@ -236,6 +240,7 @@ impl Default for Options {
             metrics_server: true,
             wait_node_metrics: true,
             apiserver_args: Vec::new(),
+            pod_cidr: "127.1.0.0/16".into(),
         }
     }
 }
@@ -590,7 +595,7 @@ impl ControlPlane {
             format!("--server-address=127.0.0.1:{port}"),
             format!("--tls-cert-file={cert}"),
             format!("--tls-private-key-file={key}"),
-            "--cidr=127.1.0.0/16".into(),
+            format!("--cidr={}", self.options.pod_cidr),
             "--node-lease-duration-seconds=40".into(),
         ];
         self.add("kwok", upstream("kwok"), args);
@@ -1169,4 +1174,54 @@ pub fn lock_port_2020() -> std::fs::File {
     let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock {}", path.display());
     lock
+}
+
+/// Set in the copy of a test that [`run_in_own_network`] starts.
+const OWN_NETWORK: &str = "KUBE_PROBER_TEST_OWN_NETWORK";
+
+/// Runs the calling test `test` (its full name) again, alone, in a network namespace of its own
+/// (`unshare --net`; with `--user --map-root-user` when not root) whose loopback device also
+/// answers for every address of `local` (e.g. pod IPs in 10.244.0.0/16), so nothing the test
+/// sends can leave the namespace. Returns true in that copy, which runs the test's body; false
+/// in the caller once the copy has passed (its output is printed), and panics if it failed.
+pub fn run_in_own_network(test: &str, local: &str) -> bool {
+    if std::env::var_os(OWN_NETWORK).is_some() {
+        for args in [
+            &["link", "set", "lo", "up"][..],
+            &[
+                "route", "add", "local", local, "dev", "lo", "table", "local",
+            ],
+        ] {
+            let st = Command::new("ip")
+                .args(args)
+                .status()
+                .expect("running ip (iproute2)");
+            assert!(st.success(), "ip {}: {st}", args.join(" "));
+        }
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new("unshare");
+    // SAFETY: geteuid only reads this process's effective user id.
+    if unsafe { libc::geteuid() } != 0 {
+        cmd.args(["--user", "--map-root-user"]);
+    }
+    cmd.arg("--net")
+        .arg("--")
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(OWN_NETWORK, "1");
+    let log = std::env::temp_dir().join(format!("kube-prober-netns-{}.log", std::process::id()));
+    let mut child = spawn_owned(cmd, &log);
+    let status = child
+        .wait()
+        .expect("waiting for the test in its own network");
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    eprintln!("{out}");
+    assert!(
+        status.success(),
+        "{test} in its own network namespace: {status}"
+    );
+    false
 }

@@ -253,27 +253,7 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_restarts_as_the_kubelet_reports_them() {
     let cp = cp();
-    cp.apply(&format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: test-restarts
-  namespace: kube-system
-  labels: {{components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: test-restarts}}}}
-  template:
-    metadata:
-      labels: {{app: test-restarts, components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
-      annotations: {{{}: "3"}}
-    spec:
-      tolerations: [{{operator: Exists}}]
-      containers: [{{name: app, image: app}}, {{name: sidecar, image: sidecar}}]
-"#,
-        control_plane::RESTARTS_ANNOTATION
-    ));
+    cp.apply(&control_plane::restarting_addon(3, true));
     let p = cluster_role(&[]);
     support::wait_ready(&p).await;
     let restarts = |container: &'static str, n: f64| {

@@ -125,24 +125,8 @@ spec:
     spec:
       tolerations: [{{operator: Exists}}]
       containers: [{{name: agent, image: agent, resources: {{requests: {{cpu: 50m, memory: 64Mi}}}}}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: test-restarts
-  namespace: kube-system
-  labels: {{components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: test-restarts}}}}
-  template:
-    metadata:
-      labels: {{app: test-restarts, components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
-      annotations: {{{}: "5"}}
-    spec:
-      containers: [{{name: app, image: app}}, {{name: sidecar, image: sidecar}}]
-"#,
-        control_plane::RESTARTS_ANNOTATION
+---{}"#,
+        control_plane::restarting_addon(5, false)
     )
 }
 

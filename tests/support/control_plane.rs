@@ -1042,6 +1042,36 @@ pub fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Ou
 /// pod ([`RESTARTS_STAGE`]), with an OOM kill as the last termination.
 pub const RESTARTS_ANNOTATION: &str = "kube-prober.test/restarts";
 
+/// Deployment `kube-system/test-restarts`, an addon (GKE's component labels, version 3.0) whose
+/// containers `app` and `sidecar` kwok reports restarted `restarts` times ([`RESTARTS_ANNOTATION`]);
+/// with `tolerate_all`, its pod tolerates every taint.
+pub fn restarting_addon(restarts: u32, tolerate_all: bool) -> String {
+    let tolerations = if tolerate_all {
+        "\n      tolerations: [{operator: Exists}]"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: test-restarts
+  namespace: kube-system
+  labels: {{components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: test-restarts}}}}
+  template:
+    metadata:
+      labels: {{app: test-restarts, components.gke.io/component-name: test-restarts, components.gke.io/component-version: "3.0"}}
+      annotations: {{{RESTARTS_ANNOTATION}: "{restarts}"}}
+    spec:{tolerations}
+      containers: [{{name: app, image: app}}, {{name: sidecar, image: sidecar}}]
+"#
+    )
+}
+
 /// A kwok stage of ours: a kubelet that restarted a pod's containers, as many times as the
 /// pod's `kube-prober.test/restarts` annotation says (kwok's own stages never restart). The
 /// status it writes depends only on the pod, so applying it again changes nothing.

@@ -393,6 +393,33 @@ impl OtlpConfig {
         Ok(OtlpTls { ca_pem, client })
     }
 
+    /// The answer cap and the points per request.
+    fn resolve_limits(&self) -> Result<(usize, usize)> {
+        let max_response_bytes = match self.max_response_bytes {
+            Some(0) => {
+                return Err(config_err(
+                    "--max-response-bytes",
+                    "0",
+                    "must be more than zero",
+                ));
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_RESPONSE_BYTES,
+        };
+        let max_points_per_request = match self.max_points_per_request {
+            Some(n) if n == 0 || n > 10_000_000 => {
+                return Err(config_err(
+                    "--otlp-max-points-per-request",
+                    &n.to_string(),
+                    "must be between 1 and 10000000",
+                ));
+            }
+            Some(n) => n,
+            None => DEFAULT_MAX_POINTS_PER_REQUEST,
+        };
+        Ok((max_response_bytes, max_points_per_request))
+    }
+
     /// Validates and resolves against the process environment.
     pub fn resolve(&self) -> Result<OtlpSettings> {
         self.resolve_with(&|name| std::env::var(name).ok())
@@ -452,28 +479,7 @@ impl OtlpConfig {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
 
-        let max_response_bytes = match self.max_response_bytes {
-            Some(0) => {
-                return Err(config_err(
-                    "--max-response-bytes",
-                    "0",
-                    "must be more than zero",
-                ));
-            }
-            Some(n) => n,
-            None => DEFAULT_MAX_RESPONSE_BYTES,
-        };
-        let max_points_per_request = match self.max_points_per_request {
-            Some(n) if n == 0 || n > 10_000_000 => {
-                return Err(config_err(
-                    "--otlp-max-points-per-request",
-                    &n.to_string(),
-                    "must be between 1 and 10000000",
-                ));
-            }
-            Some(n) => n,
-            None => DEFAULT_MAX_POINTS_PER_REQUEST,
-        };
+        let (max_response_bytes, max_points_per_request) = self.resolve_limits()?;
 
         Ok(OtlpSettings {
             max_response_bytes,

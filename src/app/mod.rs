@@ -39,6 +39,7 @@ use crate::sources::usage::{self, Schedule, host};
 use crate::config::SinkKind;
 use crate::hub::{Provider, Store};
 use crate::k8s::leader::{self, LeaseConfig};
+use crate::k8s::lean::PodFollower;
 use crate::k8s::role;
 use crate::model::{ClusterInfo, Snapshot};
 use crate::outputs::Sink;
@@ -46,7 +47,8 @@ use crate::outputs::gcm::{GcmClientConfig, GcmConfig, GcmSink};
 use crate::outputs::otlp::{OtlpConfig, OtlpResource, OtlpSink};
 use crate::outputs::push::{Leadership, SinkSchedule, run_sink};
 use crate::sources::cluster::derive::DeriveConfig;
-use crate::sources::cluster::watchers::{Scope, WatchConfig};
+use crate::sources::cluster::watchers::{self, PodScope, Scope, WatchConfig};
+use crate::sources::task::pods::{TaskPodConfig, TaskPodIndex};
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
 /// `after_tick` runs (on a blocking thread) after each published snapshot; the binary uses it
@@ -158,9 +160,99 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
 }
 
 async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) -> Result<()> {
-    let after_tick = hooks.after_tick;
+    let mut start = choose_role(&cfg)?;
+    let kube_client = connect_kube(&cfg, &start, hooks).await?;
+    check_procfs(&cfg, start.usage)?;
+    let place = where_we_run(&cfg, start.role).await?;
+    let store = make_hub(&place, start.role);
+    let (listener, local) = bind(&cfg).await?;
+    let (tls_config, security, tls_reloader) =
+        serve_security(&cfg, kube_client.clone(), &cancel).await?;
+    let sources = spawn_sources(
+        &cfg,
+        &mut start,
+        &place,
+        &store,
+        kube_client.clone(),
+        &cancel,
+    )?;
+    let watcher_opts = WatcherOptions {
+        legacy_scaling: cfg.usage.watcher_legacy_scaling,
+    };
+    let (tx, rx) = watch::channel(Arc::new(Published::render_with(
+        Arc::new(Snapshot::empty(SystemTime::now())),
+        sources.usage_source,
+        watcher_opts,
+    )));
+    let sinks = spawn_sinks(
+        &cfg,
+        start.role,
+        &SinkContext {
+            node_name: &place.node_name,
+            cluster_name: &place.cluster_name,
+            identity: &place.identity,
+            kube_client: kube_client.as_ref(),
+        },
+        &rx,
+        store.clone(),
+        &cancel,
+    )
+    .await?;
+    if let Some(f) = hooks.after_setup {
+        f("set-up");
+    }
+    let tick_task = tokio::spawn(tick_loop(
+        store.clone(),
+        tx,
+        cfg.tick_interval,
+        sources.usage_source,
+        watcher_opts,
+        hooks.after_tick,
+        cancel.clone(),
+    ));
+    let auth_on = security.auth.is_some();
+    let state = AppState {
+        published: rx,
+        stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
+    };
+    let tls_on = tls_config.is_some();
+    let server_task = serve(
+        listener,
+        server::router_with(state, security),
+        tls_config,
+        &cancel,
+    );
+    tracing::info!(
+        addr = %local,
+        tls = tls_on,
+        auth = if auth_on { "kubernetes" } else { "none" },
+        node = %place.node_name,
+        usage_source = sources.usage_source,
+        "listening"
+    );
+    let running = Running {
+        sources,
+        sinks,
+        tick_task,
+        tls_reloader,
+        server_task,
+    };
+    running.until_stopped(&cfg, local, &cancel).await
+}
+
+/// The role chosen and the usage backend it runs.
+struct Start {
+    role: Role,
+    /// The kubeconfig the role detection found, if any.
+    kubeconfig: Option<std::path::PathBuf>,
+    usage: MetricsProvider,
+    kubelet_pods: Option<crate::sources::task::kubelet::KubeletPods>,
+}
+
+/// Chooses the role (logging why) and checks what the role needs before anything starts.
+fn choose_role(cfg: &Config) -> Result<Start> {
     let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
-    let provider_kind = cfg.usage.provider.unwrap_or(match choice.role {
+    let usage = cfg.usage.provider.unwrap_or(match choice.role {
         Role::Host => MetricsProvider::Host,
         Role::Cluster => MetricsProvider::KubernetesMetricsServer,
         Role::Node => MetricsProvider::Host,
@@ -168,7 +260,7 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
     tracing::info!(
         role = choice.role.as_str(),
         reason = %choice.reason,
-        metrics_provider = provider_kind.as_str(),
+        metrics_provider = usage.as_str(),
         "role chosen"
     );
     if choice.role == Role::Node && !cfg.task.cgroup_root.is_dir() {
@@ -178,28 +270,51 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
             reason: "not a directory".into(),
         });
     }
-    let kubelet_pods = kubelet_pods(&cfg, choice.role)?;
+    Ok(Start {
+        role: choice.role,
+        kubelet_pods: kubelet_pods(cfg, choice.role)?,
+        kubeconfig: choice.kubeconfig,
+        usage,
+    })
+}
+
+/// The Kubernetes client, when the role or the usage backend needs one.
+async fn connect_kube(cfg: &Config, start: &Start, hooks: Hooks) -> Result<Option<kube::Client>> {
     let needs_kube =
-        choice.role != Role::Host || provider_kind == MetricsProvider::KubernetesMetricsServer;
-    let kube_client = if needs_kube {
-        Some(client::honour_retry_after(
-            client::client(choice.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
-        ))
-    } else {
-        None
-    };
-    if let (Some(f), true) = (hooks.after_setup, kube_client.is_some()) {
+        start.role != Role::Host || start.usage == MetricsProvider::KubernetesMetricsServer;
+    if !needs_kube {
+        return Ok(None);
+    }
+    let kube_client = client::honour_retry_after(
+        client::client(start.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+    );
+    if let Some(f) = hooks.after_setup {
         f("kube client");
     }
-    let auth_kube_client = kube_client.clone();
-    if provider_kind == MetricsProvider::Host && !cfg.procfs.is_dir() {
+    Ok(Some(kube_client))
+}
+
+/// `--procfs` must be a directory when the host source reads it.
+fn check_procfs(cfg: &Config, usage: MetricsProvider) -> Result<()> {
+    if usage == MetricsProvider::Host && !cfg.procfs.is_dir() {
         return Err(Error::Config {
             option: "--procfs",
             value: cfg.procfs.display().to_string(),
             reason: "not a directory".into(),
         });
     }
-    let identity = match choice.role {
+    Ok(())
+}
+
+/// Where this instance runs: its cloud identity, node name and cluster name.
+struct Place {
+    identity: Identity,
+    node_name: String,
+    cluster_name: String,
+}
+
+async fn where_we_run(cfg: &Config, role: Role) -> Result<Place> {
+    let identity = match role {
         Role::Host => Identity::default(),
         _ => identity::detect(&IdentityConfig::from_env()).await,
     };
@@ -212,16 +327,28 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         .clone()
         .or_else(|| identity.cluster_name.clone())
         .unwrap_or_else(|| "unknown".into());
+    Ok(Place {
+        identity,
+        node_name,
+        cluster_name,
+    })
+}
 
+/// The hub, with the cluster's identity recorded.
+fn make_hub(place: &Place, role: Role) -> Arc<Store> {
     let store = Arc::new(Store::new());
     store.cluster().record_cluster_info(ClusterInfo {
-        cluster_name: cluster_name.clone(),
-        role: choice.role.as_str().into(),
-        project: identity.project.clone().unwrap_or_default(),
-        location: identity.location.clone().unwrap_or_default(),
+        cluster_name: place.cluster_name.clone(),
+        role: role.as_str().into(),
+        project: place.identity.project.clone().unwrap_or_default(),
+        location: place.identity.location.clone().unwrap_or_default(),
     });
+    store
+}
 
-    // A port in use or not allowed is the user's to fix: a config error (exit 2) naming --listen.
+/// The listener on `--listen`. A port in use or not allowed is the user's to fix: a config
+/// error (exit 2) naming --listen.
+async fn bind(cfg: &Config) -> Result<(TcpListener, std::net::SocketAddr)> {
     let listener = TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| Error::Config {
@@ -241,149 +368,148 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         addr: cfg.listen.to_string(),
         source,
     })?;
+    Ok((listener, local))
+}
 
-    let (tls_config, security, tls_reloader) =
-        serve_security(&cfg, auth_kube_client, &cancel).await?;
+/// The running sources: their tasks and the name of the usage source behind `/watcher`.
+struct Sources {
+    tasks: Vec<JoinHandle<()>>,
+    fetch_task: JoinHandle<()>,
+    usage_source: &'static str,
+}
 
+/// Starts every source of the role: the shard selection, the Kubernetes watchers with the
+/// task source, the probes and the usage backend.
+fn spawn_sources(
+    cfg: &Config,
+    start: &mut Start,
+    place: &Place,
+    store: &Arc<Store>,
+    kube_client: Option<kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<Sources> {
     let provider: Arc<dyn Provider> = store.clone();
-    let mut watch_tasks = Vec::new();
-    watch_tasks.extend(start_selection(
-        &cfg,
-        choice.role,
-        &store,
+    let mut tasks = Vec::new();
+    tasks.extend(start_selection(
+        cfg,
+        start.role,
+        store,
         kube_client.as_ref(),
-        &cancel,
+        cancel,
     )?);
     let mut node_stores = None;
-    if let (Some(client), true) = (&kube_client, choice.role != Role::Host) {
-        let scope = match choice.role {
-            Role::Node => Scope::Node {
-                name: node_name.clone(),
-            },
-            _ => Scope::Cluster {
-                namespaces: cfg.workload_namespaces.clone(),
-                pods: cfg.pod_scope,
-            },
-        };
-        if choice.role == Role::Node
-            && cfg.pod_scope != crate::sources::cluster::watchers::PodScope::All
-        {
-            tracing::warn!(
-                pod_scope = cfg.pod_scope.as_str(),
-                "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
-            );
-        }
-        let wc = WatchConfig {
-            scope,
-            derive: DeriveConfig {
-                addon_keys: cfg.addon_keys.clone(),
-                ..DeriveConfig::default()
-            },
-            interval: cfg.tick_interval,
-        };
-        let task_pods = (choice.role == Role::Node).then(|| {
-            crate::sources::task::pods::TaskPodIndex::new(
-                crate::sources::task::pods::TaskPodConfig {
-                    namespaces: cfg.task.namespaces.clone(),
-                    label_allowlist: cfg.task.label_allowlist.clone(),
-                },
-            )
-        });
-        // With --kubelet-url the kubelet's /pods feeds the task source, not the pod watch.
-        let (stores, tasks) = crate::sources::cluster::watchers::spawn_with_tasks(
-            client.clone(),
-            wc,
-            provider.clone(),
-            cancel.clone(),
-            task_pods
-                .clone()
-                .filter(|_| kubelet_pods.is_none())
-                .map(|t| Arc::new(t) as Arc<dyn crate::k8s::lean::PodFollower>),
-        );
+    if let (Some(client), true) = (&kube_client, start.role != Role::Host) {
+        let (stores, watch_tasks) = spawn_watchers(cfg, start, place, client, &provider, cancel);
         // Added to, not replaced: the StatefulSet shard watcher is already in there.
-        watch_tasks.extend(tasks);
+        tasks.extend(watch_tasks);
         node_stores = Some(stores);
-        if let Some(index) = task_pods {
-            if let Some(source) = kubelet_pods {
-                watch_tasks.push(crate::sources::task::kubelet::spawn(
-                    source,
-                    index.clone(),
-                    cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
-                    provider.clone(),
-                    cancel.clone(),
-                ));
-            }
-            watch_tasks.push(spawn_tasks(
-                &cfg,
-                &node_name,
-                index,
-                provider.clone(),
-                &cancel,
-            ));
-        }
     }
-    watch_tasks.extend(spawn_probes(
-        &cfg,
-        choice.role,
-        identity.on_gce,
+    tasks.extend(spawn_probes(
+        cfg,
+        start.role,
+        place.identity.on_gce,
         kube_client.as_ref(),
         provider.clone(),
-        &cancel,
+        cancel,
     )?);
-    let sink_kube_client = kube_client.clone();
     let (fetch_task, usage_source) = spawn_usage(
-        &cfg,
-        provider_kind,
-        &node_name,
+        cfg,
+        start.usage,
+        &place.node_name,
         kube_client,
-        node_stores.map(|s| (s, choice.role == Role::Cluster)),
+        node_stores.map(|s| (s, start.role == Role::Cluster)),
         provider,
         cancel.clone(),
     )?;
-    let watcher_opts = WatcherOptions {
-        legacy_scaling: cfg.usage.watcher_legacy_scaling,
-    };
-    let (tx, rx) = watch::channel(Arc::new(Published::render_with(
-        Arc::new(Snapshot::empty(SystemTime::now())),
+    Ok(Sources {
+        tasks,
+        fetch_task,
         usage_source,
-        watcher_opts,
-    )));
-    let sinks = spawn_sinks(
-        &cfg,
-        choice.role,
-        &SinkContext {
-            node_name: &node_name,
-            cluster_name: &cluster_name,
-            identity: &identity,
-            kube_client: sink_kube_client.as_ref(),
-        },
-        &rx,
-        store.clone(),
-        &cancel,
-    )
-    .await?;
-    if let Some(f) = hooks.after_setup {
-        f("set-up");
-    }
-    let tick_task = tokio::spawn(tick_loop(
-        store.clone(),
-        tx,
-        cfg.tick_interval,
-        usage_source,
-        watcher_opts,
-        after_tick,
-        cancel.clone(),
-    ));
+    })
+}
 
-    let state = AppState {
-        published: rx,
-        stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
+/// The Kubernetes watchers of the role and, in the node role, the task source they (or the
+/// kubelet's `/pods`) feed.
+fn spawn_watchers(
+    cfg: &Config,
+    start: &mut Start,
+    place: &Place,
+    client: &kube::Client,
+    provider: &Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> (watchers::Stores, Vec<JoinHandle<()>>) {
+    let role = start.role;
+    let kubelet_pods = start.kubelet_pods.take();
+    let scope = match role {
+        Role::Node => Scope::Node {
+            name: place.node_name.clone(),
+        },
+        _ => Scope::Cluster {
+            namespaces: cfg.workload_namespaces.clone(),
+            pods: cfg.pod_scope,
+        },
     };
-    let auth_on = security.auth.is_some();
-    let app = server::router_with(state, security);
+    if role == Role::Node && cfg.pod_scope != PodScope::All {
+        tracing::warn!(
+            pod_scope = cfg.pod_scope.as_str(),
+            "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
+        );
+    }
+    let wc = WatchConfig {
+        scope,
+        derive: DeriveConfig {
+            addon_keys: cfg.addon_keys.clone(),
+            ..DeriveConfig::default()
+        },
+        interval: cfg.tick_interval,
+    };
+    let task_pods = (role == Role::Node).then(|| {
+        TaskPodIndex::new(TaskPodConfig {
+            namespaces: cfg.task.namespaces.clone(),
+            label_allowlist: cfg.task.label_allowlist.clone(),
+        })
+    });
+    // With --kubelet-url the kubelet's /pods feeds the task source, not the pod watch.
+    let (stores, mut tasks) = watchers::spawn_with_tasks(
+        client.clone(),
+        wc,
+        provider.clone(),
+        cancel.clone(),
+        task_pods
+            .clone()
+            .filter(|_| kubelet_pods.is_none())
+            .map(|t| Arc::new(t) as Arc<dyn PodFollower>),
+    );
+    if let Some(index) = task_pods {
+        if let Some(source) = kubelet_pods {
+            tasks.push(crate::sources::task::kubelet::spawn(
+                source,
+                index.clone(),
+                cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+                provider.clone(),
+                cancel.clone(),
+            ));
+        }
+        tasks.push(spawn_tasks(
+            cfg,
+            &place.node_name,
+            index,
+            provider.clone(),
+            cancel,
+        ));
+    }
+    (stores, tasks)
+}
+
+/// The HTTP server on `listener`, with TLS when configured, until `cancel` fires.
+fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+    cancel: &CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
     let server_cancel = cancel.clone();
-    let tls_on = tls_config.is_some();
-    let mut server_task = tokio::spawn(async move {
+    tokio::spawn(async move {
         match tls_config {
             Some(tls) => crate::serve::tls::serve(listener, app, tls, server_cancel).await,
             None => {
@@ -392,50 +518,63 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
                     .await
             }
         }
-    });
-    tracing::info!(
-        addr = %local,
-        tls = tls_on,
-        auth = if auth_on { "kubernetes" } else { "none" },
-        node = %node_name,
-        usage_source,
-        "listening"
-    );
+    })
+}
 
-    let server_result = tokio::select! {
-        r = &mut server_task => Some(r),
-        _ = cancel.cancelled() => None,
-    };
-    cancel.cancel();
-    let _ = fetch_task.await;
-    for t in watch_tasks {
-        let _ = t.await;
-    }
-    // Sinks make their final push from the last snapshot (bounded), then the Lease goes.
-    sinks.shutdown().await;
-    let _ = tick_task.await;
-    if let Some(t) = tls_reloader {
-        let _ = t.await;
-    }
-    let server_result = match server_result {
-        Some(r) => Some(r),
-        None => match tokio::time::timeout(cfg.shutdown_timeout, &mut server_task).await {
-            Ok(r) => Some(r),
-            Err(_) => {
-                tracing::warn!(timeout = ?cfg.shutdown_timeout, "in-flight requests did not finish in time; closing them");
-                server_task.abort();
-                None
+/// Everything started, to be stopped in order.
+struct Running {
+    sources: Sources,
+    sinks: Sinks,
+    tick_task: JoinHandle<()>,
+    tls_reloader: Option<JoinHandle<()>>,
+    server_task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Waits for `cancel` (or the server's end), then shuts down in order: sources, the sinks'
+    /// final pushes (then the Lease), the tick loop, the certificate reloader, and the server's
+    /// in-flight requests within `--shutdown-timeout`.
+    async fn until_stopped(
+        mut self,
+        cfg: &Config,
+        local: std::net::SocketAddr,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let server_result = tokio::select! {
+            r = &mut self.server_task => Some(r),
+            _ = cancel.cancelled() => None,
+        };
+        cancel.cancel();
+        let _ = self.sources.fetch_task.await;
+        for t in self.sources.tasks {
+            let _ = t.await;
+        }
+        // Sinks make their final push from the last snapshot (bounded), then the Lease goes.
+        self.sinks.shutdown().await;
+        let _ = self.tick_task.await;
+        if let Some(t) = self.tls_reloader {
+            let _ = t.await;
+        }
+        let server_result = match server_result {
+            Some(r) => Some(r),
+            None => match tokio::time::timeout(cfg.shutdown_timeout, &mut self.server_task).await {
+                Ok(r) => Some(r),
+                Err(_) => {
+                    tracing::warn!(timeout = ?cfg.shutdown_timeout, "in-flight requests did not finish in time; closing them");
+                    self.server_task.abort();
+                    None
+                }
+            },
+        };
+        match server_result {
+            Some(Ok(Err(e))) => Err(Error::Listen {
+                addr: local.to_string(),
+                source: e,
+            }),
+            _ => {
+                tracing::info!("stopped");
+                Ok(())
             }
-        },
-    };
-    match server_result {
-        Some(Ok(Err(e))) => Err(Error::Listen {
-            addr: local.to_string(),
-            source: e,
-        }),
-        _ => {
-            tracing::info!("stopped");
-            Ok(())
         }
     }
 }
@@ -715,73 +854,26 @@ fn spawn_probes(
         // Their targets are still validated below, so a bad URL fails on every shard alike.
         tracing::info!("probes run on shard 0 only; this shard runs none");
     }
-    let http = |name: &str, url: &str, timeout_of: &str| {
-        let timeout = p
-            .schedules
-            .get(timeout_of)
-            .map_or(Duration::from_secs(5), |s| s.1);
-        HttpProbe::new(name, url, timeout)
-            .map(|p| p.max_body_bytes(cfg.max_response_bytes))
-            .map_err(|reason| Error::Config {
-                option: "probe URL",
-                value: url.to_string(),
-                reason,
-            })
-    };
     let mut dns_names = p.dns_names.clone().unwrap_or_else(|| match role {
         Role::Cluster => vec!["kubernetes.default.svc.cluster.local".into()],
         _ => Vec::new(),
     });
     if let (Role::Cluster, Some(client)) = (role, client) {
-        tasks.extend(spawn_probe(
+        tasks.extend(spawn_cluster_probes(
             cfg,
-            MetricsServerProbe::new(client.clone()),
+            client,
+            &mut dns_names,
             &provider,
             cancel,
         ));
-        tasks.extend(spawn_probe(
-            cfg,
-            ApiServerReadyProbe::new(client.clone()),
-            &provider,
-            cancel,
-        ));
-        if !dns_names.is_empty() {
-            let first = dns_names.remove(0);
-            tasks.extend(spawn_probe(
-                cfg,
-                DnsProbe::new("cluster_dns", &first),
-                &provider,
-                cancel,
-            ));
-        }
     }
     if role == Role::Node {
-        let kubelet =
-            http("kubelet_healthz", &p.kubelet_healthz_url, "kubelet_healthz")?.body_contains("ok");
-        tasks.extend(spawn_probe(cfg, kubelet, &provider, cancel));
-        let node_ip = std::env::var("NODE_IP").unwrap_or_else(|_| "127.0.0.1".into());
-        if on_gce {
-            let host = IdentityConfig::from_env().metadata_host;
-            let url =
-                format!("http://{host}/computeMetadata/v1/instance/service-accounts/default/email");
-            let probe =
-                http("gce_metadata", &url, "gce_metadata")?.header("Metadata-Flavor", "Google");
-            tasks.extend(spawn_probe(cfg, probe, &provider, cancel));
-        }
-        for (_addon, url) in &p.addon_endpoints {
-            let url = url.replace("$NODE_IP", &node_ip);
-            tasks.extend(spawn_probe(
-                cfg,
-                http("addon_http", &url, "addon_http")?,
-                &provider,
-                cancel,
-            ));
-        }
+        tasks.extend(spawn_node_probes(cfg, on_gce, &provider, cancel)?);
     }
     for url in &p.urls {
         tasks.extend(spawn_probe(
             cfg,
-            http("http_get", url, "http_get")?,
+            http_probe(cfg, "http_get", url, "http_get")?,
             &provider,
             cancel,
         ));
@@ -791,6 +883,95 @@ fn spawn_probes(
             cfg,
             DnsProbe::new("dns_lookup", name),
             &provider,
+            cancel,
+        ));
+    }
+    Ok(tasks)
+}
+
+/// An HTTP probe with the timeout of `timeout_of`'s schedule; a bad URL is a config error.
+fn http_probe(cfg: &Config, name: &str, url: &str, timeout_of: &str) -> Result<HttpProbe> {
+    let timeout = cfg
+        .probes
+        .schedules
+        .get(timeout_of)
+        .map_or(Duration::from_secs(5), |s| s.1);
+    HttpProbe::new(name, url, timeout)
+        .map(|p| p.max_body_bytes(cfg.max_response_bytes))
+        .map_err(|reason| Error::Config {
+            option: "probe URL",
+            value: url.to_string(),
+            reason,
+        })
+}
+
+/// The cluster role's probes: metrics-server, the API server's readiness, and the first DNS
+/// name (taken out of `dns_names`) as `cluster_dns`.
+fn spawn_cluster_probes(
+    cfg: &Config,
+    client: &kube::Client,
+    dns_names: &mut Vec<String>,
+    provider: &Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    tasks.extend(spawn_probe(
+        cfg,
+        MetricsServerProbe::new(client.clone()),
+        provider,
+        cancel,
+    ));
+    tasks.extend(spawn_probe(
+        cfg,
+        ApiServerReadyProbe::new(client.clone()),
+        provider,
+        cancel,
+    ));
+    if !dns_names.is_empty() {
+        let first = dns_names.remove(0);
+        tasks.extend(spawn_probe(
+            cfg,
+            DnsProbe::new("cluster_dns", &first),
+            provider,
+            cancel,
+        ));
+    }
+    tasks
+}
+
+/// The node role's probes: the kubelet's healthz, the GCE metadata server (on GCE) and the
+/// addon endpoints on this node.
+fn spawn_node_probes(
+    cfg: &Config,
+    on_gce: bool,
+    provider: &Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Result<Vec<JoinHandle<()>>> {
+    let p = &cfg.probes;
+    let mut tasks = Vec::new();
+    let kubelet = http_probe(
+        cfg,
+        "kubelet_healthz",
+        &p.kubelet_healthz_url,
+        "kubelet_healthz",
+    )?
+    .body_contains("ok");
+    tasks.extend(spawn_probe(cfg, kubelet, provider, cancel));
+    let node_ip = std::env::var("NODE_IP").unwrap_or_else(|_| "127.0.0.1".into());
+    if on_gce {
+        let host = IdentityConfig::from_env().metadata_host;
+        let url =
+            format!("http://{host}/computeMetadata/v1/instance/service-accounts/default/email");
+        let probe = http_probe(cfg, "gce_metadata", &url, "gce_metadata")?
+            .header("Metadata-Flavor", "Google");
+        tasks.extend(spawn_probe(cfg, probe, provider, cancel));
+    }
+    for (_addon, url) in &p.addon_endpoints {
+        let url = url.replace("$NODE_IP", &node_ip);
+        tasks.extend(spawn_probe(
+            cfg,
+            http_probe(cfg, "addon_http", &url, "addon_http")?,
+            provider,
             cancel,
         ));
     }
@@ -808,23 +989,6 @@ fn spawn_usage(
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> Result<(JoinHandle<()>, &'static str)> {
-    let remote = |default_address: &str| -> Result<HttpConfig> {
-        let u = &cfg.usage;
-        let mut h = HttpConfig::new(u.address.clone().unwrap_or_else(|| default_address.into()));
-        h.timeout = cfg.timeout;
-        h.insecure_skip_verify = u.insecure_skip_verify;
-        h.token = u.token.clone();
-        h.ca_file = u.ca_file.clone();
-        h.max_body_bytes = cfg.max_response_bytes;
-        if u.openshift_auth {
-            let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
-            h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
-            if kind == MetricsProvider::Prometheus {
-                h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
-            }
-        }
-        Ok(h)
-    };
     let schedule = |default: Duration| Schedule {
         interval: cfg.interval.unwrap_or(default),
         timeout: cfg.timeout,
@@ -840,16 +1004,7 @@ fn spawn_usage(
             (tokio::spawn(usage::run(f, provider, s, cancel)), "host")
         }
         MetricsProvider::Prometheus => {
-            let mut pc = PrometheusConfig::new(remote("http://prometheus-k8s:9090")?);
-            pc.node_label = cfg.usage.prometheus_node_label.clone();
-            pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
-            if let Some(m) = &cfg.usage.prometheus_metrics {
-                pc.metrics = m.clone();
-            }
-            let mut f = PrometheusFetcher::new(pc)?;
-            if let Some((stores, _)) = node_stores {
-                f = f.with_node_addresses(Arc::new(move || stores.node_addresses()));
-            }
+            let f = prometheus_fetcher(cfg, node_stores)?;
             let s = schedule(DEFAULT_REMOTE_INTERVAL);
             (
                 tokio::spawn(usage::run(f, provider, s, cancel)),
@@ -858,7 +1013,7 @@ fn spawn_usage(
         }
         MetricsProvider::SignalFx => {
             let f = SignalFxFetcher::new(SignalFxConfig {
-                http: remote("https://api.signalfx.com")?,
+                http: remote_http(cfg, kind, "https://api.signalfx.com")?,
                 host_name_suffix: cfg.usage.signalfx_host_name_suffix.clone(),
                 cluster_name: cfg.usage.signalfx_cluster_name.clone(),
             })?;
@@ -866,24 +1021,7 @@ fn spawn_usage(
             (tokio::spawn(usage::run(f, provider, s, cancel)), "signalfx")
         }
         MetricsProvider::KubernetesMetricsServer => {
-            let client = kube_client.ok_or_else(|| Error::Kube {
-                what: "the KubernetesMetricsServer backend".into(),
-                reason: "no Kubernetes client was built".into(),
-            })?;
-            let mut f = MetricsServerFetcher::new(
-                client,
-                MetricsServerConfig {
-                    use_allocatable: cfg.usage.metrics_server_use_allocatable,
-                },
-            );
-            // The cluster role watches every Node already: no LIST of all Nodes per fetch.
-            if let Some((stores, true)) = node_stores {
-                let listed = stores.clone();
-                f = f.with_node_source(
-                    Arc::new(move || stores.nodes.state()),
-                    Box::pin(async move { listed.nodes_listed().await }),
-                );
-            }
+            let f = metrics_server_fetcher(cfg, kube_client, node_stores)?;
             let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);
             (
                 tokio::spawn(usage::run(f, provider, s, cancel)),
@@ -891,6 +1029,75 @@ fn spawn_usage(
             )
         }
     })
+}
+
+/// The HTTP client settings of a remote usage backend (`kind`), at `--metrics-provider-address`
+/// or `default_address`.
+fn remote_http(cfg: &Config, kind: MetricsProvider, default_address: &str) -> Result<HttpConfig> {
+    let u = &cfg.usage;
+    let mut h = HttpConfig::new(u.address.clone().unwrap_or_else(|| default_address.into()));
+    h.timeout = cfg.timeout;
+    h.insecure_skip_verify = u.insecure_skip_verify;
+    h.token = u.token.clone();
+    h.ca_file = u.ca_file.clone();
+    h.max_body_bytes = cfg.max_response_bytes;
+    if u.openshift_auth {
+        let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
+        h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
+        if kind == MetricsProvider::Prometheus {
+            h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
+        }
+    }
+    Ok(h)
+}
+
+/// The Prometheus backend, asking the node watcher for node addresses when there is one.
+fn prometheus_fetcher(
+    cfg: &Config,
+    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
+) -> Result<PrometheusFetcher> {
+    let mut pc = PrometheusConfig::new(remote_http(
+        cfg,
+        MetricsProvider::Prometheus,
+        "http://prometheus-k8s:9090",
+    )?);
+    pc.node_label = cfg.usage.prometheus_node_label.clone();
+    pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
+    if let Some(m) = &cfg.usage.prometheus_metrics {
+        pc.metrics = m.clone();
+    }
+    let mut f = PrometheusFetcher::new(pc)?;
+    if let Some((stores, _)) = node_stores {
+        f = f.with_node_addresses(Arc::new(move || stores.node_addresses()));
+    }
+    Ok(f)
+}
+
+/// The metrics-server backend; in the cluster role it reads the watched Nodes.
+fn metrics_server_fetcher(
+    cfg: &Config,
+    kube_client: Option<kube::Client>,
+    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
+) -> Result<MetricsServerFetcher> {
+    let client = kube_client.ok_or_else(|| Error::Kube {
+        what: "the KubernetesMetricsServer backend".into(),
+        reason: "no Kubernetes client was built".into(),
+    })?;
+    let mut f = MetricsServerFetcher::new(
+        client,
+        MetricsServerConfig {
+            use_allocatable: cfg.usage.metrics_server_use_allocatable,
+        },
+    );
+    // The cluster role watches every Node already: no LIST of all Nodes per fetch.
+    if let Some((stores, true)) = node_stores {
+        let listed = stores.clone();
+        f = f.with_node_source(
+            Arc::new(move || stores.nodes.state()),
+            Box::pin(async move { listed.nodes_listed().await }),
+        );
+    }
+    Ok(f)
 }
 
 /// What the sinks need to know about this instance.
@@ -904,8 +1111,11 @@ struct SinkContext<'a> {
 /// The running push outputs and the leader elector.
 struct Sinks {
     tasks: Vec<JoinHandle<()>>,
-    elector: Option<(CancellationToken, JoinHandle<()>)>,
+    elector: Option<Elector>,
 }
+
+/// The Lease elector's cancel token and task.
+type Elector = (CancellationToken, JoinHandle<()>);
 
 impl Sinks {
     async fn shutdown(self) {
@@ -955,127 +1165,130 @@ async fn spawn_sinks(
     let mut otlp = None;
     for kind in &sc.kinds {
         match kind {
-            SinkKind::Gcm => {
-                let g = &sc.gcm;
-                let project = g.project.clone().or_else(|| ctx.identity.project.clone());
-                if project.is_none() {
-                    return Err(Error::Config {
-                        option: "--gcm-project",
-                        value: String::new(),
-                        reason: "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)".into(),
-                    });
-                }
-                let location = g.location.clone().or_else(|| ctx.identity.location.clone());
-                if location.is_none() {
-                    return Err(Error::Config {
-                        option: "--gcm-location",
-                        value: String::new(),
-                        reason: "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location".into(),
-                    });
-                }
-                let gc = GcmConfig {
-                    client: GcmClientConfig {
-                        endpoint: g.endpoint.clone(),
-                        anonymous: g.anonymous,
-                        ..GcmClientConfig::default()
-                    },
-                    project,
-                    location,
-                    cluster: Some(ctx.cluster_name.to_string()),
-                    prefix: g.prefix.clone(),
-                    own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
-                    node_series: g.node_series,
-                    // Retries stop before the runner's timeout would cut the push off.
-                    push_deadline: sc.timeout.mul_f64(0.9),
-                    ..GcmConfig::default()
-                };
-                gcm = Some(Arc::new(GcmSink::new(gc).await?));
-            }
-            SinkKind::Otlp => {
-                let o = &sc.otlp;
-                let oc = OtlpConfig {
-                    protocol: o.protocol.clone(),
-                    endpoint: o.endpoint.clone(),
-                    headers: o
-                        .headers
-                        .iter()
-                        .flat_map(|h| h.split(','))
-                        .map(|h| h.trim().to_string())
-                        .filter(|h| !h.is_empty())
-                        .collect(),
-                    ca_file: o.ca_file.clone(),
-                    client_cert_file: o.client_cert.clone(),
-                    client_key_file: o.client_key.clone(),
-                    compression: o.compression.clone(),
-                    timeout: Some(sc.timeout.mul_f64(0.9)),
-                    max_points_per_request: o.max_points_per_request,
-                    max_response_bytes: Some(cfg.max_response_bytes),
-                };
-                let resource = OtlpResource {
-                    cluster_name: ctx.cluster_name.to_string(),
-                    role: role.as_str().to_string(),
-                    node_name: matches!(role, Role::Node | Role::Host)
-                        .then(|| ctx.node_name.to_string()),
-                    project: ctx.identity.project.clone().unwrap_or_default(),
-                    location: ctx.identity.location.clone().unwrap_or_default(),
-                    instance_id: instance_id.clone(),
-                    host_id: if role == Role::Host {
-                        machine_id()
-                    } else {
-                        String::new()
-                    },
-                };
-                let sink = OtlpSink::new(&oc, &resource)?;
-                tracing::info!(
-                    protocol = sink.settings().protocol.as_str(),
-                    endpoint = %sink.settings().endpoint,
-                    "OTLP sink configured"
-                );
-                otlp = Some(Arc::new(sink));
-            }
+            SinkKind::Gcm => gcm = Some(build_gcm(cfg, role, ctx).await?),
+            SinkKind::Otlp => otlp = Some(build_otlp(cfg, role, ctx, &instance_id)?),
         }
     }
-    let leadership: Leadership = match (role, sc.leader.enabled, ctx.kube_client) {
+    let leadership = leadership(cfg, role, ctx, instance_id, &store, &mut sinks)?;
+    if let Some(o) = otlp {
+        let t = start_sink(o, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
+    }
+    if let Some(g) = gcm {
+        let t = start_sink(g, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
+    }
+    tracing::info!(
+        sinks = %sc.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+        interval = ?sc.interval,
+        "push outputs started"
+    );
+    Ok(sinks)
+}
+
+/// The Cloud Monitoring sink; project and location come from the flags or the metadata server.
+async fn build_gcm(cfg: &Config, role: Role, ctx: &SinkContext<'_>) -> Result<Arc<GcmSink>> {
+    let sc = &cfg.sinks;
+    let g = &sc.gcm;
+    let project = g.project.clone().or_else(|| ctx.identity.project.clone());
+    if project.is_none() {
+        return Err(Error::Config {
+            option: "--gcm-project",
+            value: String::new(),
+            reason: "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)".into(),
+        });
+    }
+    let location = g.location.clone().or_else(|| ctx.identity.location.clone());
+    if location.is_none() {
+        return Err(Error::Config {
+            option: "--gcm-location",
+            value: String::new(),
+            reason: "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location".into(),
+        });
+    }
+    let gc = GcmConfig {
+        client: GcmClientConfig {
+            endpoint: g.endpoint.clone(),
+            anonymous: g.anonymous,
+            ..GcmClientConfig::default()
+        },
+        project,
+        location,
+        cluster: Some(ctx.cluster_name.to_string()),
+        prefix: g.prefix.clone(),
+        own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
+        node_series: g.node_series,
+        // Retries stop before the runner's timeout would cut the push off.
+        push_deadline: sc.timeout.mul_f64(0.9),
+        ..GcmConfig::default()
+    };
+    Ok(Arc::new(GcmSink::new(gc).await?))
+}
+
+/// The OTLP sink, with this instance's resource attributes.
+fn build_otlp(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    instance_id: &str,
+) -> Result<Arc<OtlpSink>> {
+    let sc = &cfg.sinks;
+    let o = &sc.otlp;
+    let oc = OtlpConfig {
+        protocol: o.protocol.clone(),
+        endpoint: o.endpoint.clone(),
+        headers: o
+            .headers
+            .iter()
+            .flat_map(|h| h.split(','))
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        ca_file: o.ca_file.clone(),
+        client_cert_file: o.client_cert.clone(),
+        client_key_file: o.client_key.clone(),
+        compression: o.compression.clone(),
+        timeout: Some(sc.timeout.mul_f64(0.9)),
+        max_points_per_request: o.max_points_per_request,
+        max_response_bytes: Some(cfg.max_response_bytes),
+    };
+    let resource = OtlpResource {
+        cluster_name: ctx.cluster_name.to_string(),
+        role: role.as_str().to_string(),
+        node_name: matches!(role, Role::Node | Role::Host).then(|| ctx.node_name.to_string()),
+        project: ctx.identity.project.clone().unwrap_or_default(),
+        location: ctx.identity.location.clone().unwrap_or_default(),
+        instance_id: instance_id.to_string(),
+        host_id: if role == Role::Host {
+            machine_id()
+        } else {
+            String::new()
+        },
+    };
+    let sink = OtlpSink::new(&oc, &resource)?;
+    tracing::info!(
+        protocol = sink.settings().protocol.as_str(),
+        endpoint = %sink.settings().endpoint,
+        "OTLP sink configured"
+    );
+    Ok(Arc::new(sink))
+}
+
+/// Whether this replica may push cluster-level series: Lease election in the cluster role
+/// (unless turned off), nothing to elect in the others.
+fn leadership(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    instance_id: String,
+    store: &Arc<Store>,
+    sinks: &mut Sinks,
+) -> Result<Leadership> {
+    Ok(match (role, cfg.sinks.leader.enabled, ctx.kube_client) {
         (Role::Cluster, None | Some(true), Some(client)) => {
-            let l = &sc.leader;
-            let namespace = l
-                .namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_string());
-            let identity = instance_id.clone();
-            let lc = LeaseConfig {
-                lease_duration: l.lease_duration,
-                renew_deadline: l.renew_deadline,
-                retry_period: l.retry_period,
-                ..LeaseConfig::new(lease_name(&l.lease_name, &cfg.shard), namespace, identity)
-            };
-            lc.validate()?;
-            tracing::info!(
-                lease = %format!("{}/{}", lc.namespace, lc.name),
-                identity = %lc.identity,
-                "leader election on: only the Lease holder pushes cluster-level series"
-            );
-            let elector_cancel = CancellationToken::new();
-            let lease = format!("{}/{}", lc.namespace, lc.name);
-            let elector = leader::start(client.clone(), lc, elector_cancel.clone());
-            // Leadership on /metrics (kube_prober_leader), from every change the elector makes.
-            let mut leading = elector.leading.clone();
-            let recorder = store.clone();
-            let mirror = tokio::spawn(async move {
-                loop {
-                    let now = *leading.borrow_and_update();
-                    recorder.sink().record_leadership(&lease, now);
-                    if leading.changed().await.is_err() {
-                        break;
-                    }
-                }
-            });
-            let task = tokio::spawn(async move {
-                let _ = elector.task.await;
-                let _ = mirror.await;
-            });
-            sinks.elector = Some((elector_cancel, task));
-            Some(elector.leading)
+            let (leading, elector) = start_election(cfg, client, instance_id, store)?;
+            sinks.elector = Some(elector);
+            Some(leading)
         }
         (Role::Cluster, Some(false), _) => {
             tracing::info!("leader election off: this replica pushes everything");
@@ -1089,38 +1302,73 @@ async fn spawn_sinks(
             None
         }
         _ => None,
+    })
+}
+
+/// Starts the Lease elector, with the leadership mirrored into the hub.
+fn start_election(
+    cfg: &Config,
+    client: &kube::Client,
+    instance_id: String,
+    store: &Arc<Store>,
+) -> Result<(tokio::sync::watch::Receiver<bool>, Elector)> {
+    let l = &cfg.sinks.leader;
+    let namespace = l
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let identity = instance_id;
+    let lc = LeaseConfig {
+        lease_duration: l.lease_duration,
+        renew_deadline: l.renew_deadline,
+        retry_period: l.retry_period,
+        ..LeaseConfig::new(lease_name(&l.lease_name, &cfg.shard), namespace, identity)
     };
-    fn start<S: Sink>(
-        sink: Arc<S>,
-        schedule: SinkSchedule,
-        published: &watch::Receiver<Arc<Published>>,
-        store: &Arc<Store>,
-        leadership: &Leadership,
-        cancel: &CancellationToken,
-    ) -> JoinHandle<()> {
-        tokio::spawn(run_sink(
-            sink,
-            schedule,
-            published.clone(),
-            store.clone(),
-            leadership.clone(),
-            cancel.clone(),
-        ))
-    }
-    if let Some(o) = otlp {
-        let t = start(o, schedule, published, &store, &leadership, cancel);
-        sinks.tasks.push(t);
-    }
-    if let Some(g) = gcm {
-        let t = start(g, schedule, published, &store, &leadership, cancel);
-        sinks.tasks.push(t);
-    }
+    lc.validate()?;
     tracing::info!(
-        sinks = %sc.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
-        interval = ?sc.interval,
-        "push outputs started"
+        lease = %format!("{}/{}", lc.namespace, lc.name),
+        identity = %lc.identity,
+        "leader election on: only the Lease holder pushes cluster-level series"
     );
-    Ok(sinks)
+    let elector_cancel = CancellationToken::new();
+    let lease = format!("{}/{}", lc.namespace, lc.name);
+    let elector = leader::start(client.clone(), lc, elector_cancel.clone());
+    // Leadership on /metrics (kube_prober_leader), from every change the elector makes.
+    let mut leading = elector.leading.clone();
+    let recorder = store.clone();
+    let mirror = tokio::spawn(async move {
+        loop {
+            let now = *leading.borrow_and_update();
+            recorder.sink().record_leadership(&lease, now);
+            if leading.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    let task = tokio::spawn(async move {
+        let _ = elector.task.await;
+        let _ = mirror.await;
+    });
+    Ok((elector.leading, (elector_cancel, task)))
+}
+
+/// One push output on its own ticker.
+fn start_sink<S: Sink>(
+    sink: Arc<S>,
+    schedule: SinkSchedule,
+    published: &watch::Receiver<Arc<Published>>,
+    store: &Arc<Store>,
+    leadership: &Leadership,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(run_sink(
+        sink,
+        schedule,
+        published.clone(),
+        store.clone(),
+        leadership.clone(),
+        cancel.clone(),
+    ))
 }
 
 /// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has

@@ -396,6 +396,72 @@ impl FileConfig {
     }
 }
 
+/// How the cluster role is sharded, from `--shard`, `--total-shards`,
+/// `--shard-from-statefulset` and `--pod-name`.
+fn shard_mode(
+    shard: Option<u32>,
+    total: Option<u32>,
+    from_sts: bool,
+    pod_name: Option<String>,
+) -> Result<ShardMode> {
+    let mode = match (shard, total, from_sts) {
+        (Some(_), _, true) | (_, Some(_), true) => {
+            return Err(invalid(
+                "--shard-from-statefulset",
+                "true",
+                "exclusive with --shard and --total-shards",
+            ));
+        }
+        (None, None, false) => ShardMode::Off,
+        (Some(s), None, false) => {
+            return Err(invalid("--shard", &s.to_string(), "needs --total-shards"));
+        }
+        (index, Some(total), false) => {
+            let index = index.unwrap_or(0);
+            if total == 0 {
+                return Err(invalid("--total-shards", "0", "must be at least 1"));
+            }
+            if index >= total {
+                return Err(invalid(
+                    "--shard",
+                    &index.to_string(),
+                    format!("must be below --total-shards ({total}); shards count from 0"),
+                ));
+            }
+            if total == 1 {
+                ShardMode::Off
+            } else {
+                ShardMode::Static(crate::model::Shard { index, total })
+            }
+        }
+        (None, None, true) => {
+            let name = pod_name.unwrap_or_default();
+            let parsed = name
+                .rsplit_once('-')
+                .filter(|(sts, _)| !sts.is_empty())
+                .and_then(|(sts, n)| {
+                    let all_digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+                    all_digits
+                        .then(|| n.parse::<u32>().ok())
+                        .flatten()
+                        .map(|n| (sts.to_string(), n))
+                });
+            let Some((statefulset, ordinal)) = parsed else {
+                return Err(invalid(
+                    "--pod-name",
+                    &name,
+                    "--shard-from-statefulset needs the pod name `<statefulset>-<ordinal>` (set POD_NAME from the downward API metadata.name)",
+                ));
+            };
+            ShardMode::StatefulSet {
+                statefulset,
+                ordinal,
+            }
+        }
+    };
+    Ok(mode)
+}
+
 /// A config file larger than this is an error (a real one is a few kilobytes).
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
 /// Flow collections (`[`, `{`) nested deeper than this are an error.
@@ -439,6 +505,15 @@ pub struct Config {
     pub excluded_families: std::collections::BTreeSet<String>,
 }
 
+/// The global schedule, as [`Config::resolve`] reads it.
+struct GlobalSchedule {
+    interval: Option<Duration>,
+    timeout: Duration,
+    expire_after_fetches: u32,
+    tick_interval: Duration,
+    shutdown_timeout: Duration,
+}
+
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
 /// Default fetch interval of the host source.
 pub const DEFAULT_HOST_INTERVAL: Duration = Duration::from_secs(15);
@@ -455,6 +530,14 @@ fn invalid(option: &'static str, value: &str, reason: impl Into<String>) -> Erro
         option,
         value: value.to_string(),
         reason: reason.into(),
+    }
+}
+
+/// A value that, when given, must not be blank; trimmed.
+fn non_empty(option: &'static str, v: Option<String>) -> Result<Option<String>> {
+    match v {
+        Some(s) if s.trim().is_empty() => Err(invalid(option, &s, "must not be empty")),
+        other => Ok(other.map(|s| s.trim().to_string())),
     }
 }
 
@@ -568,109 +651,10 @@ impl Config {
         let probes = Self::resolve_probes(&mut cli, &mut file)?;
         let task = Self::resolve_task(&mut cli, &mut file)?;
         let (shard, excluded_families) = Self::resolve_select(&mut cli, &mut file)?;
-        let ns_s = cli
-            .workload_namespaces
-            .take()
-            .or(file.workload_namespaces.take())
-            .unwrap_or_else(|| "kube-system".into());
-        let workload_namespaces = csv(&ns_s);
-        if workload_namespaces.is_empty()
-            || !workload_namespaces.iter().all(|n| is_namespace_name(n))
-        {
-            return Err(invalid(
-                "--workload-namespaces",
-                &ns_s,
-                "expected comma-separated namespace names",
-            ));
-        }
-        let mut addon_keys = DeriveConfig::default().addon_keys;
-        if let Some(k) = cli.addon_keys.take().or(file.addon_keys.take()) {
-            for pair in k.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                let (name, version) = pair
-                    .split_once('=')
-                    .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-                    .ok_or_else(|| {
-                        invalid("--addon-keys", &k, "expected NAME_KEY=VERSION_KEY pairs")
-                    })?;
-                addon_keys.push(AddonKeys {
-                    name: name.trim().into(),
-                    version: version.trim().into(),
-                });
-            }
-        }
-        let listen_s = cli
-            .listen
-            .or(file.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen = listen_s.trim().parse::<SocketAddr>().map_err(|e| {
-            invalid(
-                "--listen",
-                &listen_s,
-                format!("{e} (expected IP:PORT, e.g. 0.0.0.0:2020)"),
-            )
-        })?;
+        let (workload_namespaces, addon_keys) = Self::resolve_workloads(&mut cli, &mut file)?;
+        let (listen, node_name, cluster_name) = Self::resolve_instance(&mut cli, &mut file)?;
 
-        let node_name = cli.node_name.or(file.node_name);
-        if let Some(n) = &node_name
-            && (n.trim().is_empty() || n.len() > 253)
-        {
-            return Err(invalid("--node-name", n, "must be 1 to 253 characters"));
-        }
-        let cluster_name = cli.cluster_name.or(file.cluster_name);
-        if let Some(c) = &cluster_name
-            && c.trim().is_empty()
-        {
-            return Err(invalid("--cluster-name", c, "must not be empty"));
-        }
-
-        let secs = Duration::from_secs;
-        let interval_s = cli.interval.or(file.interval);
-        let interval = interval_s
-            .as_deref()
-            .map(|s| duration("--interval", s, secs(1), secs(3600)))
-            .transpose()?;
-        let timeout_s = cli
-            .timeout
-            .or(file.timeout)
-            .unwrap_or_else(|| DEFAULT_TIMEOUT.into());
-        let timeout = duration(
-            "--timeout",
-            &timeout_s,
-            Duration::from_millis(100),
-            secs(3600),
-        )?;
-        if let (Some(i), Some(i_s)) = (interval, &interval_s)
-            && timeout > i
-        {
-            return Err(invalid(
-                "--timeout",
-                &timeout_s,
-                format!("must not exceed --interval ({i_s})"),
-            ));
-        }
-        let expire_after_fetches = match cli.expire_after_fetches {
-            Some(s) => s.trim().parse::<u32>().map_err(|_| {
-                invalid(
-                    "--expire-after-fetches",
-                    &s,
-                    "must be a whole number of fetches (0 keeps hosts forever)",
-                )
-            })?,
-            None => file
-                .expire_after_fetches
-                .unwrap_or(crate::sources::usage::DEFAULT_EXPIRE_AFTER),
-        };
-        let tick_s = cli
-            .tick_interval
-            .or(file.tick_interval)
-            .unwrap_or_else(|| DEFAULT_TICK_INTERVAL.into());
-        let tick_interval = duration("--tick-interval", &tick_s, secs(1), secs(600))?;
-        let shutdown_s = cli
-            .shutdown_timeout
-            .or(file.shutdown_timeout)
-            .unwrap_or_else(|| DEFAULT_SHUTDOWN_TIMEOUT.into());
-        let shutdown_timeout =
-            duration("--shutdown-timeout", &shutdown_s, Duration::ZERO, secs(300))?;
+        let schedule = Self::resolve_schedule(&mut cli, &mut file)?;
 
         let log_level = cli
             .log_level
@@ -701,11 +685,11 @@ impl Config {
                 .procfs
                 .or(file.procfs)
                 .unwrap_or_else(|| PathBuf::from("/proc")),
-            interval,
-            timeout,
-            expire_after_fetches,
-            tick_interval,
-            shutdown_timeout,
+            interval: schedule.interval,
+            timeout: schedule.timeout,
+            expire_after_fetches: schedule.expire_after_fetches,
+            tick_interval: schedule.tick_interval,
+            shutdown_timeout: schedule.shutdown_timeout,
             log_level,
             log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
             usage,
@@ -719,6 +703,140 @@ impl Config {
             pod_scope,
             shard,
             excluded_families,
+        })
+    }
+
+    /// `--workload-namespaces` and `--addon-keys`.
+    fn resolve_workloads(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<(Vec<String>, Vec<AddonKeys>)> {
+        let ns_s = cli
+            .workload_namespaces
+            .take()
+            .or(file.workload_namespaces.take())
+            .unwrap_or_else(|| "kube-system".into());
+        let workload_namespaces = csv(&ns_s);
+        if workload_namespaces.is_empty()
+            || !workload_namespaces.iter().all(|n| is_namespace_name(n))
+        {
+            return Err(invalid(
+                "--workload-namespaces",
+                &ns_s,
+                "expected comma-separated namespace names",
+            ));
+        }
+        let mut addon_keys = DeriveConfig::default().addon_keys;
+        if let Some(k) = cli.addon_keys.take().or(file.addon_keys.take()) {
+            for pair in k.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let (name, version) = pair
+                    .split_once('=')
+                    .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                    .ok_or_else(|| {
+                        invalid("--addon-keys", &k, "expected NAME_KEY=VERSION_KEY pairs")
+                    })?;
+                addon_keys.push(AddonKeys {
+                    name: name.trim().into(),
+                    version: version.trim().into(),
+                });
+            }
+        }
+        Ok((workload_namespaces, addon_keys))
+    }
+
+    /// `--listen`, `--node-name` and `--cluster-name`.
+    fn resolve_instance(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<(SocketAddr, Option<String>, Option<String>)> {
+        let listen_s = cli
+            .listen
+            .take()
+            .or(file.listen.take())
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen = listen_s.trim().parse::<SocketAddr>().map_err(|e| {
+            invalid(
+                "--listen",
+                &listen_s,
+                format!("{e} (expected IP:PORT, e.g. 0.0.0.0:2020)"),
+            )
+        })?;
+
+        let node_name = cli.node_name.take().or(file.node_name.take());
+        if let Some(n) = &node_name
+            && (n.trim().is_empty() || n.len() > 253)
+        {
+            return Err(invalid("--node-name", n, "must be 1 to 253 characters"));
+        }
+        let cluster_name = cli.cluster_name.take().or(file.cluster_name.take());
+        if let Some(c) = &cluster_name
+            && c.trim().is_empty()
+        {
+            return Err(invalid("--cluster-name", c, "must not be empty"));
+        }
+        Ok((listen, node_name, cluster_name))
+    }
+
+    /// `--interval`, `--timeout`, `--expire-after-fetches`, `--tick-interval` and
+    /// `--shutdown-timeout`.
+    fn resolve_schedule(cli: &mut Cli, file: &mut FileConfig) -> Result<GlobalSchedule> {
+        let secs = Duration::from_secs;
+        let interval_s = cli.interval.take().or(file.interval.take());
+        let interval = interval_s
+            .as_deref()
+            .map(|s| duration("--interval", s, secs(1), secs(3600)))
+            .transpose()?;
+        let timeout_s = cli
+            .timeout
+            .take()
+            .or(file.timeout.take())
+            .unwrap_or_else(|| DEFAULT_TIMEOUT.into());
+        let timeout = duration(
+            "--timeout",
+            &timeout_s,
+            Duration::from_millis(100),
+            secs(3600),
+        )?;
+        if let (Some(i), Some(i_s)) = (interval, &interval_s)
+            && timeout > i
+        {
+            return Err(invalid(
+                "--timeout",
+                &timeout_s,
+                format!("must not exceed --interval ({i_s})"),
+            ));
+        }
+        let expire_after_fetches = match cli.expire_after_fetches.take() {
+            Some(s) => s.trim().parse::<u32>().map_err(|_| {
+                invalid(
+                    "--expire-after-fetches",
+                    &s,
+                    "must be a whole number of fetches (0 keeps hosts forever)",
+                )
+            })?,
+            None => file
+                .expire_after_fetches
+                .unwrap_or(crate::sources::usage::DEFAULT_EXPIRE_AFTER),
+        };
+        let tick_s = cli
+            .tick_interval
+            .take()
+            .or(file.tick_interval.take())
+            .unwrap_or_else(|| DEFAULT_TICK_INTERVAL.into());
+        let tick_interval = duration("--tick-interval", &tick_s, secs(1), secs(600))?;
+        let shutdown_s = cli
+            .shutdown_timeout
+            .take()
+            .or(file.shutdown_timeout.take())
+            .unwrap_or_else(|| DEFAULT_SHUTDOWN_TIMEOUT.into());
+        let shutdown_timeout =
+            duration("--shutdown-timeout", &shutdown_s, Duration::ZERO, secs(300))?;
+        Ok(GlobalSchedule {
+            interval,
+            timeout,
+            expire_after_fetches,
+            tick_interval,
+            shutdown_timeout,
         })
     }
 
@@ -748,61 +866,7 @@ impl Config {
             .or(file.shard_from_statefulset.take())
             .unwrap_or(false);
         let pod_name = cli.pod_name.take().or(file.pod_name.take());
-        let mode = match (shard, total, from_sts) {
-            (Some(_), _, true) | (_, Some(_), true) => {
-                return Err(invalid(
-                    "--shard-from-statefulset",
-                    "true",
-                    "exclusive with --shard and --total-shards",
-                ));
-            }
-            (None, None, false) => ShardMode::Off,
-            (Some(s), None, false) => {
-                return Err(invalid("--shard", &s.to_string(), "needs --total-shards"));
-            }
-            (index, Some(total), false) => {
-                let index = index.unwrap_or(0);
-                if total == 0 {
-                    return Err(invalid("--total-shards", "0", "must be at least 1"));
-                }
-                if index >= total {
-                    return Err(invalid(
-                        "--shard",
-                        &index.to_string(),
-                        format!("must be below --total-shards ({total}); shards count from 0"),
-                    ));
-                }
-                if total == 1 {
-                    ShardMode::Off
-                } else {
-                    ShardMode::Static(crate::model::Shard { index, total })
-                }
-            }
-            (None, None, true) => {
-                let name = pod_name.unwrap_or_default();
-                let parsed = name
-                    .rsplit_once('-')
-                    .filter(|(sts, _)| !sts.is_empty())
-                    .and_then(|(sts, n)| {
-                        let all_digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
-                        all_digits
-                            .then(|| n.parse::<u32>().ok())
-                            .flatten()
-                            .map(|n| (sts.to_string(), n))
-                    });
-                let Some((statefulset, ordinal)) = parsed else {
-                    return Err(invalid(
-                        "--pod-name",
-                        &name,
-                        "--shard-from-statefulset needs the pod name `<statefulset>-<ordinal>` (set POD_NAME from the downward API metadata.name)",
-                    ));
-                };
-                ShardMode::StatefulSet {
-                    statefulset,
-                    ordinal,
-                }
-            }
-        };
+        let mode = shard_mode(shard, total, from_sts, pod_name)?;
         let allow = cli.metric_allowlist.take().or(file.metric_allowlist.take());
         let deny = cli.metric_denylist.take().or(file.metric_denylist.take());
         let excluded = crate::outputs::select::excluded_families(allow.as_deref(), deny.as_deref())
@@ -879,6 +943,21 @@ impl Config {
                 )
             })?,
         };
+        let (detail_every, container_detail_every) = Self::resolve_detail_every(cli, file)?;
+        Ok(TaskSettings {
+            cgroup_root,
+            sysfs,
+            namespaces,
+            label_allowlist,
+            kubelet,
+            perf_events,
+            detail_every,
+            container_detail_every,
+        })
+    }
+
+    /// `--task-detail-every` and `--task-container-detail-every`.
+    fn resolve_detail_every(cli: &mut Cli, file: &mut FileConfig) -> Result<(u64, u64)> {
         let max = crate::sources::task::cgroup::MAX_DETAIL_EVERY;
         let detail_every = match cli.task_detail_every.take() {
             Some(s) => s
@@ -917,25 +996,14 @@ impl Config {
                 format!("expected 1..={max} collections"),
             ));
         }
-        Ok(TaskSettings {
-            cgroup_root,
-            sysfs,
-            namespaces,
-            label_allowlist,
-            kubelet,
-            perf_events,
-            detail_every,
-            container_detail_every,
-        })
+        Ok((detail_every, container_detail_every))
     }
 
     fn resolve_kubelet(
         cli: &mut Cli,
         file: &mut FileConfig,
     ) -> Result<Option<crate::sources::task::kubelet::KubeletSettings>> {
-        use crate::sources::task::kubelet::{
-            DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE, KubeletAuth, KubeletSettings,
-        };
+        use crate::sources::task::kubelet::{DEFAULT_CA_FILE, KubeletSettings};
         let path = |option: &'static str, p: Option<PathBuf>| -> Result<Option<PathBuf>> {
             match p {
                 Some(p) if p.as_os_str().is_empty() => Err(invalid(option, "", "empty path")),
@@ -982,6 +1050,28 @@ impl Config {
             }
             return Ok(None);
         };
+        let url = Self::kubelet_base_url(&url)?;
+        let auth = Self::resolve_kubelet_auth(token, cert, key)?;
+        if insecure && ca.is_some() {
+            return Err(invalid(
+                "--kubelet-insecure-skip-tls-verify",
+                "true",
+                "conflicts with --kubelet-ca-file (verify against the CA, or do not verify)",
+            ));
+        }
+        let ca_file = (!insecure).then(|| ca.unwrap_or_else(|| PathBuf::from(DEFAULT_CA_FILE)));
+        Ok(Some(KubeletSettings {
+            url,
+            auth,
+            ca_file,
+            insecure_skip_verify: insecure,
+        }))
+    }
+
+    /// How the kubelet is authenticated: a client certificate, or a token file (the service
+    /// account's by default).
+    /// `--kubelet-url`, checked: an http:// or https:// base URL.
+    fn kubelet_base_url(url: &str) -> Result<String> {
         let url = url.trim().to_string();
         let parsed = reqwest::Url::parse(&url).map_err(|e| {
             invalid(
@@ -1001,6 +1091,15 @@ impl Config {
                 "expected an http:// or https:// base URL without query, e.g. https://$(NODE_IP):10250",
             ));
         }
+        Ok(url)
+    }
+
+    fn resolve_kubelet_auth(
+        token: Option<PathBuf>,
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+    ) -> Result<crate::sources::task::kubelet::KubeletAuth> {
+        use crate::sources::task::kubelet::{DEFAULT_TOKEN_FILE, KubeletAuth};
         let auth = match (cert, key) {
             (Some(cert), Some(key)) => {
                 if token.is_some() {
@@ -1030,23 +1129,14 @@ impl Config {
                 ));
             }
         };
-        if insecure && ca.is_some() {
-            return Err(invalid(
-                "--kubelet-insecure-skip-tls-verify",
-                "true",
-                "conflicts with --kubelet-ca-file (verify against the CA, or do not verify)",
-            ));
-        }
-        let ca_file = (!insecure).then(|| ca.unwrap_or_else(|| PathBuf::from(DEFAULT_CA_FILE)));
-        Ok(Some(KubeletSettings {
-            url,
-            auth,
-            ca_file,
-            insecure_skip_verify: insecure,
-        }))
+        Ok(auth)
     }
 
-    fn resolve_serve(cli: &mut Cli, file: &mut FileConfig) -> Result<ServeConfig> {
+    /// `--tls-cert-file`, `--tls-key-file`, `--tls-reload-interval` and `--client-ca-file`.
+    fn resolve_tls(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<(Option<crate::serve::tls::TlsSettings>, Option<PathBuf>)> {
         let secs = Duration::from_secs;
         let path_opt = |p: Option<PathBuf>, option: &'static str| -> Result<Option<PathBuf>> {
             match p {
@@ -1095,6 +1185,12 @@ impl Config {
                 reload_interval,
             }),
         };
+        Ok((tls, client_ca))
+    }
+
+    fn resolve_serve(cli: &mut Cli, file: &mut FileConfig) -> Result<ServeConfig> {
+        let secs = Duration::from_secs;
+        let (tls, client_ca) = Self::resolve_tls(cli, file)?;
         let auth_s = cli
             .auth
             .take()
@@ -1139,7 +1235,23 @@ impl Config {
     }
 
     fn resolve_sinks(cli: &mut Cli, file: &mut FileConfig) -> Result<SinksConfig> {
-        let secs = Duration::from_secs;
+        let kinds = Self::resolve_sink_kinds(cli, file)?;
+        let (interval, timeout) = Self::resolve_sink_schedule(cli, file)?;
+        let otlp = Self::resolve_otlp(cli, file)?;
+        let gcm = Self::resolve_gcm(cli, file)?;
+        let leader = Self::resolve_leader(cli, file)?;
+        Ok(SinksConfig {
+            kinds,
+            interval,
+            timeout,
+            otlp,
+            gcm,
+            leader,
+        })
+    }
+
+    /// `--sink`: the push outputs, each once, in the order given.
+    fn resolve_sink_kinds(cli: &mut Cli, file: &mut FileConfig) -> Result<Vec<SinkKind>> {
         let mut kinds = Vec::new();
         for name in cli
             .sinks
@@ -1168,6 +1280,12 @@ impl Config {
                 kinds.push(kind);
             }
         }
+        Ok(kinds)
+    }
+
+    /// `--sink-interval` and `--sink-timeout`.
+    fn resolve_sink_schedule(cli: &mut Cli, file: &mut FileConfig) -> Result<(Duration, Duration)> {
+        let secs = Duration::from_secs;
         let interval_s = cli
             .sink_interval
             .take()
@@ -1188,6 +1306,11 @@ impl Config {
             }
             None => interval.min(secs(30)),
         };
+        Ok((interval, timeout))
+    }
+
+    /// `--otlp-*`; unset ones fall back to the `OTEL_EXPORTER_OTLP_*` variables later.
+    fn resolve_otlp(cli: &mut Cli, file: &mut FileConfig) -> Result<OtlpOptions> {
         let otlp = OtlpOptions {
             protocol: cli.otlp_protocol.take().or(file.otlp_protocol.take()),
             endpoint: cli.otlp_endpoint.take().or(file.otlp_endpoint.take()),
@@ -1219,6 +1342,11 @@ impl Config {
                 "a client certificate needs --otlp-client-key, and the other way round",
             ));
         }
+        Ok(otlp)
+    }
+
+    /// `--gcm-*`.
+    fn resolve_gcm(cli: &mut Cli, file: &mut FileConfig) -> Result<GcmSettings> {
         let prefix = cli
             .gcm_prefix
             .take()
@@ -1237,12 +1365,6 @@ impl Config {
                 "expected path segments of letters, digits, '-', '_' or '.', e.g. kube-prober",
             ));
         }
-        let non_empty = |option: &'static str, v: Option<String>| -> Result<Option<String>> {
-            match v {
-                Some(s) if s.trim().is_empty() => Err(invalid(option, &s, "must not be empty")),
-                other => Ok(other.map(|s| s.trim().to_string())),
-            }
-        };
         let gcm = GcmSettings {
             project: non_empty(
                 "--gcm-project",
@@ -1266,6 +1388,12 @@ impl Config {
                 "must be an http:// or https:// URL",
             ));
         }
+        Ok(gcm)
+    }
+
+    /// `--leader-elect*`.
+    fn resolve_leader(cli: &mut Cli, file: &mut FileConfig) -> Result<LeaderSettings> {
+        let secs = Duration::from_secs;
         let dur = |option: &'static str, v: Option<String>, default: &str| {
             let v = v.unwrap_or_else(|| default.to_string());
             duration(option, &v, Duration::from_millis(100), secs(600))
@@ -1338,17 +1466,71 @@ impl Config {
                 "must be shorter than --leader-elect-renew-deadline",
             ));
         }
-        Ok(SinksConfig {
-            kinds,
-            interval,
-            timeout,
-            otlp,
-            gcm,
-            leader,
-        })
+        Ok(leader)
     }
 
     fn resolve_probes(cli: &mut Cli, file: &mut FileConfig) -> Result<ProbesConfig> {
+        let schedules = Self::resolve_probe_schedules(cli, file)?;
+        let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+        let urls = csv(&cli
+            .probe_urls
+            .take()
+            .or(file.probe_urls.take())
+            .unwrap_or_default());
+        if let Some(bad) = urls.iter().find(|u| !url_ok(u)) {
+            return Err(invalid(
+                "--probe-urls",
+                bad,
+                "must be an http:// or https:// URL",
+            ));
+        }
+        let dns_names = cli
+            .probe_dns_names
+            .take()
+            .or(file.probe_dns_names.take())
+            .map(|s| csv(&s));
+        let kubelet_healthz_url = cli
+            .kubelet_healthz_url
+            .take()
+            .or(file.kubelet_healthz_url.take())
+            .unwrap_or_else(|| "http://127.0.0.1:10248/healthz".into());
+        if !url_ok(&kubelet_healthz_url) {
+            return Err(invalid(
+                "--kubelet-healthz-url",
+                &kubelet_healthz_url,
+                "must be an http:// or https:// URL",
+            ));
+        }
+        let ep_s = cli
+            .addon_endpoints
+            .take()
+            .or(file.addon_endpoints.take())
+            .unwrap_or_else(|| "fluentbit=http://$NODE_IP:2020/api/v1/uptime".into());
+        let mut addon_endpoints = Vec::new();
+        for pair in csv(&ep_s) {
+            let (name, url) = pair
+                .split_once('=')
+                .filter(|(n, u)| !n.is_empty() && url_ok(u))
+                .ok_or_else(|| {
+                    invalid("--addon-endpoints", &pair, "expected NAME=http(s)://URL")
+                })?;
+            addon_endpoints.push((name.to_string(), url.to_string()));
+        }
+        Ok(ProbesConfig {
+            schedules,
+            urls,
+            dns_names,
+            kubelet_healthz_url,
+            addon_endpoints,
+        })
+    }
+
+    /// `--probe-interval`, `--probe-timeout`, `--disable-probes` and the file's `probes`: when each
+    /// probe runs.
+    fn resolve_probe_schedules(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<BTreeMap<String, (Duration, Duration)>> {
         let secs = Duration::from_secs;
         let interval_s = cli
             .probe_interval
@@ -1418,61 +1600,14 @@ impl Config {
                 ),
             ));
         }
-        let url_ok = |u: &str| u.starts_with("http://") || u.starts_with("https://");
-        let urls = csv(&cli
-            .probe_urls
-            .take()
-            .or(file.probe_urls.take())
-            .unwrap_or_default());
-        if let Some(bad) = urls.iter().find(|u| !url_ok(u)) {
-            return Err(invalid(
-                "--probe-urls",
-                bad,
-                "must be an http:// or https:// URL",
-            ));
-        }
-        let dns_names = cli
-            .probe_dns_names
-            .take()
-            .or(file.probe_dns_names.take())
-            .map(|s| csv(&s));
-        let kubelet_healthz_url = cli
-            .kubelet_healthz_url
-            .take()
-            .or(file.kubelet_healthz_url.take())
-            .unwrap_or_else(|| "http://127.0.0.1:10248/healthz".into());
-        if !url_ok(&kubelet_healthz_url) {
-            return Err(invalid(
-                "--kubelet-healthz-url",
-                &kubelet_healthz_url,
-                "must be an http:// or https:// URL",
-            ));
-        }
-        let ep_s = cli
-            .addon_endpoints
-            .take()
-            .or(file.addon_endpoints.take())
-            .unwrap_or_else(|| "fluentbit=http://$NODE_IP:2020/api/v1/uptime".into());
-        let mut addon_endpoints = Vec::new();
-        for pair in csv(&ep_s) {
-            let (name, url) = pair
-                .split_once('=')
-                .filter(|(n, u)| !n.is_empty() && url_ok(u))
-                .ok_or_else(|| {
-                    invalid("--addon-endpoints", &pair, "expected NAME=http(s)://URL")
-                })?;
-            addon_endpoints.push((name.to_string(), url.to_string()));
-        }
-        Ok(ProbesConfig {
-            schedules,
-            urls,
-            dns_names,
-            kubelet_healthz_url,
-            addon_endpoints,
-        })
+        Ok(schedules)
     }
 
-    fn resolve_usage(cli: &mut Cli, file: &mut FileConfig) -> Result<UsageConfig> {
+    /// `--metrics-provider-address`, its token (or token file) and CA file.
+    fn resolve_usage_connection(
+        cli: &mut Cli,
+        file: &mut FileConfig,
+    ) -> Result<(Option<String>, Option<Token>, Option<PathBuf>)> {
         let address = cli
             .metrics_provider_address
             .take()
@@ -1527,6 +1662,11 @@ impl Config {
                 "no such file",
             ));
         }
+        Ok((address, token, ca_file))
+    }
+
+    fn resolve_usage(cli: &mut Cli, file: &mut FileConfig) -> Result<UsageConfig> {
+        let (address, token, ca_file) = Self::resolve_usage_connection(cli, file)?;
         let label = cli
             .prometheus_node_label
             .take()

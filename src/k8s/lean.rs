@@ -1,5 +1,5 @@
-//! Pods and Nodes as the watchers decode them. Pods: only the fields [`super::derive`] and
-//! [`super::task_pods`] read, with the same names and shapes as k8s-openapi's `Pod` so the
+//! Pods and Nodes as the watchers decode them. Pods: only the fields [`crate::sources::cluster::derive`] and
+//! [`crate::sources::task::pods`] read, with the same names and shapes as k8s-openapi's `Pod` so the
 //! derivation reads either. Everything else in the JSON (managedFields, env, volumes, probes,
 //! images, most annotations' neighbours...) is skipped by the parser without being allocated,
 //! so a 650,000-pod list or 1,000 pod changes a second cost a fraction of decoding whole
@@ -256,7 +256,7 @@ as_lean!(
     AsLeanPod, LeanPod, Pod, "pod"
 );
 
-/// A Node with only what [`super::derive::node_facts`], [`super::cluster::Stores::node_addresses`]
+/// A Node with only what [`crate::sources::cluster::derive::node_facts`], [`crate::sources::cluster::watchers::Stores::node_addresses`]
 /// and the metrics-server backend read: name, uid, resourceVersion (the watcher resumes from
 /// it) and creation time; labels; `spec.unschedulable` and taint keys; condition types and
 /// statuses; cpu and memory of capacity and allocatable; addresses. Everything else
@@ -265,7 +265,7 @@ as_lean!(
 /// absent; a field of the wrong type is a decode error, as with k8s-openapi's `Node`.
 ///
 /// The shared strings are `Arc<str>` so the node watcher can intern them
-/// ([`super::cluster::trim_node`]): 65,000 nodes hold one copy of "Ready", "True" and each pool
+/// ([`crate::sources::cluster::watchers::trim_node`]): 65,000 nodes hold one copy of "Ready", "True" and each pool
 /// and zone name.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LeanNode {

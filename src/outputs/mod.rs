@@ -8,8 +8,9 @@
 //! ([`select`]).
 //!
 //! May import: [`crate::shared`], [`crate::model`], [`crate::hub`] (the push runner records its
-//! pushes); an output imports the shared vocabulary here, never another output, a source or
-//! config.
+//! pushes). An output imports the shared vocabulary here, never another output, a source or
+//! config; the two exceptions stand above the outputs they use: [`published`] renders the
+//! pull outputs ([`prometheus`], [`watcher`]), and [`push`] reads [`published`].
 
 pub mod body;
 pub mod gcm;

@@ -652,6 +652,39 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
 
 /// This instance's own families: probes, sources, sinks, leadership, ticks.
 fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
+    visit_probes(w, snap);
+
+    visit_sources(w, snap);
+
+    visit_sinks(w, snap);
+
+    if let Some(l) = &snap.leadership {
+        let labels = vec![("lease", l.lease.as_str())];
+        w.family(
+            &names::LEADER,
+            &[(labels.clone(), if l.leading { 1.0 } else { 0.0 })],
+        );
+        w.family(&names::LEADER_ACQUIRED, &[(labels, l.acquired as f64)]);
+    }
+    if let Some(s) = snap.selection.shard {
+        let (index, total) = (s.index.to_string(), s.total.to_string());
+        w.family(
+            &names::SHARD_INFO,
+            &[(
+                vec![("shard", index.as_str()), ("total", total.as_str())],
+                1.0,
+            )],
+        );
+    }
+    w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
+    w.family(
+        &names::TICK_DURATION,
+        &[(vec![], snap.last_tick_duration.as_secs_f64())],
+    );
+}
+
+/// The probes' families.
+fn visit_probes<V: Visitor>(w: &mut V, snap: &Snapshot) {
     let probe_rows = |f: fn(&crate::model::ProbeState) -> f64| {
         snap.probes
             .iter()
@@ -692,7 +725,10 @@ fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
         })
         .collect();
     w.family(&names::PROBE_FAILURES, &failures);
+}
 
+/// The sources' families, with the watchers' restarts and relists.
+fn visit_sources<V: Visitor>(w: &mut V, snap: &Snapshot) {
     let per_source = |f: fn(&crate::model::SourceStatus) -> Option<f64>| {
         snap.sources
             .values()
@@ -753,7 +789,10 @@ fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
         };
     w.family(&names::WATCH_RESTARTS, &by_resource(|s| &s.watch_restarts));
     w.family(&names::WATCH_RELISTS, &by_resource(|s| &s.relists));
+}
 
+/// The push outputs' families.
+fn visit_sinks<V: Visitor>(w: &mut V, snap: &Snapshot) {
     let per_sink = |f: fn(&crate::model::SinkStatus) -> Option<f64>| {
         snap.sinks
             .values()
@@ -790,30 +829,6 @@ fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
     w.family(
         &names::SINK_PUSH_DURATION,
         &per_sink(|s| Some(s.last_duration.as_secs_f64())),
-    );
-
-    if let Some(l) = &snap.leadership {
-        let labels = vec![("lease", l.lease.as_str())];
-        w.family(
-            &names::LEADER,
-            &[(labels.clone(), if l.leading { 1.0 } else { 0.0 })],
-        );
-        w.family(&names::LEADER_ACQUIRED, &[(labels, l.acquired as f64)]);
-    }
-    if let Some(s) = snap.selection.shard {
-        let (index, total) = (s.index.to_string(), s.total.to_string());
-        w.family(
-            &names::SHARD_INFO,
-            &[(
-                vec![("shard", index.as_str()), ("total", total.as_str())],
-                1.0,
-            )],
-        );
-    }
-    w.family(&names::TICKS, &[(vec![], snap.tick as f64)]);
-    w.family(
-        &names::TICK_DURATION,
-        &[(vec![], snap.last_tick_duration.as_secs_f64())],
     );
 }
 
@@ -968,71 +983,76 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
         })
         .collect();
     for (set, container) in [(&pods, false), (&containers, true)] {
-        for (tf, cf, get) in CGROUP_VALUES {
-            let rows: Vec<_> = set
-                .iter()
-                .filter_map(|(l, s)| get(s).map(|v| (l.clone(), v)))
-                .collect();
-            w.family(if container { cf } else { tf }, &rows);
-        }
+        visit_cgroups(w, set, container);
+    }
+}
+
+/// The cgroup families of `set` (every pod's, or with `container` every container's).
+fn visit_cgroups<V: Visitor>(w: &mut V, set: &[(Labels<'_>, &CgroupStats)], container: bool) {
+    for (tf, cf, get) in CGROUP_VALUES {
         let rows: Vec<_> = set
             .iter()
-            .flat_map(|(l, s)| {
-                s.pressure.iter().map(move |p| {
-                    let mut l = with_room(l, 2);
-                    l.push(("resource", p.resource));
-                    l.push(("kind", p.kind));
-                    (l, p.seconds)
-                })
+            .filter_map(|(l, s)| get(s).map(|v| (l.clone(), v)))
+            .collect();
+        w.family(if container { cf } else { tf }, &rows);
+    }
+    let rows: Vec<_> = set
+        .iter()
+        .flat_map(|(l, s)| {
+            s.pressure.iter().map(move |p| {
+                let mut l = with_room(l, 2);
+                l.push(("resource", p.resource));
+                l.push(("kind", p.kind));
+                (l, p.seconds)
             })
-            .collect();
-        let fam = if container {
-            &names::CONTAINER_PRESSURE
-        } else {
-            &names::TASK_PRESSURE
-        };
-        w.family(fam, &rows);
-        let numa: Vec<Vec<String>> = set
-            .iter()
-            .map(|(_, s)| s.numa_bytes.iter().map(|(n, _)| n.to_string()).collect())
-            .collect();
+        })
+        .collect();
+    let fam = if container {
+        &names::CONTAINER_PRESSURE
+    } else {
+        &names::TASK_PRESSURE
+    };
+    w.family(fam, &rows);
+    let numa: Vec<Vec<String>> = set
+        .iter()
+        .map(|(_, s)| s.numa_bytes.iter().map(|(n, _)| n.to_string()).collect())
+        .collect();
+    let rows: Vec<_> = set
+        .iter()
+        .zip(&numa)
+        .flat_map(|((l, s), ids)| {
+            s.numa_bytes.iter().zip(ids).map(move |((_, v), id)| {
+                let mut l = with_room(l, 1);
+                l.push(("numa_node", id.as_str()));
+                (l, *v)
+            })
+        })
+        .collect();
+    let fam = if container {
+        &names::CONTAINER_MEMORY_NUMA
+    } else {
+        &names::TASK_MEMORY_NUMA
+    };
+    w.family(fam, &rows);
+    // The effective cpuset's sizes, after the NUMA family as in `names::ALL`.
+    let cpuset: [CpusetValue; 2] = [
+        (
+            &names::TASK_CPUSET_CPUS,
+            &names::CONTAINER_CPUSET_CPUS,
+            |s| s.cpuset_cpus,
+        ),
+        (
+            &names::TASK_CPUSET_MEMORY_NODES,
+            &names::CONTAINER_CPUSET_MEMORY_NODES,
+            |s| s.cpuset_memory_nodes,
+        ),
+    ];
+    for (tf, cf, get) in cpuset {
         let rows: Vec<_> = set
             .iter()
-            .zip(&numa)
-            .flat_map(|((l, s), ids)| {
-                s.numa_bytes.iter().zip(ids).map(move |((_, v), id)| {
-                    let mut l = with_room(l, 1);
-                    l.push(("numa_node", id.as_str()));
-                    (l, *v)
-                })
-            })
+            .filter_map(|(l, s)| get(s).map(|v| (l.clone(), f64::from(v))))
             .collect();
-        let fam = if container {
-            &names::CONTAINER_MEMORY_NUMA
-        } else {
-            &names::TASK_MEMORY_NUMA
-        };
-        w.family(fam, &rows);
-        // The effective cpuset's sizes, after the NUMA family as in `names::ALL`.
-        let cpuset: [CpusetValue; 2] = [
-            (
-                &names::TASK_CPUSET_CPUS,
-                &names::CONTAINER_CPUSET_CPUS,
-                |s| s.cpuset_cpus,
-            ),
-            (
-                &names::TASK_CPUSET_MEMORY_NODES,
-                &names::CONTAINER_CPUSET_MEMORY_NODES,
-                |s| s.cpuset_memory_nodes,
-            ),
-        ];
-        for (tf, cf, get) in cpuset {
-            let rows: Vec<_> = set
-                .iter()
-                .filter_map(|(l, s)| get(s).map(|v| (l.clone(), f64::from(v))))
-                .collect();
-            w.family(if container { cf } else { tf }, &rows);
-        }
+        w.family(if container { cf } else { tf }, &rows);
     }
 }
 

@@ -286,23 +286,13 @@ fn read_pem(option: &'static str, path: &Path, want: Pem) -> Result<Vec<u8>> {
 }
 
 impl OtlpConfig {
-    /// Validates and resolves against the process environment.
-    pub fn resolve(&self) -> Result<OtlpSettings> {
-        self.resolve_with(&|name| std::env::var(name).ok())
-    }
-
-    /// Validates and resolves, reading the environment through `env` (for tests). Explicit
-    /// settings win; then `OTEL_EXPORTER_OTLP_METRICS_*`; then `OTEL_EXPORTER_OTLP_*`; then
-    /// the defaults.
-    pub fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<OtlpSettings> {
-        let protocol = match self.protocol.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(p) => parse_protocol("otlp protocol", p)?,
-            None => match env_pair(env, "PROTOCOL") {
-                Some((name, v)) => parse_protocol(name, &v)?,
-                None => OtlpProtocol::Grpc,
-            },
-        };
-
+    /// The endpoint: explicit, else the signal variable, else the generic one (a base URL), else
+    /// the protocol's default.
+    fn resolve_endpoint(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        protocol: OtlpProtocol,
+    ) -> Result<String> {
         let endpoint = match self.endpoint.as_deref().filter(|s| !s.trim().is_empty()) {
             Some(e) => parse_endpoint("otlp endpoint", e.trim())?,
             None => {
@@ -330,7 +320,14 @@ impl OtlpConfig {
                 }
             }
         };
+        Ok(endpoint)
+    }
 
+    /// The headers: the environment's, then the explicit ones (which win on a clash).
+    fn resolve_headers(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String)>> {
         let mut explicit_headers = Vec::new();
         for item in self.headers.iter().filter(|s| !s.trim().is_empty()) {
             explicit_headers.push(parse_header("otlp header", item)?);
@@ -355,35 +352,11 @@ impl OtlpConfig {
             headers.retain(|(hk, _)| hk != k);
             headers.push((k.clone(), v.clone()));
         }
+        Ok(headers)
+    }
 
-        let compression = match self.compression.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(c) => parse_compression("otlp compression", c)?,
-            None => match env_pair(env, "COMPRESSION") {
-                Some((name, v)) => parse_compression(name, &v)?,
-                None => OtlpCompression::None,
-            },
-        };
-
-        let timeout = match self.timeout {
-            Some(t) if t.is_zero() => {
-                return Err(config_err("otlp timeout", "0", "must be more than zero"));
-            }
-            Some(t) => t,
-            None => match env_pair(env, "TIMEOUT") {
-                Some((name, v)) => match v.parse::<u64>() {
-                    Ok(ms) if ms > 0 => Duration::from_millis(ms),
-                    _ => {
-                        return Err(config_err(
-                            name,
-                            &v,
-                            "expected a whole number of milliseconds above 0",
-                        ));
-                    }
-                },
-                None => DEFAULT_TIMEOUT,
-            },
-        };
-
+    /// The CA and client certificate files, explicit or from the environment, read.
+    fn resolve_tls(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<OtlpTls> {
         let file = |explicit: &Option<PathBuf>,
                     option: &'static str,
                     suffix: &str|
@@ -417,15 +390,11 @@ impl OtlpConfig {
                 ));
             }
         };
+        Ok(OtlpTls { ca_pem, client })
+    }
 
-        let resource_attributes = match env("OTEL_RESOURCE_ATTRIBUTES") {
-            Some(v) => parse_list("OTEL_RESOURCE_ATTRIBUTES", &v)?,
-            None => Vec::new(),
-        };
-        let service_name = env("OTEL_SERVICE_NAME")
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty());
-
+    /// The answer cap and the points per request.
+    fn resolve_limits(&self) -> Result<(usize, usize)> {
         let max_response_bytes = match self.max_response_bytes {
             Some(0) => {
                 return Err(config_err(
@@ -448,6 +417,69 @@ impl OtlpConfig {
             Some(n) => n,
             None => DEFAULT_MAX_POINTS_PER_REQUEST,
         };
+        Ok((max_response_bytes, max_points_per_request))
+    }
+
+    /// Validates and resolves against the process environment.
+    pub fn resolve(&self) -> Result<OtlpSettings> {
+        self.resolve_with(&|name| std::env::var(name).ok())
+    }
+
+    /// Validates and resolves, reading the environment through `env` (for tests). Explicit
+    /// settings win; then `OTEL_EXPORTER_OTLP_METRICS_*`; then `OTEL_EXPORTER_OTLP_*`; then
+    /// the defaults.
+    pub fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<OtlpSettings> {
+        let protocol = match self.protocol.as_deref().filter(|s| !s.trim().is_empty()) {
+            Some(p) => parse_protocol("otlp protocol", p)?,
+            None => match env_pair(env, "PROTOCOL") {
+                Some((name, v)) => parse_protocol(name, &v)?,
+                None => OtlpProtocol::Grpc,
+            },
+        };
+
+        let endpoint = self.resolve_endpoint(env, protocol)?;
+
+        let headers = self.resolve_headers(env)?;
+
+        let compression = match self.compression.as_deref().filter(|s| !s.trim().is_empty()) {
+            Some(c) => parse_compression("otlp compression", c)?,
+            None => match env_pair(env, "COMPRESSION") {
+                Some((name, v)) => parse_compression(name, &v)?,
+                None => OtlpCompression::None,
+            },
+        };
+
+        let timeout = match self.timeout {
+            Some(t) if t.is_zero() => {
+                return Err(config_err("otlp timeout", "0", "must be more than zero"));
+            }
+            Some(t) => t,
+            None => match env_pair(env, "TIMEOUT") {
+                Some((name, v)) => match v.parse::<u64>() {
+                    Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                    _ => {
+                        return Err(config_err(
+                            name,
+                            &v,
+                            "expected a whole number of milliseconds above 0",
+                        ));
+                    }
+                },
+                None => DEFAULT_TIMEOUT,
+            },
+        };
+
+        let tls = self.resolve_tls(env)?;
+
+        let resource_attributes = match env("OTEL_RESOURCE_ATTRIBUTES") {
+            Some(v) => parse_list("OTEL_RESOURCE_ATTRIBUTES", &v)?,
+            None => Vec::new(),
+        };
+        let service_name = env("OTEL_SERVICE_NAME")
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+
+        let (max_response_bytes, max_points_per_request) = self.resolve_limits()?;
 
         Ok(OtlpSettings {
             max_response_bytes,
@@ -455,7 +487,7 @@ impl OtlpConfig {
             protocol,
             endpoint,
             headers,
-            tls: OtlpTls { ca_pem, client },
+            tls,
             compression,
             timeout,
             resource_attributes,

@@ -255,81 +255,86 @@ fn build_transport(s: &OtlpSettings, last_error: &LastError) -> Result<Transport
         );
     }
     match s.protocol {
-        OtlpProtocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            for (k, v) in &s.headers {
-                let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
-                    .map_err(|e| config_err("otlp header", k, e.to_string()))?;
-                let value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = v
-                    .parse()
-                    .map_err(|_| config_err("otlp header", k, "not a valid header value"))?;
-                metadata.insert(key, value);
-            }
-            let mut endpoint = tonic::transport::Endpoint::from_shared(s.endpoint.clone())
-                .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?
-                .timeout(s.timeout)
-                .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")))
-                .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?;
-            if https {
-                let mut tls = ClientTlsConfig::new();
-                tls = match &s.tls.ca_pem {
-                    Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
-                    None => tls.with_enabled_roots(),
-                };
-                if let Some((cert, key)) = &s.tls.client {
-                    tls = tls.identity(Identity::from_pem(cert, key));
-                }
-                endpoint = endpoint
-                    .tls_config(tls)
-                    .map_err(|e| config_err("otlp TLS", &s.endpoint, e.to_string()))?;
-            }
-            let channel = endpoint.connect_with_connector_lazy(WatchedConnector {
-                last_error: last_error.clone(),
-            });
-            let mut client = MetricsServiceClient::new(channel)
-                .max_decoding_message_size(s.max_response_bytes)
-                .max_encoding_message_size(usize::MAX);
-            if s.compression == OtlpCompression::Gzip {
-                client = client.send_compressed(CompressionEncoding::Gzip);
-            }
-            Ok(Transport::Grpc { client, metadata })
+        OtlpProtocol::Grpc => grpc_transport(s, https, last_error),
+        OtlpProtocol::HttpProtobuf => http_transport(s, https),
+    }
+}
+
+/// OTLP/gRPC: a lazily connected tonic channel with the headers as metadata.
+fn grpc_transport(s: &OtlpSettings, https: bool, last_error: &LastError) -> Result<Transport> {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (k, v) in &s.headers {
+        let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
+            .map_err(|e| config_err("otlp header", k, e.to_string()))?;
+        let value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = v
+            .parse()
+            .map_err(|_| config_err("otlp header", k, "not a valid header value"))?;
+        metadata.insert(key, value);
+    }
+    let mut endpoint = tonic::transport::Endpoint::from_shared(s.endpoint.clone())
+        .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?
+        .timeout(s.timeout)
+        .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")))
+        .map_err(|e| config_err("otlp endpoint", &s.endpoint, e.to_string()))?;
+    if https {
+        let mut tls = ClientTlsConfig::new();
+        tls = match &s.tls.ca_pem {
+            Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
+            None => tls.with_enabled_roots(),
+        };
+        if let Some((cert, key)) = &s.tls.client {
+            tls = tls.identity(Identity::from_pem(cert, key));
         }
-        OtlpProtocol::HttpProtobuf => {
-            let mut client = reqwest::Client::builder()
-                .timeout(s.timeout)
-                .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")));
-            if https {
-                if let Some(ca) = &s.tls.ca_pem {
-                    let certs = reqwest::Certificate::from_pem_bundle(ca)
-                        .map_err(|e| config_err("otlp CA file", "(PEM)", e.to_string()))?;
-                    client = client.tls_certs_only(certs);
-                }
-                if let Some((cert, key)) = &s.tls.client {
-                    let mut pem = cert.clone();
-                    pem.push(b'\n');
-                    pem.extend_from_slice(key);
-                    let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
-                        config_err("otlp client certificate", "(PEM)", e.to_string())
-                    })?;
-                    client = client.identity(id);
-                }
-            }
-            let client = client.build().map_err(|e| Error::Config {
-                option: "otlp",
-                value: s.endpoint.clone(),
-                reason: format!("building the HTTP client: {e}"),
-            })?;
-            let mut headers = reqwest::header::HeaderMap::new();
-            for (k, v) in &s.headers {
-                let name = http::HeaderName::from_bytes(k.as_bytes())
-                    .map_err(|e| config_err("otlp header", k, e.to_string()))?;
-                let value = http::HeaderValue::from_str(v)
-                    .map_err(|e| config_err("otlp header", k, e.to_string()))?;
-                headers.insert(name, value);
-            }
-            Ok(Transport::Http { client, headers })
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| config_err("otlp TLS", &s.endpoint, e.to_string()))?;
+    }
+    let channel = endpoint.connect_with_connector_lazy(WatchedConnector {
+        last_error: last_error.clone(),
+    });
+    let mut client = MetricsServiceClient::new(channel)
+        .max_decoding_message_size(s.max_response_bytes)
+        .max_encoding_message_size(usize::MAX);
+    if s.compression == OtlpCompression::Gzip {
+        client = client.send_compressed(CompressionEncoding::Gzip);
+    }
+    Ok(Transport::Grpc { client, metadata })
+}
+
+/// OTLP/HTTP: a reqwest client with the TLS files and the headers.
+fn http_transport(s: &OtlpSettings, https: bool) -> Result<Transport> {
+    let mut client = reqwest::Client::builder()
+        .timeout(s.timeout)
+        .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")));
+    if https {
+        if let Some(ca) = &s.tls.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(ca)
+                .map_err(|e| config_err("otlp CA file", "(PEM)", e.to_string()))?;
+            client = client.tls_certs_only(certs);
+        }
+        if let Some((cert, key)) = &s.tls.client {
+            let mut pem = cert.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            let id = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| config_err("otlp client certificate", "(PEM)", e.to_string()))?;
+            client = client.identity(id);
         }
     }
+    let client = client.build().map_err(|e| Error::Config {
+        option: "otlp",
+        value: s.endpoint.clone(),
+        reason: format!("building the HTTP client: {e}"),
+    })?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (k, v) in &s.headers {
+        let name = http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| config_err("otlp header", k, e.to_string()))?;
+        let value = http::HeaderValue::from_str(v)
+            .map_err(|e| config_err("otlp header", k, e.to_string()))?;
+        headers.insert(name, value);
+    }
+    Ok(Transport::Http { client, headers })
 }
 
 /// The error's text with its sources, `: `-separated.

@@ -99,22 +99,7 @@ pub async fn run_sink<S: Sink>(
                     _not_leading = Some(tx);
                     leadership = Some(rx);
                 }
-                if let Some((h, PushScope::All)) = &in_flight
-                    && !h.is_finished()
-                {
-                    h.abort();
-                    tracing::warn!(sink = sink.name(), "lease lost: push of cluster-level series aborted");
-                    provider.sink().record_sink_push(
-                        sink.name(),
-                        SinkPush {
-                            at: SystemTime::now(),
-                            duration: Duration::ZERO,
-                            points: 0,
-                            requests: 0,
-                            failure: Some("lost_lease".into()),
-                        },
-                    );
-                }
+                abort_cluster_push(sink.name(), &in_flight, provider.as_ref());
                 continue;
             }
         }
@@ -144,7 +129,45 @@ pub async fn run_sink<S: Sink>(
         });
         in_flight = Some((handle, scope));
     }
-    // Shutdown: let a running push finish (bounded), then push the newest snapshot once more.
+    final_push(sink, schedule, &published, provider, &leadership, in_flight).await;
+}
+
+/// On a lost Lease: aborts a push of cluster-level series still running, counted as failed.
+fn abort_cluster_push(
+    name: &str,
+    in_flight: &Option<(JoinHandle<()>, PushScope)>,
+    provider: &dyn Provider,
+) {
+    if let Some((h, PushScope::All)) = in_flight
+        && !h.is_finished()
+    {
+        h.abort();
+        tracing::warn!(
+            sink = name,
+            "lease lost: push of cluster-level series aborted"
+        );
+        provider.sink().record_sink_push(
+            name,
+            SinkPush {
+                at: SystemTime::now(),
+                duration: Duration::ZERO,
+                points: 0,
+                requests: 0,
+                failure: Some("lost_lease".into()),
+            },
+        );
+    }
+}
+
+/// Shutdown: lets a running push finish (bounded), then pushes the newest snapshot once more.
+async fn final_push<S: Sink>(
+    sink: Arc<S>,
+    schedule: SinkSchedule,
+    published: &watch::Receiver<Arc<Published>>,
+    provider: Arc<dyn Provider>,
+    leadership: &Leadership,
+    in_flight: Option<(JoinHandle<()>, PushScope)>,
+) {
     let deadline = Instant::now() + schedule.final_push;
     if let Some((h, _)) = in_flight
         && tokio::time::timeout(schedule.final_push, h).await.is_err()
@@ -165,7 +188,7 @@ pub async fn run_sink<S: Sink>(
         push_once(
             sink.as_ref(),
             &current,
-            scope_of(&leadership),
+            scope_of(leadership),
             left.min(schedule.timeout),
             provider.as_ref(),
         )

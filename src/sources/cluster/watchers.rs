@@ -867,28 +867,7 @@ pub fn spawn_with_tasks(
         changes: changes.clone(),
     };
     let mut tasks = Vec::new();
-    let (node_wc, pod_wc) = match &cfg.scope {
-        Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
-        Scope::Node { name } => (
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-            watcher::Config::default().fields(&format!("spec.nodeName={name}")),
-        ),
-    };
-    // The pod watches: all namespaces at once, one per workload namespace, or none.
-    let (pod_scope, pod_namespaces): (PodScope, Vec<Option<&str>>) = match &cfg.scope {
-        Scope::Cluster {
-            pods: PodScope::Workloads,
-            namespaces,
-        } => (
-            PodScope::Workloads,
-            namespaces.iter().map(|n| Some(n.as_str())).collect(),
-        ),
-        Scope::Cluster {
-            pods: PodScope::None,
-            ..
-        } => (PodScope::None, Vec::new()),
-        _ => (PodScope::All, vec![None]),
-    };
+    let (node_wc, pod_wc, pod_scope, pod_namespaces) = watch_scopes(&cfg.scope);
     let node_keys = node_label_keys(&cfg.derive);
     let mut node_strings = Interner::default();
     let (nodes, nodes_listed, t) = reflect(
@@ -913,40 +892,12 @@ pub fn spawn_with_tasks(
         pods.push(index);
         tasks.push(t);
     }
-    let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
-    let mut workloads_listed = Vec::new();
-    if let Scope::Cluster { namespaces, .. } = &cfg.scope {
-        for ns in namespaces {
-            let (s, l, t) = reflect(
-                |c| Api::<DaemonSet>::namespaced(c, ns),
-                client.clone(),
-                watcher::Config::default(),
-                ("watch_daemonsets", "daemonsets"),
-                {
-                    let keys = keys.clone();
-                    move |d: &mut DaemonSet| trim_daemonset(d, &keys)
-                },
-                shared.clone(),
-            );
-            daemonsets.push(s);
-            workloads_listed.push(l);
-            tasks.push(t);
-            let (s, l, t) = reflect(
-                |c| Api::<Deployment>::namespaced(c, ns),
-                client.clone(),
-                watcher::Config::default(),
-                ("watch_deployments", "deployments"),
-                {
-                    let keys = keys.clone();
-                    move |d: &mut Deployment| trim_deployment(d, &keys)
-                },
-                shared.clone(),
-            );
-            deployments.push(s);
-            workloads_listed.push(l);
-            tasks.push(t);
+    let (daemonsets, deployments, workloads_listed) = match &cfg.scope {
+        Scope::Cluster { namespaces, .. } => {
+            watch_workloads(&client, namespaces, &keys, &shared, &mut tasks)
         }
-    }
+        Scope::Node { .. } => (Vec::new(), Vec::new(), Vec::new()),
+    };
     let stores = Stores {
         nodes,
         nodes_listed,
@@ -959,39 +910,138 @@ pub fn spawn_with_tasks(
         derivations: Arc::new(AtomicU64::new(0)),
     };
     let loop_stores = stores.clone();
-    tasks.push(tokio::spawn(async move {
-        let ready = tokio::select! {
-            _ = cancel.cancelled() => false,
-            r = loop_stores.wait_until_ready() => r,
-        };
-        if !ready {
-            return;
-        }
-        tracing::info!(
-            nodes = loop_stores.nodes.len(),
-            pods = loop_stores.pods.iter().map(PodIndex::len).sum::<usize>(),
-            pod_scope = loop_stores.pod_scope.as_str(),
-            "Kubernetes caches synced"
-        );
-        let mut last = DeriveSchedule::default();
-        loop {
-            let now = SystemTime::now();
-            let generation = loop_stores.generation();
-            if last.due(generation, now) {
-                let started = Instant::now();
-                let state = loop_stores.derive(now, &cfg.derive);
-                loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
-                last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
-                tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
-                provider.cluster().record_cluster_state(state);
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(cfg.interval) => {}
-            }
-        }
-    }));
+    tasks.push(tokio::spawn(derive_loop(
+        loop_stores,
+        cfg,
+        provider,
+        cancel,
+    )));
     (stores, tasks)
+}
+
+/// The node and pod watches' selectors, and which pods are watched in which namespaces.
+fn watch_scopes(
+    scope: &Scope,
+) -> (
+    watcher::Config,
+    watcher::Config,
+    PodScope,
+    Vec<Option<&str>>,
+) {
+    let (node_wc, pod_wc) = match scope {
+        Scope::Cluster { .. } => (watcher::Config::default(), watcher::Config::default()),
+        Scope::Node { name } => (
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+            watcher::Config::default().fields(&format!("spec.nodeName={name}")),
+        ),
+    };
+    // The pod watches: all namespaces at once, one per workload namespace, or none.
+    let (pod_scope, pod_namespaces): (PodScope, Vec<Option<&str>>) = match scope {
+        Scope::Cluster {
+            pods: PodScope::Workloads,
+            namespaces,
+        } => (
+            PodScope::Workloads,
+            namespaces.iter().map(|n| Some(n.as_str())).collect(),
+        ),
+        Scope::Cluster {
+            pods: PodScope::None,
+            ..
+        } => (PodScope::None, Vec::new()),
+        _ => (PodScope::All, vec![None]),
+    };
+    (node_wc, pod_wc, pod_scope, pod_namespaces)
+}
+
+/// The workload stores: DaemonSets, Deployments, and each watch's "listed" channel.
+type Workloads = (
+    Vec<Store<DaemonSet>>,
+    Vec<Store<Deployment>>,
+    Vec<tokio::sync::watch::Receiver<bool>>,
+);
+
+/// The DaemonSet and Deployment watches of every workload namespace, with their "listed"
+/// channels; their tasks go to `tasks`.
+fn watch_workloads(
+    client: &kube::Client,
+    namespaces: &[String],
+    keys: &Arc<[String]>,
+    shared: &Shared,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Workloads {
+    let (mut daemonsets, mut deployments) = (Vec::new(), Vec::new());
+    let mut workloads_listed = Vec::new();
+    for ns in namespaces {
+        let (s, l, t) = reflect(
+            |c| Api::<DaemonSet>::namespaced(c, ns),
+            client.clone(),
+            watcher::Config::default(),
+            ("watch_daemonsets", "daemonsets"),
+            {
+                let keys = keys.clone();
+                move |d: &mut DaemonSet| trim_daemonset(d, &keys)
+            },
+            shared.clone(),
+        );
+        daemonsets.push(s);
+        workloads_listed.push(l);
+        tasks.push(t);
+        let (s, l, t) = reflect(
+            |c| Api::<Deployment>::namespaced(c, ns),
+            client.clone(),
+            watcher::Config::default(),
+            ("watch_deployments", "deployments"),
+            {
+                let keys = keys.clone();
+                move |d: &mut Deployment| trim_deployment(d, &keys)
+            },
+            shared.clone(),
+        );
+        deployments.push(s);
+        workloads_listed.push(l);
+        tasks.push(t);
+    }
+    (daemonsets, deployments, workloads_listed)
+}
+
+/// Once every cache is synced, derives the cluster state whenever a watcher changed something
+/// (or the clock makes it due), at most once per `cfg.interval`, and records it.
+async fn derive_loop(
+    loop_stores: Stores,
+    cfg: WatchConfig,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) {
+    let ready = tokio::select! {
+        _ = cancel.cancelled() => false,
+        r = loop_stores.wait_until_ready() => r,
+    };
+    if !ready {
+        return;
+    }
+    tracing::info!(
+        nodes = loop_stores.nodes.len(),
+        pods = loop_stores.pods.iter().map(PodIndex::len).sum::<usize>(),
+        pod_scope = loop_stores.pod_scope.as_str(),
+        "Kubernetes caches synced"
+    );
+    let mut last = DeriveSchedule::default();
+    loop {
+        let now = SystemTime::now();
+        let generation = loop_stores.generation();
+        if last.due(generation, now) {
+            let started = Instant::now();
+            let state = loop_stores.derive(now, &cfg.derive);
+            loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
+            last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
+            tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
+            provider.cluster().record_cluster_state(state);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(cfg.interval) => {}
+        }
+    }
 }
 
 /// When the derive loop derives again: after any watcher event, and when the clock reaches the

@@ -69,30 +69,7 @@ pub fn spawn(
     provider.source().register_source(TASK_SOURCE);
     provider.source().register_source(PLATFORM_SOURCE);
     tokio::spawn(async move {
-        let hier = Hierarchies::detect(&cfg.cgroup_root);
-        let page_size = platform::read_page_size(&cfg.procfs);
-        if hier.is_empty() {
-            tracing::warn!(cgroup_root = %cfg.cgroup_root.display(), "no cgroup hierarchy found; task metrics stay empty");
-        } else {
-            tracing::info!(cgroup_root = %cfg.cgroup_root.display(), hierarchies = %hier.describe(), "task source started");
-        }
-        // The reader keeps each cgroup's files open (one pread per file and collection):
-        // about 12 per cgroup, 3 cgroups per pod. Raise the soft fd limit to the hard one.
-        let (soft, hard) = cgroup::raise_fd_limit();
-        // On a host with one NUMA node `memory.numa_stat` is derived from `memory.stat`.
-        let memory_nodes = cgroup::memory_nodes(&cfg.sysfs);
-        let r = CgroupReader::new(hier, page_size)
-            .with_detail_every(cfg.detail_every)
-            .with_container_detail_every(cfg.container_detail_every)
-            .with_memory_nodes(memory_nodes.as_deref());
-        tracing::debug!(
-            soft = ?soft,
-            hard = ?hard,
-            kept_files_max = r.budget().max(),
-            detail_every = r.detail_every(),
-            container_detail_every = r.container_detail_every(),
-            "open-file limit for the task source"
-        );
+        let r = open_reader(&cfg);
         let mut reader = Some(r);
         loop {
             let started = Instant::now();
@@ -148,4 +125,34 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// The cgroup reader: the hierarchies under `--cgroup-root`, the open-file limit raised to
+/// the hard one, the detail schedules and this host's memory nodes.
+fn open_reader(cfg: &TaskConfig) -> CgroupReader {
+    let hier = Hierarchies::detect(&cfg.cgroup_root);
+    let page_size = platform::read_page_size(&cfg.procfs);
+    if hier.is_empty() {
+        tracing::warn!(cgroup_root = %cfg.cgroup_root.display(), "no cgroup hierarchy found; task metrics stay empty");
+    } else {
+        tracing::info!(cgroup_root = %cfg.cgroup_root.display(), hierarchies = %hier.describe(), "task source started");
+    }
+    // The reader keeps each cgroup's files open (one pread per file and collection):
+    // about 12 per cgroup, 3 cgroups per pod. Raise the soft fd limit to the hard one.
+    let (soft, hard) = cgroup::raise_fd_limit();
+    // On a host with one NUMA node `memory.numa_stat` is derived from `memory.stat`.
+    let memory_nodes = cgroup::memory_nodes(&cfg.sysfs);
+    let r = CgroupReader::new(hier, page_size)
+        .with_detail_every(cfg.detail_every)
+        .with_container_detail_every(cfg.container_detail_every)
+        .with_memory_nodes(memory_nodes.as_deref());
+    tracing::debug!(
+        soft = ?soft,
+        hard = ?hard,
+        kept_files_max = r.budget().max(),
+        detail_every = r.detail_every(),
+        container_detail_every = r.container_detail_every(),
+        "open-file limit for the task source"
+    );
+    r
 }

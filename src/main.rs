@@ -337,6 +337,9 @@ mod code {
         /// One arena and a small runtime for the node role only.
         #[test]
         fn node_role_gets_one_arena_and_few_threads() {
+            // Starting runtimes runs code all over the binary: not while another test here
+            // measures which of its pages are resident.
+            let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
             use kube_prober::k8s::role::Role;
             assert_eq!(crate::heap::arenas(Some(Role::Node)), 1);
             for r in [Some(Role::Cluster), Some(Role::Host), None] {

@@ -93,8 +93,11 @@ async fn perf_families_only_with_the_flag_and_a_documented_state_where_counters_
     // the state and the counted failure on /metrics (the start-up warning is logged before
     // `listening`, which the harness skips; tests/task_perf_kernel.rs checks its text).
     let p = start(&api, dir.path(), &cg, &sys, &["--task-perf-events"]).await;
-    let body = support::wait_metrics(&p, "perf state", |b| {
+    // The perf state and a first collection of the cgroups: the two come from different
+    // loops, so a snapshot can hold the one before the other.
+    let body = support::wait_metrics(&p, "perf state and task CPU", |b| {
         b.contains("kube_prober_task_perf_event_set{")
+            && b.contains("kube_prober_task_cpu_usage_seconds_total{")
     })
     .await;
     assert!(

@@ -76,7 +76,7 @@ const NE_EQUAL: [&str; 5] = [
 const KSM_EQUAL_RESOURCES: &str = "nodes,pods,daemonsets,deployments,replicasets";
 /// KSM equal work: the families from which PromQL computes every cluster-role family
 /// (docs/benchmarks.md, "Equal work").
-const KSM_EQUAL_FAMILIES: [&str; 26] = [
+const KSM_EQUAL_FAMILIES: [&str; 27] = [
     "kube_node_labels",
     "kube_node_created",
     "kube_node_spec_unschedulable",
@@ -103,6 +103,7 @@ const KSM_EQUAL_FAMILIES: [&str; 26] = [
     "kube_pod_container_status_last_terminated_exitcode",
     "kube_daemonset_status_desired_number_scheduled",
     "kube_deployment_spec_replicas",
+    "kube_replicaset_owner",
 ];
 /// The node labels pool and zone come from, and the pod labels and annotations that name an
 /// addon (docs/metrics.md).

@@ -472,7 +472,10 @@ async fn populate(client: &kube::Client, s: &Settings) -> Populated {
     })
     .await;
     let pods_created = t.elapsed();
-    wait_count("pods Running", s.pods(), || count_running_pods(client)).await;
+    wait_count("pods Running", s.pods(), || {
+        count_running_pods(client, s.pods())
+    })
+    .await;
     Populated {
         nodes_created,
         nodes_ready,
@@ -576,18 +579,21 @@ async fn count_ready_nodes(client: &kube::Client) -> usize {
         .count()
 }
 
-async fn count_running_pods(client: &kube::Client) -> usize {
+/// Pods Running out of `total`: the API server sends only the others (a field selector), so
+/// the wait does not list every pod again and again while kwok starts them.
+async fn count_running_pods(client: &kube::Client, total: usize) -> usize {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    list_all(&pods)
-        .await
-        .iter()
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .is_some_and(|ph| ph == "Running")
-        })
-        .count()
+    let lp = ListParams::default()
+        .fields("status.phase!=Running")
+        .limit(500);
+    match pods.list(&lp).await {
+        // More than a page not Running: the count is below `total`, which is all the wait asks.
+        Ok(page) => {
+            let rest = page.metadata.remaining_item_count.unwrap_or(0).max(0) as usize;
+            total.saturating_sub(page.items.len() + rest)
+        }
+        Err(_) => 0,
+    }
 }
 
 // ---- 1. host role vs node_exporter ----

@@ -245,6 +245,27 @@ impl Default for Options {
     }
 }
 
+/// Which of kwok's node heartbeat stages the control plane runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// `stage/node/heartbeat`: every node's status is rewritten every 20–45 s (at 1,000 nodes
+    /// about 30 node updates a second, more than real kubelets make).
+    Status,
+    /// `stage/node/heartbeat-with-lease`: a Lease in `kube-node-lease` renewed per node, the
+    /// status rewritten every 10–20 minutes: the closer model of real kubelets.
+    Lease,
+}
+
+impl Heartbeat {
+    /// The folder of kwok's stage, under `kustomize/stage/`.
+    pub fn stage(self) -> &'static str {
+        match self {
+            Heartbeat::Status => "stage/node/heartbeat",
+            Heartbeat::Lease => "stage/node/heartbeat-with-lease",
+        }
+    }
+}
+
 /// Where the files of one control plane live.
 struct Files {
     dir: PathBuf,
@@ -279,12 +300,18 @@ pub struct ControlPlane {
     pub options: Options,
     pub kwok_port: u16,
     pub metrics_server_port: u16,
+    heartbeat: Heartbeat,
 }
 
 impl ControlPlane {
     /// Starts everything `options` asks for and waits until it is usable; prints the start-up
     /// time.
     pub fn start(options: Options) -> ControlPlane {
+        ControlPlane::start_with(options, Heartbeat::Status)
+    }
+
+    /// [`ControlPlane::start`] with kwok's node heartbeat stage `heartbeat`.
+    pub fn start_with(options: Options, heartbeat: Heartbeat) -> ControlPlane {
         let started = Instant::now();
         let tmp = tempfile::Builder::new()
             .prefix("kube-prober-cp-")
@@ -314,6 +341,7 @@ impl ControlPlane {
             options: options.clone(),
             kwok_port: free_port(),
             metrics_server_port: free_port(),
+            heartbeat,
             files,
         };
         cp.start_etcd();
@@ -549,7 +577,7 @@ impl ControlPlane {
         self.add("scheduler", upstream("trimaran-scheduler"), args);
     }
 
-    /// kwok's configuration: options, the fast node and pod stages, the heartbeat, the
+    /// kwok's configuration: options, the fast node and pod stages, the heartbeat stage, the
     /// node-not-ready chaos stage (nodes labelled `node-not-ready.stage.kwok.x-k8s.io=true`),
     /// the kubelet resource metrics and usage from pod annotations.
     fn kwok_config(&self) -> String {
@@ -562,7 +590,7 @@ impl ControlPlane {
         ];
         for folder in [
             "stage/node/fast",
-            "stage/node/heartbeat",
+            self.heartbeat.stage(),
             "stage/pod/fast",
             "metrics/resource",
             "metrics/usage",
@@ -659,6 +687,15 @@ spec:
     /// The whole log of component `name`.
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.files.path(&format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// The pid of component `name` (`kube-apiserver`, `etcd`, `kwok`, `metrics-server`, ...).
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs
+            .lock()
+            .expect("procs")
+            .get(name)
+            .map(|p| p.child.id())
     }
 
     /// SIGKILLs component `name` (`kube-apiserver`, `etcd`, `metrics-server`, `kwok`, ...).
@@ -772,33 +809,13 @@ spec:
         let docs: Vec<String> = range
             .map(|i| {
                 let name = node_name(i);
-                let addresses = ip.map(|ip| {
-                    json!([
+                let mut node = node_object(&name, cpu, memory);
+                if let Some(ip) = ip {
+                    node["status"]["addresses"] = json!([
                         {"type": "InternalIP", "address": ip(i)},
                         {"type": "ExternalIP", "address": "127.0.0.1"},
                         {"type": "Hostname", "address": name},
-                    ])
-                });
-                let mut node = json!({
-                    "apiVersion": "v1", "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "labels": {"type": "kwok", "kubernetes.io/hostname": name,
-                                   "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
-                        "annotations": {
-                            "kwok.x-k8s.io/node": "fake",
-                            "node.alpha.kubernetes.io/ttl": "0",
-                            "metrics.k8s.io/resource-metrics-path":
-                                format!("/metrics/nodes/{name}/metrics/resource"),
-                        },
-                    },
-                    "status": {
-                        "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
-                        "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
-                    },
-                });
-                if let Some(a) = addresses {
-                    node["status"]["addresses"] = a;
+                    ]);
                 }
                 node.to_string()
             })
@@ -1118,6 +1135,29 @@ spec:
 /// `kwok-node-<i>`.
 pub fn node_name(i: usize) -> String {
     format!("kwok-node-{i}")
+}
+
+/// A kwok Node named `name` with `cpu` and `memory` as capacity and allocatable, whose
+/// resource metrics metrics-server reads from kwok.
+pub fn node_object(name: &str, cpu: &str, memory: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                       "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+            "annotations": {
+                "kwok.x-k8s.io/node": "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                "metrics.k8s.io/resource-metrics-path":
+                    format!("/metrics/nodes/{name}/metrics/resource"),
+            },
+        },
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+        },
+    })
 }
 
 /// A pod bound to `node` that asks for and (through kwok's usage annotations) uses `cpu` and

@@ -25,25 +25,6 @@ fn drain(p: &support::Prober, into: &mut Vec<String>) {
     into.extend(p.log.try_iter());
 }
 
-/// Whether `text` names a refusal: "forbidden" (any case), "RBAC", or 403 as a number of its
-/// own (not digits of a timestamp or a value).
-fn names_a_refusal(text: &str) -> bool {
-    let lower = text.to_lowercase();
-    let bytes = lower.as_bytes();
-    let lone_403 = lower.match_indices("403").any(|(i, _)| {
-        let before = i.checked_sub(1).map(|j| bytes[j]);
-        let after = bytes.get(i + 3).copied();
-        !before.is_some_and(|b| b.is_ascii_digit() || b == b'.')
-            && !after.is_some_and(|b| b.is_ascii_digit() || b == b'.')
-    });
-    lone_403 || lower.contains("forbidden") || lower.contains("rbac")
-}
-
-/// Lines that show a permission problem: a 403 answer, a Forbidden status, an RBAC denial.
-fn permission_lines(lines: &[String]) -> Vec<&String> {
-    lines.iter().filter(|l| names_a_refusal(l)).collect()
-}
-
 /// The replicas of a workload as the controllers would name them.
 fn replica_names(w: &Value, nodes: &[String]) -> Vec<(String, String)> {
     let n = name(w);
@@ -178,7 +159,9 @@ async fn install_and_run(cp: &ControlPlane, overlay: &str, nodes: &[String]) {
             let refused: Vec<&str> = body
                 .lines()
                 .filter(|l| !l.starts_with('#'))
-                .filter(|l| names_a_refusal(l.rsplit_once(' ').map_or(*l, |(series, _)| series)))
+                .filter(|l| {
+                    deploy::names_a_refusal(l.rsplit_once(' ').map_or(*l, |(series, _)| series))
+                })
                 .collect();
             assert!(
                 refused.is_empty(),
@@ -192,7 +175,7 @@ async fn install_and_run(cp: &ControlPlane, overlay: &str, nodes: &[String]) {
         for p in procs {
             assert_eq!(p.terminate(), 0, "{what}: exit code");
         }
-        let bad = permission_lines(&log);
+        let bad = deploy::permission_lines(&log);
         assert!(
             bad.is_empty(),
             "{what}: permission problems with the installed RBAC:\n{}",
@@ -238,14 +221,14 @@ fn permission_lines_finds_a_denied_request() {
         r#"{"level":"INFO","message":"ready"}"#.to_string(),
         r#"{"level":"WARN","message":"list failed","error":"ApiError: nodes is forbidden: User \"system:serviceaccount:kube-system:kube-prober\" cannot list resource \"nodes\" (403)"}"#.to_string(),
     ];
-    assert_eq!(permission_lines(&lines).len(), 1);
-    assert!(names_a_refusal(
+    assert_eq!(deploy::permission_lines(&lines).len(), 1);
+    assert!(deploy::names_a_refusal(
         r#"kube_prober_probe_failures_total{reason="status_403"}"#
     ));
-    assert!(!names_a_refusal(
+    assert!(!deploy::names_a_refusal(
         r#"{"timestamp":"2026-11-26T18:59:28.004034Z"}"#
     ));
-    assert!(!names_a_refusal(
+    assert!(!deploy::names_a_refusal(
         "kube_prober_node_cpu_utilization_ratio{node=\"n\"} 0.403"
     ));
 }

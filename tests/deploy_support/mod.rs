@@ -687,3 +687,22 @@ pub fn populate(api: &crate::apiserver::ApiServer) -> Vec<String> {
     api.upsert(&addon_pod);
     names
 }
+
+/// Whether `text` names a refusal: "forbidden" (any case), "RBAC", or 403 as a number of its
+/// own (not digits of a timestamp or a value).
+pub fn names_a_refusal(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    let bytes = lower.as_bytes();
+    let lone_403 = lower.match_indices("403").any(|(i, _)| {
+        let before = i.checked_sub(1).map(|j| bytes[j]);
+        let after = bytes.get(i + 3).copied();
+        !before.is_some_and(|b| b.is_ascii_digit() || b == b'.')
+            && !after.is_some_and(|b| b.is_ascii_digit() || b == b'.')
+    });
+    lone_403 || lower.contains("forbidden") || lower.contains("rbac")
+}
+
+/// Lines that show a permission problem: a 403 answer, a Forbidden status, an RBAC denial.
+pub fn permission_lines(lines: &[String]) -> Vec<&String> {
+    lines.iter().filter(|l| names_a_refusal(l)).collect()
+}

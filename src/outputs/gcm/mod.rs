@@ -688,6 +688,17 @@ impl std::fmt::Debug for GcmSink {
     }
 }
 
+/// The failure to report when an attempt ends with `status`: a retry the push deadline cut
+/// short (the request carries the time left as its gRPC timeout, so the server answers
+/// CANCELLED or DEADLINE_EXCEEDED when it runs out) lost the points because of the failure
+/// that made us retry, `last`, not because of the cut.
+fn cut_short(status: tonic::Status, last: Option<tonic::Status>) -> tonic::Status {
+    match (status.code(), last) {
+        (Code::Cancelled | Code::DeadlineExceeded, Some(last)) => last,
+        _ => status,
+    }
+}
+
 /// The outcome of one request (after retries).
 struct Sent {
     keys: Vec<(String, Option<SystemTime>)>,
@@ -1075,18 +1086,17 @@ impl GcmSink {
                     s
                 }
                 Err(_) => {
-                    return (
-                        Err(tonic::Status::deadline_exceeded(format!(
+                    let status = last.unwrap_or_else(|| {
+                        tonic::Status::deadline_exceeded(format!(
                             "no answer within the push deadline ({:?})",
                             self.cfg.push_deadline
-                        ))),
-                        attempts,
-                        answered,
-                    );
+                        ))
+                    });
+                    return (Err(status), attempts, answered);
                 }
             };
             if !should_retry(&status) {
-                return (Err(status), attempts, answered);
+                return (Err(cut_short(status, last)), attempts, answered);
             }
             let wait = backoff.mul_f64(0.5 + 0.5 * jitter_fraction());
             if Instant::now() + wait >= deadline {
@@ -1407,6 +1417,26 @@ mod tests {
         Addon, AddonExpected, AddonOnNode, ClusterInfo, ContainerRestarts, Controller, Placement,
         PodRestarts, ProbeState,
     };
+
+    /// A retry the push deadline cut short reports the failure that made us retry; a first
+    /// attempt cut short, or any other failure, reports itself.
+    #[test]
+    fn a_retry_cut_short_by_the_deadline_reports_the_failure_before_it() {
+        let unavailable = || tonic::Status::unavailable("down");
+        for cut in [Code::Cancelled, Code::DeadlineExceeded] {
+            let s = tonic::Status::new(cut, "Timeout expired");
+            assert_eq!(
+                cut_short(s.clone(), Some(unavailable())).code(),
+                Code::Unavailable
+            );
+            assert_eq!(cut_short(s, None).code(), cut);
+        }
+        let denied = tonic::Status::permission_denied("no");
+        assert_eq!(
+            cut_short(denied, Some(unavailable())).code(),
+            Code::PermissionDenied
+        );
+    }
 
     fn facts(name: &str, ready: bool) -> NodeFacts {
         NodeFacts {

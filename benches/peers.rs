@@ -396,19 +396,7 @@ fn main() {
 
     report.host = rt.block_on(host_phase(&s, scratch.path()));
     let t = Instant::now();
-    let cp = ControlPlane::start_with(
-        Options {
-            nodes: 0,
-            pods_per_node: 0,
-            controller_manager: false,
-            scheduler: false,
-            metrics_server: true,
-            wait_node_metrics: false,
-            apiserver_args: Vec::new(),
-            ..Options::default()
-        },
-        s.heartbeat,
-    );
+    let cp = ControlPlane::start_with(Options::bare(), s.heartbeat);
     report.control_plane_up = t.elapsed();
     let client = rt.block_on(kube_client(&cp.admin_kubeconfig));
     report.populate = rt.block_on(populate(&client, &s));

@@ -82,16 +82,7 @@ fn main() {
     eprintln!("load average at start: {}", loadavg());
 
     let started = Instant::now();
-    let cp = ControlPlane::start(Options {
-        nodes: 0,
-        pods_per_node: 0,
-        controller_manager: false,
-        scheduler: false,
-        metrics_server: true,
-        wait_node_metrics: false,
-        apiserver_args: Vec::new(),
-        ..Options::default()
-    });
+    let cp = ControlPlane::start(Options::bare());
     let t_api = started.elapsed();
 
     // Nodes, STREAMS kubectl streams of CHUNK each.

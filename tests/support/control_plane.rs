@@ -266,6 +266,21 @@ impl Heartbeat {
     }
 }
 
+impl Options {
+    /// etcd, kube-apiserver, kwok and metrics-server only: no nodes or pods yet, no
+    /// controller-manager or scheduler (the benches create and bind what they measure).
+    pub fn bare() -> Options {
+        Options {
+            nodes: 0,
+            pods_per_node: 0,
+            controller_manager: false,
+            scheduler: false,
+            wait_node_metrics: false,
+            ..Options::default()
+        }
+    }
+}
+
 /// Where the files of one control plane live.
 struct Files {
     dir: PathBuf,

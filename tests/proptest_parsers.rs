@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube_prober::config::cli::Cli;
-use kube_prober::config::{Config, FileConfig};
+use kube_prober::config::{Config, FileConfig, Options};
 use kube_prober::k8s::lean::{LeanNode, LeanPod};
 use kube_prober::shared::quantity::{MAX_MAGNITUDE, parse_quantity};
 use kube_prober::sources::cluster::derive::{
@@ -28,6 +28,13 @@ use kube_prober::sources::usage::signalfx::{parse_metadata, parse_window};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
 use serde_json::{Value, json};
+
+/// Flags as if given on the command line, without the environment.
+fn flags(f: impl FnOnce(&mut Options)) -> Cli {
+    let mut c = Cli::default();
+    f(&mut c.options);
+    c
+}
 
 const CASES: u32 = 256;
 
@@ -438,23 +445,22 @@ proptest! {
         ]), 14),
     ) {
         let v = |i: usize| values[i].clone();
-        let cli = Cli {
-            listen: v(0),
-            interval: v(1),
-            timeout: v(2),
-            tick_interval: v(3),
-            log_level: v(4),
-            workload_namespaces: v(5),
-            addon_keys: v(6),
-            disable_probes: v(7),
-            probe_urls: v(8),
-            addon_endpoints: v(9),
-            gcm_prefix: v(10),
-            sinks: v(11).map(|s| s.split(',').map(str::to_string).collect()),
-            leader_elect_lease_duration: v(12),
-            prometheus_fallback_resolution: v(13),
-            ..Cli::default()
-        };
+        let cli = flags(|o| {
+            o.instance.listen = v(0);
+            o.schedule.interval = v(1);
+            o.schedule.timeout = v(2);
+            o.schedule.tick_interval = v(3);
+            o.log.log_level = v(4);
+            o.workloads.workload_namespaces = v(5);
+            o.workloads.addon_keys = v(6);
+            o.probes.disable_probes = v(7);
+            o.probes.probe_urls = v(8);
+            o.probes.addon_endpoints = v(9);
+            o.gcm.gcm_prefix = v(10);
+            o.push.sinks = v(11).map(|s| s.split(',').map(str::to_string).collect());
+            o.leader.leader_elect_lease_duration = v(12);
+            o.backends.prometheus_fallback_resolution = v(13);
+        });
         if let Err(e) = Config::resolve(cli, FileConfig::default()) {
             let text = e.to_string();
             prop_assert!(text.contains("--") || text.contains("probes"), "names no option: {text}");

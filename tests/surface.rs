@@ -8,8 +8,9 @@ mod support;
 use std::process::{Command, Stdio};
 
 use clap::CommandFactory;
+use kube_prober::config::FileConfig;
 use kube_prober::config::cli::Cli;
-use kube_prober::config::{FileConfig, PROBE_NAMES};
+use kube_prober::sources::probe::options::PROBE_NAMES;
 
 /// The subcommand paths whose `--help` is pinned, the binary itself first.
 const SUBCOMMANDS: &[&[&str]] = &[

@@ -36,15 +36,15 @@ use crate::sources::usage::prometheus::{PrometheusConfig, PrometheusFetcher};
 use crate::sources::usage::signalfx::{SignalFxConfig, SignalFxFetcher};
 use crate::sources::usage::{self, Schedule, host};
 
-use crate::config::SinkKind;
 use crate::hub::{Provider, Store};
 use crate::k8s::leader::{self, LeaseConfig};
 use crate::k8s::lean::PodFollower;
 use crate::k8s::role;
 use crate::model::{ClusterInfo, Snapshot};
 use crate::outputs::Sink;
-use crate::outputs::gcm::{GcmClientConfig, GcmConfig, GcmSink};
-use crate::outputs::otlp::{OtlpConfig, OtlpResource, OtlpSink};
+use crate::outputs::gcm::{GcmConfig, GcmSink};
+use crate::outputs::otlp::{OtlpResource, OtlpSink};
+use crate::outputs::push::SinkKind;
 use crate::outputs::push::{Leadership, SinkSchedule, run_sink};
 use crate::sources::cluster::derive::DeriveConfig;
 use crate::sources::cluster::watchers::{self, PodScope, Scope, WatchConfig};
@@ -176,9 +176,7 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         kube_client.clone(),
         &cancel,
     )?;
-    let watcher_opts = WatcherOptions {
-        legacy_scaling: cfg.usage.watcher_legacy_scaling,
-    };
+    let watcher_opts = cfg.watcher;
     let (tx, rx) = watch::channel(Arc::new(Published::render_with(
         Arc::new(Snapshot::empty(SystemTime::now())),
         sources.usage_source,
@@ -660,7 +658,7 @@ fn start_selection(
     kube_client: Option<&kube::Client>,
     cancel: &CancellationToken,
 ) -> Result<Option<JoinHandle<()>>> {
-    use crate::config::ShardMode;
+    use crate::sources::cluster::options::ShardMode;
     store.set_excluded_families(cfg.excluded_families.clone());
     if cfg.shard != ShardMode::Off && role != Role::Cluster {
         return Err(Error::Config {
@@ -829,8 +827,8 @@ fn spawn_probe<P: Probe>(
 /// Whether this instance runs probes: all but a cluster-role shard above 0, whose probe series
 /// are never emitted (they come from shard 0 only, `sink::select`). A StatefulSet pod's ordinal
 /// never changes, so this holds for the life of the process even when replicas change.
-fn runs_probes(shard: &crate::config::ShardMode) -> bool {
-    use crate::config::ShardMode;
+fn runs_probes(shard: &crate::sources::cluster::options::ShardMode) -> bool {
+    use crate::sources::cluster::options::ShardMode;
     match shard {
         ShardMode::Off => true,
         ShardMode::Static(s) => s.index == 0,
@@ -1207,20 +1205,11 @@ async fn build_gcm(cfg: &Config, role: Role, ctx: &SinkContext<'_>) -> Result<Ar
         });
     }
     let gc = GcmConfig {
-        client: GcmClientConfig {
-            endpoint: g.endpoint.clone(),
-            anonymous: g.anonymous,
-            ..GcmClientConfig::default()
-        },
         project,
         location,
         cluster: Some(ctx.cluster_name.to_string()),
-        prefix: g.prefix.clone(),
         own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
-        node_series: g.node_series,
-        // Retries stop before the runner's timeout would cut the push off.
-        push_deadline: sc.timeout.mul_f64(0.9),
-        ..GcmConfig::default()
+        ..g.clone()
     };
     Ok(Arc::new(GcmSink::new(gc).await?))
 }
@@ -1232,26 +1221,6 @@ fn build_otlp(
     ctx: &SinkContext<'_>,
     instance_id: &str,
 ) -> Result<Arc<OtlpSink>> {
-    let sc = &cfg.sinks;
-    let o = &sc.otlp;
-    let oc = OtlpConfig {
-        protocol: o.protocol.clone(),
-        endpoint: o.endpoint.clone(),
-        headers: o
-            .headers
-            .iter()
-            .flat_map(|h| h.split(','))
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .collect(),
-        ca_file: o.ca_file.clone(),
-        client_cert_file: o.client_cert.clone(),
-        client_key_file: o.client_key.clone(),
-        compression: o.compression.clone(),
-        timeout: Some(sc.timeout.mul_f64(0.9)),
-        max_points_per_request: o.max_points_per_request,
-        max_response_bytes: Some(cfg.max_response_bytes),
-    };
     let resource = OtlpResource {
         cluster_name: ctx.cluster_name.to_string(),
         role: role.as_str().to_string(),
@@ -1265,7 +1234,7 @@ fn build_otlp(
             String::new()
         },
     };
-    let sink = OtlpSink::new(&oc, &resource)?;
+    let sink = OtlpSink::new(&cfg.sinks.otlp, &resource)?;
     tracing::info!(
         protocol = sink.settings().protocol.as_str(),
         endpoint = %sink.settings().endpoint,
@@ -1373,8 +1342,8 @@ fn start_sink<S: Sink>(
 
 /// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has
 /// its own pusher and two replicas of one shard still push once.
-fn lease_name(name: &str, shard: &crate::config::ShardMode) -> String {
-    use crate::config::ShardMode;
+fn lease_name(name: &str, shard: &crate::sources::cluster::options::ShardMode) -> String {
+    use crate::sources::cluster::options::ShardMode;
     match shard {
         ShardMode::Off => name.to_string(),
         ShardMode::Static(s) => format!("{name}-shard-{}", s.index),
@@ -1408,8 +1377,8 @@ fn machine_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::runs_probes;
-    use crate::config::ShardMode;
     use crate::model::Shard;
+    use crate::sources::cluster::options::ShardMode;
 
     #[test]
     fn only_shard_0_and_unsharded_instances_run_probes() {

@@ -4,7 +4,7 @@
 use crate::config::Config;
 use crate::config::cli::{Command, DescriptorAction, GcmCommand};
 use crate::k8s::identity::{self, IdentityConfig};
-use crate::outputs::gcm::{self, GcmClientConfig};
+use crate::outputs::gcm;
 use crate::shared::error::{Error, Result};
 
 /// Runs `command` with the resolved flags (for `--gcm-*` defaults); prints to stdout.
@@ -36,11 +36,7 @@ pub async fn run(command: Command, cfg: &Config) -> Result<()> {
             })?,
     };
     let prefix = prefix.unwrap_or_else(|| cfg.sinks.gcm.prefix.clone());
-    let client = GcmClientConfig {
-        endpoint: cfg.sinks.gcm.endpoint.clone(),
-        anonymous: cfg.sinks.gcm.anonymous,
-        ..GcmClientConfig::default()
-    };
+    let client = cfg.sinks.gcm.client.clone();
     match action {
         DescriptorAction::List => {
             let types = gcm::list_descriptors(&client, &project, &prefix).await?;

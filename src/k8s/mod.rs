@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod client;
 pub mod identity;
 pub mod leader;
+pub mod leader_options;
 pub mod lean;
 pub mod pod_resources;
 pub mod role;

@@ -205,6 +205,41 @@ pub fn excluded_families(
         .collect())
 }
 
+/// `--metric-allowlist` and `--metric-denylist`: which families are emitted.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
+#[serde(default)]
+pub struct SelectOptions {
+    /// Only the metric families matching one of these comma-separated regular expressions
+    /// (each anchored) are emitted on /metrics and pushed. [default: all]
+    #[arg(long, env = "KUBE_PROBER_METRIC_ALLOWLIST", value_name = "REGEX,...")]
+    pub metric_allowlist: Option<String>,
+
+    /// Metric families matching one of these comma-separated regular expressions (each
+    /// anchored) are left out of /metrics and the pushes; exclusive with --metric-allowlist.
+    #[arg(long, env = "KUBE_PROBER_METRIC_DENYLIST", value_name = "REGEX,...")]
+    pub metric_denylist: Option<String>,
+}
+
+crate::merge_options!(SelectOptions {
+    metric_allowlist,
+    metric_denylist
+});
+
+impl SelectOptions {
+    /// The families to leave out; a bad list is an error naming the flag that holds it.
+    pub fn resolve(self) -> crate::shared::error::Result<BTreeSet<String>> {
+        let (allow, deny) = (self.metric_allowlist, self.metric_denylist);
+        excluded_families(allow.as_deref(), deny.as_deref()).map_err(|reason| {
+            let (option, value) = match (&allow, &deny) {
+                (Some(a), None) => ("--metric-allowlist", a.as_str()),
+                (None, Some(d)) => ("--metric-denylist", d.as_str()),
+                _ => ("--metric-allowlist", allow.as_deref().unwrap_or_default()),
+            };
+            crate::shared::options::invalid(option, value, reason)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

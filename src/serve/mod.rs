@@ -5,5 +5,6 @@
 //! config.
 
 pub mod auth;
+pub mod options;
 pub mod server;
 pub mod tls;

@@ -349,6 +349,46 @@ pub async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<By
     Ok(body.freeze())
 }
 
+/// `--max-response-bytes`: the cap on every answer read from outside.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
+#[serde(default)]
+pub struct LimitOptions {
+    /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,
+    /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams. A larger
+    /// answer is a `too_large` error. [default: 32Mi]
+    #[arg(long, env = "KUBE_PROBER_MAX_RESPONSE_BYTES", value_name = "BYTES")]
+    pub max_response_bytes: Option<String>,
+}
+
+crate::merge_options!(LimitOptions { max_response_bytes });
+
+impl LimitOptions {
+    /// Bytes or a quantity (`32Mi`), 64 KiB to 4 GiB.
+    pub fn resolve(self) -> Result<usize, crate::shared::error::Error> {
+        use crate::shared::options::invalid;
+        let Some(v) = self.max_response_bytes else {
+            return Ok(DEFAULT_MAX_RESPONSE_BYTES);
+        };
+        const OPT: &str = "--max-response-bytes";
+        let n = crate::shared::quantity::parse_quantity(v.trim()).map_err(|e| {
+            invalid(
+                OPT,
+                &v,
+                format!("{e} (expected bytes, e.g. 33554432 or 32Mi)"),
+            )
+        })?;
+        let (min, max) = (64.0 * 1024.0, 4.0 * 1024.0 * 1024.0 * 1024.0);
+        if !(min..=max).contains(&n) || n.fract() != 0.0 {
+            return Err(invalid(
+                OPT,
+                &v,
+                "must be a whole number of bytes from 64Ki to 4Gi",
+            ));
+        }
+        usize::try_from(n as u64).map_err(|_| invalid(OPT, &v, "too large for this platform"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod limit;
+pub mod options;
 pub mod quantity;
 pub mod retry_after;
 pub mod suggest;

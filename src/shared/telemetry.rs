@@ -302,6 +302,33 @@ pub fn init(level: &str, format: LogFormat) -> Result<LogGuard> {
     })
 }
 
+/// Logging: `--log-level` and `--log-format`.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
+#[serde(default)]
+pub struct LogOptions {
+    /// Log level or tracing filter, e.g. `info`, `debug`, `kube_prober=debug,warn`. [default: info]
+    #[arg(long, env = "LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+
+    /// Log format. [default: text]
+    #[arg(long, env = "KUBE_PROBER_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+crate::merge_options!(LogOptions {
+    log_level,
+    log_format
+});
+
+impl LogOptions {
+    /// The level or filter (checked) and the format.
+    pub fn resolve(self) -> Result<(String, LogFormat), crate::shared::error::Error> {
+        let level = self.log_level.unwrap_or_else(|| "info".into());
+        parse_filter(&level)?;
+        Ok((level, self.log_format.unwrap_or_default()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,9 @@ use super::{PushError, PushReport, PushScope, Sink};
 use crate::model::{ClusterState, NodeFacts, Snapshot};
 use crate::shared::error::{Error, Result};
 
+pub mod options;
+pub use options::GcmOptions;
+
 /// Cloud Monitoring's public endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://monitoring.googleapis.com";
 /// The metric type prefix when none is configured: `workload.googleapis.com/kube-prober/...`,

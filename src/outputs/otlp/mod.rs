@@ -96,7 +96,9 @@ use crate::shared::error::{Error, Result};
 use crate::shared::limit::{ReadError, read_capped};
 
 mod config;
+pub mod options;
 mod table;
+pub use options::OtlpOptions;
 
 use config::config_err;
 pub use config::{

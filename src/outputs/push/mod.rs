@@ -3,6 +3,9 @@
 //! final push of the newest snapshot, bounded. Pull outputs (`/metrics`, `/watcher`) are never
 //! slowed: pushes read the same immutable snapshot in their own tasks.
 
+pub mod options;
+pub use options::{PushOptions, PushPlan, SinkKind};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 

@@ -5,6 +5,9 @@
 //! keys in struct order, hosts under `data.NodeMetricsMap`, `tags` `{}`, `metadata`
 //! `{"dataCenter":""}`, floats as the shortest decimal with no exponent, integer times.
 
+pub mod options;
+pub use options::EncodingOptions;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -6,5 +6,6 @@
 
 pub mod aggregate;
 pub mod derive;
+pub mod options;
 pub mod shard;
 pub mod watchers;

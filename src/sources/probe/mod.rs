@@ -7,6 +7,7 @@
 pub mod dns;
 pub mod http;
 pub mod kube;
+pub mod options;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -12,6 +12,7 @@
 pub mod cgroup;
 pub mod fixture;
 pub mod kubelet;
+pub mod options;
 pub mod perf;
 pub mod platform;
 pub mod pods;

@@ -10,6 +10,7 @@
 pub mod host;
 pub mod http;
 pub mod metrics_server;
+pub mod options;
 pub mod prometheus;
 pub mod signalfx;
 

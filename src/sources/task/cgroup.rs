@@ -895,6 +895,42 @@ struct Derive {
 /// Puts the values of one file into `s`; `d` collects what makes derived values.
 fn apply(knob: Knob, b: &[u8], page_size: u64, s: &mut CgroupStats, d: &mut Derive) {
     match knob {
+        Knob::CpuacctUsage | Knob::CpuStatV1 | Knob::CpuStatV2 => apply_cpu(knob, b, s),
+        Knob::CpuPressure | Knob::MemoryPressure | Knob::IoPressure => {
+            apply_pressure(knob, b, s);
+        }
+        Knob::MemUsageV1 | Knob::MemCurrent => {
+            d.usage = parse_u64(b);
+            s.memory_usage_bytes = d.usage.map(|v| v as f64);
+        }
+        Knob::MemLimitV1 => {
+            s.memory_limit_bytes = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
+        }
+        Knob::MemMax => s.memory_limit_bytes = parse_max(b).flatten().map(|v| v as f64),
+        Knob::MemStatV1 => apply_memory_stat_v1(b, s, d),
+        Knob::MemStatV2 => apply_memory_stat_v2(b, s, d),
+        Knob::OomControlV1 | Knob::MemEvents => s.oom_kills = parse_keyed(b, "oom_kill"),
+        Knob::NumaStatV1 => {
+            s.numa_bytes = parse_numa_stat_v1(b)
+                .into_iter()
+                .map(|(n, pages)| (n, pages.saturating_mul(page_size) as f64))
+                .collect();
+        }
+        Knob::NumaStatV2 => {
+            s.numa_bytes = parse_numa_stat_v2(b)
+                .into_iter()
+                .map(|(n, v)| (n, v as f64))
+                .collect();
+        }
+        Knob::CpusetCpus => s.cpuset_cpus = parse_id_list_len(b),
+        Knob::CpusetMems => s.cpuset_memory_nodes = parse_id_list_len(b),
+    }
+}
+
+/// CPU usage and throttling: v1 `cpuacct.usage` and `cpu.stat`, or the unified `cpu.stat`
+/// for what v1 did not give.
+fn apply_cpu(knob: Knob, b: &[u8], s: &mut CgroupStats) {
+    match knob {
         Knob::CpuacctUsage => s.cpu_seconds = parse_u64(b).map(|ns| ns as f64 / NS),
         Knob::CpuStatV1 => {
             let [p, t, tt] = parse_keys(b, ["nr_periods", "nr_throttled", "throttled_time"]);
@@ -916,106 +952,91 @@ fn apply(knob: Knob, b: &[u8], page_size: u64, s: &mut CgroupStats, d: &mut Deri
                 s.cpu_throttled_seconds = tt.map(|us| us as f64 / US);
             }
         }
-        Knob::CpuPressure | Knob::MemoryPressure | Knob::IoPressure => {
-            let resource = match knob {
-                Knob::CpuPressure => "cpu",
-                Knob::MemoryPressure => "memory",
-                _ => "io",
-            };
-            let [some, full] = parse_pressure_totals(b);
-            for (kind, v) in [("some", some), ("full", full)] {
-                if let Some(us) = v {
-                    s.pressure.push(Pressure {
-                        resource,
-                        kind,
-                        seconds: us as f64 / US,
-                    });
-                }
-            }
-        }
-        Knob::MemUsageV1 | Knob::MemCurrent => {
-            d.usage = parse_u64(b);
-            s.memory_usage_bytes = d.usage.map(|v| v as f64);
-        }
-        Knob::MemLimitV1 => {
-            s.memory_limit_bytes = parse_u64(b).filter(|&v| v < V1_UNLIMITED).map(|v| v as f64);
-        }
-        Knob::MemMax => s.memory_limit_bytes = parse_max(b).flatten().map(|v| v as f64),
-        Knob::MemStatV1 => {
-            // The hierarchical totals count the children (a pod's containers) too.
-            const K: usize = 9;
-            let keys = [
-                "total_inactive_file",
-                "total_rss",
-                "total_cache",
-                "total_pgfault",
-                "total_pgmajfault",
-                "total_inactive_anon",
-                "total_active_anon",
-                "total_active_file",
-                "total_unevictable",
-                "inactive_file",
-                "rss",
-                "cache",
-                "pgfault",
-                "pgmajfault",
-                "inactive_anon",
-                "active_anon",
-                "active_file",
-                "unevictable",
-            ];
-            let v = parse_keys(b, keys);
-            let get = |i: usize| v[i].or(v[i + K]);
-            d.inactive = get(0);
-            // The five LRU lists, in bytes; `memory.numa_stat` counts the same pages per node
-            // (`hierarchical_total`, or `total` where the totals are not hierarchical).
-            d.lru = [0, 5, 6, 7, 8]
-                .into_iter()
-                .try_fold(0u64, |sum, i| Some(sum.saturating_add(get(i)?)));
-            s.memory_rss_bytes = get(1).map(|v| v as f64);
-            s.memory_cache_bytes = get(2).map(|v| v as f64);
-            s.page_faults = get(3);
-            s.major_page_faults = get(4);
-        }
-        Knob::MemStatV2 => {
-            let [i, anon, file, pgfault, pgmajfault, unevictable] = parse_keys(
-                b,
-                [
-                    "inactive_file",
-                    "anon",
-                    "file",
-                    "pgfault",
-                    "pgmajfault",
-                    "unevictable",
-                ],
-            );
-            d.inactive = i;
-            // What `memory.numa_stat` sums per node (see `parse_numa_stat_v2`).
-            d.lru = match (anon, file, unevictable) {
-                (Some(a), Some(f), Some(u)) => Some(a.saturating_add(f).saturating_add(u)),
-                _ => None,
-            };
-            s.memory_rss_bytes = anon.map(|v| v as f64);
-            s.memory_cache_bytes = file.map(|v| v as f64);
-            s.page_faults = pgfault;
-            s.major_page_faults = pgmajfault;
-        }
-        Knob::OomControlV1 | Knob::MemEvents => s.oom_kills = parse_keyed(b, "oom_kill"),
-        Knob::NumaStatV1 => {
-            s.numa_bytes = parse_numa_stat_v1(b)
-                .into_iter()
-                .map(|(n, pages)| (n, pages.saturating_mul(page_size) as f64))
-                .collect();
-        }
-        Knob::NumaStatV2 => {
-            s.numa_bytes = parse_numa_stat_v2(b)
-                .into_iter()
-                .map(|(n, v)| (n, v as f64))
-                .collect();
-        }
-        Knob::CpusetCpus => s.cpuset_cpus = parse_id_list_len(b),
-        Knob::CpusetMems => s.cpuset_memory_nodes = parse_id_list_len(b),
+        // Not a CPU file.
+        _ => {}
     }
+}
+
+/// The `some` and `full` totals of a `*.pressure` file.
+fn apply_pressure(knob: Knob, b: &[u8], s: &mut CgroupStats) {
+    let resource = match knob {
+        Knob::CpuPressure => "cpu",
+        Knob::MemoryPressure => "memory",
+        _ => "io",
+    };
+    let [some, full] = parse_pressure_totals(b);
+    for (kind, v) in [("some", some), ("full", full)] {
+        if let Some(us) = v {
+            s.pressure.push(Pressure {
+                resource,
+                kind,
+                seconds: us as f64 / US,
+            });
+        }
+    }
+}
+
+/// v1 `memory.stat`: RSS, cache and page faults; the inactive file and LRU bytes for `d`.
+fn apply_memory_stat_v1(b: &[u8], s: &mut CgroupStats, d: &mut Derive) {
+    // The hierarchical totals count the children (a pod's containers) too.
+    const K: usize = 9;
+    let keys = [
+        "total_inactive_file",
+        "total_rss",
+        "total_cache",
+        "total_pgfault",
+        "total_pgmajfault",
+        "total_inactive_anon",
+        "total_active_anon",
+        "total_active_file",
+        "total_unevictable",
+        "inactive_file",
+        "rss",
+        "cache",
+        "pgfault",
+        "pgmajfault",
+        "inactive_anon",
+        "active_anon",
+        "active_file",
+        "unevictable",
+    ];
+    let v = parse_keys(b, keys);
+    let get = |i: usize| v[i].or(v[i + K]);
+    d.inactive = get(0);
+    // The five LRU lists, in bytes; `memory.numa_stat` counts the same pages per node
+    // (`hierarchical_total`, or `total` where the totals are not hierarchical).
+    d.lru = [0, 5, 6, 7, 8]
+        .into_iter()
+        .try_fold(0u64, |sum, i| Some(sum.saturating_add(get(i)?)));
+    s.memory_rss_bytes = get(1).map(|v| v as f64);
+    s.memory_cache_bytes = get(2).map(|v| v as f64);
+    s.page_faults = get(3);
+    s.major_page_faults = get(4);
+}
+
+/// v2 `memory.stat`: anon, file and page faults; the inactive file and LRU bytes for `d`.
+fn apply_memory_stat_v2(b: &[u8], s: &mut CgroupStats, d: &mut Derive) {
+    let [i, anon, file, pgfault, pgmajfault, unevictable] = parse_keys(
+        b,
+        [
+            "inactive_file",
+            "anon",
+            "file",
+            "pgfault",
+            "pgmajfault",
+            "unevictable",
+        ],
+    );
+    d.inactive = i;
+    // What `memory.numa_stat` sums per node (see `parse_numa_stat_v2`).
+    d.lru = match (anon, file, unevictable) {
+        (Some(a), Some(f), Some(u)) => Some(a.saturating_add(f).saturating_add(u)),
+        _ => None,
+    };
+    s.memory_rss_bytes = anon.map(|v| v as f64);
+    s.memory_cache_bytes = file.map(|v| v as f64);
+    s.page_faults = pgfault;
+    s.major_page_faults = pgmajfault;
 }
 
 /// Reads every value this kernel offers for one cgroup, opening each file by path (what a
@@ -1272,42 +1293,14 @@ impl CgroupReader {
 
     fn sample(&mut self, pod: &std::sync::Arc<TaskPod>) -> TaskSample {
         let Some(paths) = self.cache.get_mut(&pod.uid) else {
-            return TaskSample {
-                pod: pod.clone(),
-                stats: None,
-                containers: Vec::new(),
-            };
+            return not_found(pod);
         };
-        // Containers not seen yet (new or restarted): list the pod's directories once.
-        let ids: Vec<&str> = pod
-            .containers
-            .iter()
-            .filter_map(|c| c.id.as_deref())
-            .collect();
-        paths.since_list += 1;
-        let changed =
-            paths.listed.len() != ids.len() || paths.listed.iter().zip(&ids).any(|(a, b)| a != b);
-        let unfound = ids.iter().any(|id| !paths.containers.contains_key(*id));
-        if changed || (unfound && paths.since_list >= REWALK_EVERY) {
-            paths.since_list = 0;
-            paths.listed = ids.iter().map(|s| s.to_string()).collect();
-            // Close the old files before opening the new ones.
-            paths.containers.clear();
-            let mut dirs: HashMap<String, Dirs> = HashMap::new();
-            for h in Hier::ALL {
-                let Some(d) = &paths.dirs[h.index()] else {
-                    continue;
-                };
-                for (id, p) in find_container_dirs(d, &ids) {
-                    dirs.entry(id).or_default()[h.index()] = Some(p);
-                }
-            }
-            for (id, d) in dirs {
-                let phase = self.container_stagger.assign(self.collections);
-                let files = CgroupFiles::open(&d, &self.plan, &self.budget, phase, self.numa_node);
-                paths.containers.insert(id, files);
-            }
-        }
+        let (plan, budget, numa_node) = (&self.plan, &self.budget, self.numa_node);
+        let (stagger, collection) = (&self.container_stagger, self.collections);
+        paths.follow_containers(pod, |dirs| {
+            let phase = stagger.assign(collection);
+            CgroupFiles::open(dirs, plan, budget, phase, numa_node)
+        });
         let stats = if paths.files.unlinked() {
             CgroupStats::default()
         } else {
@@ -1321,11 +1314,7 @@ impl CgroupReader {
         if stats.is_empty() {
             // The pod cgroup went away: close its files, find it again next time.
             self.cache.remove(&pod.uid);
-            return TaskSample {
-                pod: pod.clone(),
-                stats: None,
-                containers: Vec::new(),
-            };
+            return not_found(pod);
         }
         let mut containers = Vec::with_capacity(pod.containers.len());
         for c in &pod.containers {
@@ -1349,6 +1338,51 @@ impl CgroupReader {
             pod: pod.clone(),
             stats: Some(stats),
             containers,
+        }
+    }
+}
+
+/// The sample of a pod without a cgroup.
+fn not_found(pod: &Arc<TaskPod>) -> TaskSample {
+    TaskSample {
+        pod: pod.clone(),
+        stats: None,
+        containers: Vec::new(),
+    }
+}
+
+impl PodPaths {
+    /// Containers not seen yet (new or restarted): lists the pod's directories once and opens
+    /// the files of each container found with `open`; a container still without a scope is
+    /// looked for again after [`REWALK_EVERY`] collections.
+    fn follow_containers(&mut self, pod: &TaskPod, mut open: impl FnMut(&Dirs) -> CgroupFiles) {
+        let ids: Vec<&str> = pod
+            .containers
+            .iter()
+            .filter_map(|c| c.id.as_deref())
+            .collect();
+        self.since_list += 1;
+        let changed =
+            self.listed.len() != ids.len() || self.listed.iter().zip(&ids).any(|(a, b)| a != b);
+        let unfound = ids.iter().any(|id| !self.containers.contains_key(*id));
+        if !(changed || (unfound && self.since_list >= REWALK_EVERY)) {
+            return;
+        }
+        self.since_list = 0;
+        self.listed = ids.iter().map(|s| s.to_string()).collect();
+        // Close the old files before opening the new ones.
+        self.containers.clear();
+        let mut dirs: HashMap<String, Dirs> = HashMap::new();
+        for h in Hier::ALL {
+            let Some(d) = &self.dirs[h.index()] else {
+                continue;
+            };
+            for (id, p) in find_container_dirs(d, &ids) {
+                dirs.entry(id).or_default()[h.index()] = Some(p);
+            }
+        }
+        for (id, d) in dirs {
+            self.containers.insert(id, open(&d));
         }
     }
 }

@@ -515,6 +515,62 @@ fn cluster_drafts(out: &mut Drafts, cs: &ClusterState) {
 
 fn node_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
     let mine = |name: &str| own_node.is_none_or(|o| o == name);
+    for n in cs.nodes.iter().filter(|n| mine(&n.name)) {
+        let addons_ok = cs
+            .addons
+            .get(n.name.as_str())
+            .is_none_or(|list| list.iter().all(|a| a.available()));
+        node_facts_drafts(out, n, addons_ok);
+    }
+    addon_drafts(out, cs, mine);
+    restart_drafts(out, cs, own_node);
+}
+
+/// A node's conditions, availability and its control plane's availability.
+fn node_facts_drafts(out: &mut Drafts, n: &NodeFacts, addons_ok: bool) {
+    let res = || Res::Node(n.name.clone());
+    let (pool, zone) = (n.placement.pool.as_str(), n.placement.zone.as_str());
+    for (t, st) in &n.conditions {
+        out.add_once(
+            "node/condition",
+            res(),
+            &[
+                ("pool", pool),
+                ("zone", zone),
+                ("condition", t),
+                ("status", st),
+            ],
+            1,
+        );
+    }
+    out.add_once(
+        "node/available",
+        res(),
+        &[
+            ("pool", pool),
+            ("zone", zone),
+            ("available", tf(n.available())),
+            ("ready", tf(n.ready)),
+            ("schedulable", tf(n.schedulable)),
+            ("done_warming", tf(n.done_warming)),
+        ],
+        1,
+    );
+    out.add_once(
+        "addon/control_plane_available",
+        res(),
+        &[
+            ("pool", pool),
+            ("zone", zone),
+            ("available", tf(n.available() && addons_ok)),
+        ],
+        1,
+    );
+}
+
+/// The addons on the nodes `mine` accepts. Addons on nodes without facts still count, with
+/// an unknown pool and zone.
+fn addon_drafts(out: &mut Drafts, cs: &ClusterState, mine: impl Fn(&str) -> bool) {
     let facts: HashMap<&str, &NodeFacts> = cs.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     const UNKNOWN: &str = "unknown";
     let placement = |node: &str| {
@@ -522,51 +578,6 @@ fn node_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
             (n.placement.pool.as_str(), n.placement.zone.as_str())
         })
     };
-    for n in cs.nodes.iter().filter(|n| mine(&n.name)) {
-        let res = || Res::Node(n.name.clone());
-        let (pool, zone) = (n.placement.pool.as_str(), n.placement.zone.as_str());
-        for (t, st) in &n.conditions {
-            out.add_once(
-                "node/condition",
-                res(),
-                &[
-                    ("pool", pool),
-                    ("zone", zone),
-                    ("condition", t),
-                    ("status", st),
-                ],
-                1,
-            );
-        }
-        out.add_once(
-            "node/available",
-            res(),
-            &[
-                ("pool", pool),
-                ("zone", zone),
-                ("available", tf(n.available())),
-                ("ready", tf(n.ready)),
-                ("schedulable", tf(n.schedulable)),
-                ("done_warming", tf(n.done_warming)),
-            ],
-            1,
-        );
-        let addons_ok = cs
-            .addons
-            .get(n.name.as_str())
-            .is_none_or(|list| list.iter().all(|a| a.available()));
-        out.add_once(
-            "addon/control_plane_available",
-            res(),
-            &[
-                ("pool", pool),
-                ("zone", zone),
-                ("available", tf(n.available() && addons_ok)),
-            ],
-            1,
-        );
-    }
-    // Addons on nodes without facts still count, with an unknown pool and zone.
     for (node, list) in cs.addons.iter().filter(|(node, _)| mine(node)) {
         let (pool, zone) = placement(node);
         for a in list {
@@ -585,6 +596,10 @@ fn node_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
             );
         }
     }
+}
+
+/// The restarts of every container of the addon pods (on `own_node` only, when set).
+fn restart_drafts(out: &mut Drafts, cs: &ClusterState, own_node: Option<&str>) {
     for p in &cs.restarts {
         if own_node.is_some() && p.node.as_deref() != own_node {
             continue;
@@ -1183,70 +1198,13 @@ impl GcmSink {
         skipped: u64,
         now: SystemTime,
     ) -> Result<PushReport, PushError> {
-        let mut report = PushReport::default();
-        let mut lost: BTreeMap<String, u64> = BTreeMap::new();
-        let mut first_failure: Option<(String, String)> = None;
-        let mut partial = false;
-        let mut failed_requests = 0u64;
-        let mut undo = Vec::new();
+        let mut tally = Tally::default();
         for s in sent {
-            // Requests the server answered; attempts that never reached it are not requests.
-            report.requests += s.answered;
-            match s.result {
-                Ok(()) => report.points += s.points,
-                Err(status) => {
-                    failed_requests += 1;
-                    let code = failure_reason(&status);
-                    let mut lost_here = 0u64;
-                    match summary_of(&status) {
-                        Some(sum) => {
-                            let ok = u64::try_from(sum.success_point_count).unwrap_or(0);
-                            report.points += ok;
-                            partial |= ok > 0;
-                            for e in &sum.errors {
-                                let c = e
-                                    .status
-                                    .as_ref()
-                                    .map_or(code, |st| code_reason(Code::from(st.code)));
-                                let n = u64::try_from(e.point_count).unwrap_or(0);
-                                *lost.entry(c.to_string()).or_default() += n;
-                                lost_here += n;
-                            }
-                            // Points the summary does not explain.
-                            let total = u64::try_from(sum.total_point_count).unwrap_or(s.points);
-                            let rest = total.saturating_sub(ok + lost_here);
-                            if rest > 0 {
-                                *lost.entry(code.to_string()).or_default() += rest;
-                                lost_here += rest;
-                            }
-                        }
-                        None => {
-                            *lost.entry(code.to_string()).or_default() += s.points;
-                            lost_here = s.points;
-                        }
-                    }
-                    tracing::warn!(
-                        sink = "gcm",
-                        code,
-                        points_lost = lost_here,
-                        series = s.points,
-                        attempts = s.attempts,
-                        error = %status.message(),
-                        "CreateTimeSeries failed"
-                    );
-                    // Never sent (deadline), or certainly not written: no wait needed.
-                    if s.attempts == 0 || nothing_written(&status) {
-                        undo.extend(s.keys);
-                    }
-                    if first_failure.is_none() {
-                        first_failure = Some((code.to_string(), status.message().to_string()));
-                    }
-                }
-            }
+            tally.add(s);
         }
-        if !undo.is_empty() {
+        if !tally.undo.is_empty() {
             let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            for (k, prev) in undo {
+            for (k, prev) in std::mem::take(&mut tally.undo) {
                 if let Some(m) = st.series.get_mut(&k)
                     && m.last_end == Some(now)
                 {
@@ -1257,32 +1215,115 @@ impl GcmSink {
         {
             let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
             stats.pushes += 1;
-            stats.points += report.points;
-            stats.requests += report.requests;
+            stats.points += tally.report.points;
+            stats.requests += tally.report.requests;
             stats.skipped_series += skipped;
             stats.last_skipped = skipped;
-            for (r, n) in &lost {
+            for (r, n) in &tally.lost {
                 *stats.failed_points.entry(r.clone()).or_default() += n;
             }
         }
-        match first_failure {
-            None => Ok(report),
-            Some((code, message)) => {
-                let lost_total: u64 = lost.values().sum();
-                let by_reason = lost
-                    .iter()
-                    .map(|(r, n)| format!("{r}={n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                Err(PushError {
-                    reason: if partial { "partial".into() } else { code },
-                    message: format!(
-                        "{failed_requests} request(s) failed, {lost_total} point(s) lost ({by_reason}): {message}"
-                    ),
-                    sent: report,
-                })
+        tally.into_result()
+    }
+}
+
+/// What the requests of one push did, added up.
+#[derive(Default)]
+struct Tally {
+    report: PushReport,
+    /// Points lost, by reason.
+    lost: BTreeMap<String, u64>,
+    /// The reason and message of the first failed request.
+    first_failure: Option<(String, String)>,
+    /// Some failed request still wrote points.
+    partial: bool,
+    failed_requests: u64,
+    /// The series of requests that certainly wrote nothing, with their previous end times.
+    undo: Vec<(String, Option<SystemTime>)>,
+}
+
+impl Tally {
+    fn add(&mut self, s: Sent) {
+        // Requests the server answered; attempts that never reached it are not requests.
+        self.report.requests += s.answered;
+        let status = match s.result {
+            Ok(()) => {
+                self.report.points += s.points;
+                return;
             }
+            Err(status) => status,
+        };
+        self.failed_requests += 1;
+        let code = failure_reason(&status);
+        let lost_here = self.lose(&status, code, s.points);
+        tracing::warn!(
+            sink = "gcm",
+            code,
+            points_lost = lost_here,
+            series = s.points,
+            attempts = s.attempts,
+            error = %status.message(),
+            "CreateTimeSeries failed"
+        );
+        // Never sent (deadline), or certainly not written: no wait needed.
+        if s.attempts == 0 || nothing_written(&status) {
+            self.undo.extend(s.keys);
         }
+        if self.first_failure.is_none() {
+            self.first_failure = Some((code.to_string(), status.message().to_string()));
+        }
+    }
+
+    /// Counts the points a failed request of `points` lost, by reason (from Cloud
+    /// Monitoring's summary where it sent one, else all of them as `code`); returns them.
+    fn lose(&mut self, status: &tonic::Status, code: &'static str, points: u64) -> u64 {
+        let Some(sum) = summary_of(status) else {
+            *self.lost.entry(code.to_string()).or_default() += points;
+            return points;
+        };
+        let mut lost_here = 0u64;
+        let ok = u64::try_from(sum.success_point_count).unwrap_or(0);
+        self.report.points += ok;
+        self.partial |= ok > 0;
+        for e in &sum.errors {
+            let c = e
+                .status
+                .as_ref()
+                .map_or(code, |st| code_reason(Code::from(st.code)));
+            let n = u64::try_from(e.point_count).unwrap_or(0);
+            *self.lost.entry(c.to_string()).or_default() += n;
+            lost_here += n;
+        }
+        // Points the summary does not explain.
+        let total = u64::try_from(sum.total_point_count).unwrap_or(points);
+        let rest = total.saturating_sub(ok + lost_here);
+        if rest > 0 {
+            *self.lost.entry(code.to_string()).or_default() += rest;
+            lost_here += rest;
+        }
+        lost_here
+    }
+
+    /// The report, or one [`PushError`] for every failure.
+    fn into_result(self) -> Result<PushReport, PushError> {
+        let Some((code, message)) = self.first_failure else {
+            return Ok(self.report);
+        };
+        let lost_total: u64 = self.lost.values().sum();
+        let by_reason = self
+            .lost
+            .iter()
+            .map(|(r, n)| format!("{r}={n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let failed_requests = self.failed_requests;
+        Err(PushError {
+            reason: if self.partial { "partial".into() } else { code },
+            message: format!(
+                "{failed_requests} request(s) failed, {lost_total} point(s) lost ({by_reason}): {message}"
+            ),
+            sent: self.report,
+        })
     }
 }
 

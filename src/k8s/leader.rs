@@ -621,54 +621,10 @@ impl Runner {
             retry_period = ?self.cfg.retry_period,
             "leader election started"
         );
-        let retry = self.cfg.retry_period;
         loop {
-            // Follow until one of our writes makes us the holder.
-            let mut failures = 0u32;
-            let (mut last_ok, previous) = loop {
-                let release_bound = RELEASE_BOUND.min(self.cfg.renew_deadline);
-                let step = {
-                    let attempt = tokio::time::timeout(self.cfg.renew_deadline, self.try_acquire());
-                    tokio::pin!(attempt);
-                    tokio::select! {
-                        r = &mut attempt => Step::Done(r),
-                        _ = cancel.cancelled() => {
-                            // A write may be on its way: let it land (bounded) so that the
-                            // release below knows whether the Lease is ours.
-                            let until = Instant::now() + release_bound;
-                            let _ = tokio::time::timeout_at(until, attempt).await;
-                            Step::Cancelled(Some(until))
-                        }
-                    }
-                };
-                match step {
-                    Step::Done(Ok(Ok(Acquire::Won { sent, previous }))) => break (sent, previous),
-                    Step::Done(Ok(Ok(Acquire::Held | Acquire::Raced))) => failures = 0,
-                    Step::Done(Ok(Err(e))) => {
-                        failures += 1;
-                        tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, failures, error = %e, "could not read or write the leader Lease");
-                    }
-                    Step::Done(Err(_)) => {
-                        failures += 1;
-                        tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, failures, timeout = ?self.cfg.renew_deadline, "leader Lease request timed out");
-                    }
-                    Step::Cancelled(until) => {
-                        let until = until.unwrap_or_else(|| self.release_deadline());
-                        self.release(until).await;
-                        return;
-                    }
-                    Step::Deadline => {}
-                }
-                tokio::select! {
-                    _ = cancel.cancelled() => {
-                        self.release(self.release_deadline()).await;
-                        return;
-                    }
-                    _ = tokio::time::sleep(retry) => {}
-                }
+            let Some((last_ok, previous)) = self.follow(cancel).await else {
+                return;
             };
-
-            // Lead until a renewal deadline passes or someone else holds the Lease.
             if Instant::now() < last_ok + self.cfg.renew_deadline {
                 self.signals.set_leading(true);
                 tracing::info!(
@@ -678,61 +634,127 @@ impl Runner {
                     lease_transitions = self.observed.as_ref().map_or(0, |o| transitions_of(&o.lease)),
                     "leadership acquired"
                 );
-                let mut next = last_ok + retry;
-                let reason = loop {
-                    let deadline = last_ok + self.cfg.renew_deadline;
-                    tokio::select! {
-                        _ = cancel.cancelled() => {
-                            self.step_down("shutting down", true);
-                            self.release(self.release_deadline()).await;
-                            return;
-                        }
-                        _ = tokio::time::sleep_until(next.min(deadline)) => {}
-                    }
-                    if Instant::now() >= deadline {
-                        break format!(
-                            "no successful renewal within the renew deadline ({:?})",
-                            self.cfg.renew_deadline
-                        );
-                    }
-                    let sent = Instant::now();
-                    next = sent + retry;
-                    let step = tokio::select! {
-                        _ = cancel.cancelled() => Step::Cancelled(None),
-                        _ = tokio::time::sleep_until(deadline) => Step::Deadline,
-                        r = self.renew() => Step::Done(r),
-                    };
-                    match step {
-                        Step::Cancelled(_) => {
-                            self.step_down("shutting down", true);
-                            self.release(self.release_deadline()).await;
-                            return;
-                        }
-                        Step::Deadline => {
-                            break format!(
-                                "no successful renewal within the renew deadline ({:?}); a renewal is still in flight",
-                                self.cfg.renew_deadline
-                            );
-                        }
-                        Step::Done(Ok(Renewal::Renewed)) => last_ok = sent,
-                        Step::Done(Ok(Renewal::StillOurs)) => {}
-                        Step::Done(Ok(Renewal::Lost(why))) => break why,
-                        Step::Done(Err(e)) => {
-                            let left = deadline.saturating_duration_since(Instant::now());
-                            tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, error = %e, ?left, "Lease renewal failed");
-                        }
-                    }
+                let Some(reason) = self.lead(cancel, last_ok).await else {
+                    return;
                 };
                 self.step_down(&reason, false);
             } else {
                 tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, "Lease written too late to lead on it; retrying");
             }
+            if !self.wait_retry(cancel).await {
+                return;
+            }
+        }
+    }
+
+    /// Waits one retry period; on `cancel` releases the Lease and returns false.
+    async fn wait_retry(&mut self, cancel: &CancellationToken) -> bool {
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                self.release(self.release_deadline()).await;
+                false
+            }
+            _ = tokio::time::sleep(self.cfg.retry_period) => true,
+        }
+    }
+
+    /// Follows until one of our writes makes us the holder: when it was sent and the previous
+    /// holder. `None` on `cancel`, after the release.
+    async fn follow(&mut self, cancel: &CancellationToken) -> Option<(Instant, Option<String>)> {
+        let mut failures = 0u32;
+        loop {
+            match self.acquire_step(cancel).await {
+                Step::Done(Ok(Ok(Acquire::Won { sent, previous }))) => {
+                    return Some((sent, previous));
+                }
+                Step::Done(Ok(Ok(Acquire::Held | Acquire::Raced))) => failures = 0,
+                Step::Done(Ok(Err(e))) => {
+                    failures += 1;
+                    tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, failures, error = %e, "could not read or write the leader Lease");
+                }
+                Step::Done(Err(_)) => {
+                    failures += 1;
+                    tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, failures, timeout = ?self.cfg.renew_deadline, "leader Lease request timed out");
+                }
+                Step::Cancelled(until) => {
+                    let until = until.unwrap_or_else(|| self.release_deadline());
+                    self.release(until).await;
+                    return None;
+                }
+                Step::Deadline => {}
+            }
+            if !self.wait_retry(cancel).await {
+                return None;
+            }
+        }
+    }
+
+    /// One attempt to acquire, bounded by the renew deadline. On `cancel` a write may be on
+    /// its way: it is let land (bounded) so that the release knows whether the Lease is ours.
+    async fn acquire_step(
+        &mut self,
+        cancel: &CancellationToken,
+    ) -> Step<std::result::Result<kube::Result<Acquire>, tokio::time::error::Elapsed>> {
+        let release_bound = RELEASE_BOUND.min(self.cfg.renew_deadline);
+        let attempt = tokio::time::timeout(self.cfg.renew_deadline, self.try_acquire());
+        tokio::pin!(attempt);
+        tokio::select! {
+            r = &mut attempt => Step::Done(r),
+            _ = cancel.cancelled() => {
+                let until = Instant::now() + release_bound;
+                let _ = tokio::time::timeout_at(until, attempt).await;
+                Step::Cancelled(Some(until))
+            }
+        }
+    }
+
+    /// Leads until a renewal deadline passes or someone else holds the Lease: the reason.
+    /// `None` on `cancel`, after stepping down and the release.
+    async fn lead(&mut self, cancel: &CancellationToken, mut last_ok: Instant) -> Option<String> {
+        let retry = self.cfg.retry_period;
+        let mut next = last_ok + retry;
+        loop {
+            let deadline = last_ok + self.cfg.renew_deadline;
             tokio::select! {
                 _ = cancel.cancelled() => {
+                    self.step_down("shutting down", true);
                     self.release(self.release_deadline()).await;
-                    return;
+                    return None;
                 }
-                _ = tokio::time::sleep(retry) => {}
+                _ = tokio::time::sleep_until(next.min(deadline)) => {}
+            }
+            if Instant::now() >= deadline {
+                return Some(format!(
+                    "no successful renewal within the renew deadline ({:?})",
+                    self.cfg.renew_deadline
+                ));
+            }
+            let sent = Instant::now();
+            next = sent + retry;
+            let step = tokio::select! {
+                _ = cancel.cancelled() => Step::Cancelled(None),
+                _ = tokio::time::sleep_until(deadline) => Step::Deadline,
+                r = self.renew() => Step::Done(r),
+            };
+            match step {
+                Step::Cancelled(_) => {
+                    self.step_down("shutting down", true);
+                    self.release(self.release_deadline()).await;
+                    return None;
+                }
+                Step::Deadline => {
+                    return Some(format!(
+                        "no successful renewal within the renew deadline ({:?}); a renewal is still in flight",
+                        self.cfg.renew_deadline
+                    ));
+                }
+                Step::Done(Ok(Renewal::Renewed)) => last_ok = sent,
+                Step::Done(Ok(Renewal::StillOurs)) => {}
+                Step::Done(Ok(Renewal::Lost(why))) => return Some(why),
+                Step::Done(Err(e)) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tracing::warn!(lease = %self.lease, identity = %self.cfg.identity, error = %e, ?left, "Lease renewal failed");
+                }
             }
         }
     }

@@ -411,67 +411,20 @@ impl OtlpSink {
         histograms: Vec<HistogramRow>,
         time_unix_nano: u64,
     ) -> (ExportMetricsServiceRequest, u64) {
-        let start = self.start_time_unix_nano;
         let mut metrics = Vec::new();
         let mut points = 0u64;
         let mut histograms = Some(histograms);
         for (rows, m) in batch.into_iter().zip(OTLP_METRICS) {
+            let (data, n) = self.data(m, rows, &mut histograms, time_unix_nano);
+            if n == 0 {
+                continue;
+            }
+            points += n as u64;
             let description = names::ALL
                 .iter()
                 .find(|f| f.name == m.family)
                 .map(|f| f.help)
                 .unwrap_or_default();
-            let number_points = |rows: Rows, start: u64| -> Vec<NumberDataPoint> {
-                rows.into_iter()
-                    .filter(|(_, v)| v.is_finite())
-                    .map(|(attributes, v)| NumberDataPoint {
-                        attributes,
-                        start_time_unix_nano: start,
-                        time_unix_nano,
-                        value: Some(number_data_point::Value::AsDouble(v)),
-                        ..Default::default()
-                    })
-                    .collect()
-            };
-            let (data, n) = match m.kind {
-                OtelKind::Gauge => {
-                    let data_points = number_points(rows, 0);
-                    let n = data_points.len();
-                    (Data::Gauge(pm::Gauge { data_points }), n)
-                }
-                OtelKind::Counter | OtelKind::UpDownCounter => {
-                    let data_points = number_points(rows, start);
-                    let n = data_points.len();
-                    (
-                        Data::Sum(pm::Sum {
-                            data_points,
-                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                            is_monotonic: m.kind == OtelKind::Counter,
-                        }),
-                        n,
-                    )
-                }
-                OtelKind::Histogram => {
-                    let data_points: Vec<HistogramDataPoint> = histograms
-                        .take()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter_map(|h| histogram_point(h, start, time_unix_nano))
-                        .collect();
-                    let n = data_points.len();
-                    (
-                        Data::Histogram(pm::Histogram {
-                            data_points,
-                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                        }),
-                        n,
-                    )
-                }
-            };
-            if n == 0 {
-                continue;
-            }
-            points += n as u64;
             metrics.push(pm::Metric {
                 name: m.name.to_string(),
                 description: description.to_string(),
@@ -496,6 +449,53 @@ impl OtlpSink {
             }],
         };
         (request, points)
+    }
+
+    /// The data points of metric `m` from its rows (the histogram metric takes the
+    /// histogram rows, once), and how many there are.
+    fn data(
+        &self,
+        m: &OtelMetric,
+        rows: Rows,
+        histograms: &mut Option<Vec<HistogramRow>>,
+        time_unix_nano: u64,
+    ) -> (Data, usize) {
+        let start = self.start_time_unix_nano;
+        match m.kind {
+            OtelKind::Gauge => {
+                let data_points = number_points(rows, 0, time_unix_nano);
+                let n = data_points.len();
+                (Data::Gauge(pm::Gauge { data_points }), n)
+            }
+            OtelKind::Counter | OtelKind::UpDownCounter => {
+                let data_points = number_points(rows, start, time_unix_nano);
+                let n = data_points.len();
+                (
+                    Data::Sum(pm::Sum {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: m.kind == OtelKind::Counter,
+                    }),
+                    n,
+                )
+            }
+            OtelKind::Histogram => {
+                let data_points: Vec<HistogramDataPoint> = histograms
+                    .take()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|h| histogram_point(h, start, time_unix_nano))
+                    .collect();
+                let n = data_points.len();
+                (
+                    Data::Histogram(pm::Histogram {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    }),
+                    n,
+                )
+            }
+        }
     }
 
     /// Sends one request over the configured transport.
@@ -594,35 +594,27 @@ impl OtlpSink {
         headers: &reqwest::header::HeaderMap,
         request: ExportMetricsServiceRequest,
     ) -> Sent {
-        let mut body = request.encode_to_vec();
-        drop(request);
+        let body = match self.http_body(request) {
+            Ok(b) => b,
+            Err(e) => {
+                return (
+                    false,
+                    Err(("error".into(), format!("gzip of the request failed: {e}"))),
+                );
+            }
+        };
         let mut builder = client
             .post(&self.settings.endpoint)
             .header(http::header::CONTENT_TYPE, "application/x-protobuf");
         if self.settings.compression == OtlpCompression::Gzip {
-            use std::io::Write as _;
-            let mut gz = flate2::write::GzEncoder::new(
-                Vec::with_capacity(body.len() / 4),
-                flate2::Compression::default(),
-            );
-            let compressed = gz.write_all(&body).and_then(|()| gz.finish());
-            match compressed {
-                Ok(c) => body = c,
-                Err(e) => {
-                    return (
-                        false,
-                        Err(("error".into(), format!("gzip of the request failed: {e}"))),
-                    );
-                }
-            }
             builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
         }
         // Set last: an explicit header replaces what the client would send itself.
         for (k, v) in headers {
             builder = builder.header(k.clone(), v.clone());
         }
-        let response = match builder.body(body).send().await {
-            Ok(r) => r,
+        match builder.body(body).send().await {
+            Ok(response) => self.http_answer(response).await,
             Err(e) => {
                 let message = format!("HTTP export failed: {}", with_sources(&e));
                 let lower = message.to_ascii_lowercase();
@@ -633,9 +625,28 @@ impl OtlpSink {
                 } else {
                     "transport"
                 };
-                return (false, Err((reason.into(), message)));
+                (false, Err((reason.into(), message)))
             }
-        };
+        }
+    }
+
+    /// The request as protobuf, gzipped when the settings say so.
+    fn http_body(&self, request: ExportMetricsServiceRequest) -> std::io::Result<Vec<u8>> {
+        let body = request.encode_to_vec();
+        drop(request);
+        if self.settings.compression != OtlpCompression::Gzip {
+            return Ok(body);
+        }
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 4),
+            flate2::Compression::default(),
+        );
+        gz.write_all(&body).and_then(|()| gz.finish())
+    }
+
+    /// What the receiver's answer says: its status and body (read up to the answer limit).
+    async fn http_answer(&self, response: reqwest::Response) -> Sent {
         let status = response.status();
         let body = match read_capped(response, self.settings.max_response_bytes).await {
             Ok(b) => b,
@@ -688,6 +699,21 @@ impl OtlpSink {
         }
         (true, Ok(()))
     }
+}
+
+/// Number points of `rows` at `time_unix_nano` (`start` 0: a gauge's, no start time); rows
+/// whose value is not finite are left out.
+fn number_points(rows: Rows, start: u64, time_unix_nano: u64) -> Vec<NumberDataPoint> {
+    rows.into_iter()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(attributes, v)| NumberDataPoint {
+            attributes,
+            start_time_unix_nano: start,
+            time_unix_nano,
+            value: Some(number_data_point::Value::AsDouble(v)),
+            ..Default::default()
+        })
+        .collect()
 }
 
 fn log_partial_success(endpoint: &str, response: &ExportMetricsServiceResponse) {

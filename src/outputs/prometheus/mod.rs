@@ -319,6 +319,31 @@ impl Renderer {
             self.pieced.clear();
         }
         let prev = prev.as_deref();
+        self.update_parts(prev, snap);
+
+        let mut body = Body::default();
+        let mut seen = Vec::new();
+        for step in series::steps(snap.cluster_state.is_some()) {
+            if let Some((part, f, family)) = keyed(step) {
+                if select::family_allowed(&snap.selection, family) {
+                    self.push_keyed(&mut body, part, f, family);
+                }
+                continue;
+            }
+            seen.push(step);
+            if pieced(step) {
+                self.push_pieced(&mut body, step, prev, snap);
+            } else {
+                self.push_whole(&mut body, step, prev, snap);
+            }
+        }
+        self.steps.retain(|s, _| seen.contains(s));
+        self.pieced.retain(|s, _| seen.contains(s));
+        body
+    }
+
+    /// Brings the blocks of every keyed part up to `snap`.
+    fn update_parts(&mut self, prev: Option<&Snapshot>, snap: &Snapshot) {
         let [usage, capacity, facts, addons, pods] = &mut self.parts;
         let fmt = self.format;
         let stats = &mut self.stats;
@@ -327,99 +352,114 @@ impl Renderer {
         update_part::<series::NodeFactsRows>(facts, prev, snap, fmt, stats);
         update_part::<series::NodeAddons>(addons, prev, snap, fmt, stats);
         update_part::<series::NodePodSums>(pods, prev, snap, fmt, stats);
+    }
 
-        let mut body = Body::default();
-        let mut seen = Vec::new();
-        for step in series::steps(snap.cluster_state.is_some()) {
-            let keyed = match step {
-                Step::Usage(f) => Some((0, f, series::NodeUsage::FAMILIES[f])),
-                Step::Capacity(f) => Some((1, f, series::NodeCapacities::FAMILIES[f])),
-                Step::Facts(f) => Some((2, f, series::NodeFactsRows::FAMILIES[f])),
-                Step::Addons(f) => Some((3, f, series::NodeAddons::FAMILIES[f])),
-                Step::Pods(f) => Some((4, f, series::NodePodSums::FAMILIES[f])),
-                _ => None,
+    /// Family `f` of keyed part `part`: its header and the rows of every block, if any.
+    fn push_keyed(&mut self, body: &mut Body, part: usize, f: usize, family: &'static Family) {
+        let rows: Vec<_> = self.parts[part]
+            .blocks
+            .iter()
+            .filter_map(|b| b.families.get(f).cloned().flatten())
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let fmt = self.format;
+        let header = self.headers.entry(family.name).or_insert_with(|| {
+            let mut w = Writer {
+                out: String::new(),
+                format: fmt,
             };
-            if let Some((part, f, family)) = keyed {
-                if !select::family_allowed(&snap.selection, family) {
-                    continue;
-                }
-                let rows: Vec<_> = self.parts[part]
-                    .blocks
-                    .iter()
-                    .filter_map(|b| b.families.get(f).cloned().flatten())
-                    .collect();
-                if !rows.is_empty() {
-                    let header = self.headers.entry(family.name).or_insert_with(|| {
-                        let mut w = Writer {
-                            out: String::new(),
-                            format: fmt,
-                        };
-                        w.header(family);
-                        Chunk::new(w.out)
-                    });
-                    body.chunks.push(header.clone());
-                    body.chunks.extend(rows);
-                }
-                continue;
-            }
-            seen.push(step);
-            if pieced(step) {
-                let same = prev.is_some_and(|p| step_same(step, p, snap));
-                let pieces = match self.pieced.remove(&step) {
-                    Some(old) if same => old,
-                    old => {
-                        self.stats.steps += 1;
-                        let mut w = PieceWriter {
-                            format: fmt,
-                            old: old.map(|o| o.by_place).unwrap_or_default(),
-                            new: Pieces::default(),
-                            headers: &mut self.headers,
-                            scratch: String::new(),
-                            stats: &mut self.stats,
-                        };
-                        series::visit_step(
-                            step,
-                            snap,
-                            &mut select::Filter::new(&snap.selection, &mut w),
-                        );
-                        w.new
-                    }
-                };
-                body.chunks.extend(pieces.chunks.iter().cloned());
-                self.pieced.insert(step, pieces);
-                continue;
-            }
-            let reuse = step != Step::Instance
-                && prev.is_some_and(|p| step_same(step, p, snap))
-                && self.steps.contains_key(&step);
-            if !reuse {
-                if step != Step::Instance {
-                    self.stats.steps += 1;
-                }
-                // Sized from the step's previous text (the task families of a node are
-                // megabytes): no doubling reallocations, no unused half kept in the chunk.
-                let guess = self.steps.get(&step).map_or(0, |c| {
-                    let n = c.len();
-                    n + n / 16
-                });
-                let mut w = Writer {
-                    out: String::with_capacity(guess),
-                    format: fmt,
+            w.header(family);
+            Chunk::new(w.out)
+        });
+        body.chunks.push(header.clone());
+        body.chunks.extend(rows);
+    }
+
+    /// A [`pieced`] step: its previous pieces when its data is the same, else written again
+    /// piece by piece (a piece whose bytes did not change is kept).
+    fn push_pieced(
+        &mut self,
+        body: &mut Body,
+        step: Step,
+        prev: Option<&Snapshot>,
+        snap: &Snapshot,
+    ) {
+        let same = prev.is_some_and(|p| step_same(step, p, snap));
+        let pieces = match self.pieced.remove(&step) {
+            Some(old) if same => old,
+            old => {
+                self.stats.steps += 1;
+                let mut w = PieceWriter {
+                    format: self.format,
+                    old: old.map(|o| o.by_place).unwrap_or_default(),
+                    new: Pieces::default(),
+                    headers: &mut self.headers,
+                    scratch: String::new(),
+                    stats: &mut self.stats,
                 };
                 series::visit_step(
                     step,
                     snap,
                     &mut select::Filter::new(&snap.selection, &mut w),
                 );
-                self.steps.insert(step, Chunk::new(w.out));
+                w.new
             }
-            if let Some(c) = self.steps.get(&step).filter(|c| !c.is_empty()) {
-                body.chunks.push(c.clone());
+        };
+        body.chunks.extend(pieces.chunks.iter().cloned());
+        self.pieced.insert(step, pieces);
+    }
+
+    /// A whole-snapshot step as one chunk: the previous one when its data is the same (never
+    /// for the instance's own families, which change on every tick), else written again.
+    fn push_whole(
+        &mut self,
+        body: &mut Body,
+        step: Step,
+        prev: Option<&Snapshot>,
+        snap: &Snapshot,
+    ) {
+        let reuse = step != Step::Instance
+            && prev.is_some_and(|p| step_same(step, p, snap))
+            && self.steps.contains_key(&step);
+        if !reuse {
+            if step != Step::Instance {
+                self.stats.steps += 1;
             }
+            // Sized from the step's previous text (the task families of a node are
+            // megabytes): no doubling reallocations, no unused half kept in the chunk.
+            let guess = self.steps.get(&step).map_or(0, |c| {
+                let n = c.len();
+                n + n / 16
+            });
+            let mut w = Writer {
+                out: String::with_capacity(guess),
+                format: self.format,
+            };
+            series::visit_step(
+                step,
+                snap,
+                &mut select::Filter::new(&snap.selection, &mut w),
+            );
+            self.steps.insert(step, Chunk::new(w.out));
         }
-        self.steps.retain(|s, _| seen.contains(s));
-        self.pieced.retain(|s, _| seen.contains(s));
-        body
+        if let Some(c) = self.steps.get(&step).filter(|c| !c.is_empty()) {
+            body.chunks.push(c.clone());
+        }
+    }
+}
+
+/// A step of a keyed part: the part's index in [`Renderer`]'s parts, the family's index in
+/// the part and the family; `None` for a whole-snapshot step.
+fn keyed(step: Step) -> Option<(usize, usize, &'static Family)> {
+    match step {
+        Step::Usage(f) => Some((0, f, series::NodeUsage::FAMILIES[f])),
+        Step::Capacity(f) => Some((1, f, series::NodeCapacities::FAMILIES[f])),
+        Step::Facts(f) => Some((2, f, series::NodeFactsRows::FAMILIES[f])),
+        Step::Addons(f) => Some((3, f, series::NodeAddons::FAMILIES[f])),
+        Step::Pods(f) => Some((4, f, series::NodePodSums::FAMILIES[f])),
+        _ => None,
     }
 }
 

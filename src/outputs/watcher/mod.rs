@@ -377,6 +377,14 @@ pub fn render_cached(
     Some(bodies)
 }
 
+/// A node of the served map and its load.
+type Member<'a> = (&'a Arc<str>, &'a Arc<NodeLoad>);
+
+/// Whether node `n` has the served window.
+fn has_window(n: &NodeLoad, window: Window) -> bool {
+    n.windows.iter().any(|ws| ws.window == window)
+}
+
 /// The node-map part of a body: the blocks of entries, reusing the previous part's block
 /// (same window and options) where its nodes and their loads are the same, writing and
 /// deflating the others one at a time through one reused buffer and compressor.
@@ -387,9 +395,11 @@ fn whole(
     previous: Option<Whole>,
     cache: &mut WatcherCache,
 ) -> Option<Whole> {
-    let has_window = |n: &NodeLoad| n.windows.iter().any(|ws| ws.window == window);
-    let nodes: Vec<(&Arc<str>, &Arc<NodeLoad>)> =
-        snap.nodes.iter().filter(|(_, n)| has_window(n)).collect();
+    let nodes: Vec<Member<'_>> = snap
+        .nodes
+        .iter()
+        .filter(|(_, n)| has_window(n, window))
+        .collect();
     let end = nodes
         .iter()
         .filter_map(|(_, n)| {
@@ -410,26 +420,6 @@ fn whole(
         .as_ref()
         .map(|w| w.blocks.iter().map(|b| (&*b.first, b)).collect())
         .unwrap_or_default();
-    // Whether `block` (of the previous part) holds exactly `members`, with the same loads.
-    let same = |block: &Block, members: &[(&Arc<str>, &Arc<NodeLoad>)]| {
-        let Some(prev) = previous.as_ref() else {
-            return false;
-        };
-        block.len == members.len()
-            && prev
-                .nodes
-                .range::<str, _>((
-                    std::ops::Bound::Included(&*block.first),
-                    std::ops::Bound::Unbounded,
-                ))
-                .filter(|(_, n)| has_window(n))
-                .take(block.len)
-                .zip(members)
-                .all(|((name, load), (new_name, new_load))| {
-                    name == *new_name && (Arc::ptr_eq(load, new_load) || **load == ***new_load)
-                })
-    };
-
     let mut blocks = Vec::with_capacity(old.len().max(nodes.len() / 32 + 1));
     let mut plain = String::new();
     let mut compress = flate2::Compress::new(flate2::Compression::fast(), false);
@@ -443,27 +433,19 @@ fn whole(
         from = i + 1;
         let reused = old
             .get(&**members[0].0)
-            .filter(|b| b.leads == leads && same(b, members));
+            .filter(|b| b.leads == leads && same_block(previous.as_ref(), window, b, members));
         if let Some(b) = reused {
             blocks.push(Arc::clone(b));
             continue;
         }
-        plain.clear();
-        for (j, (name, node)) in members.iter().enumerate() {
-            if j > 0 || !leads {
-                plain.push(',');
-            }
-            push_json_string(&mut plain, name);
-            plain.push(':');
-            node_entry(&mut plain, node, window, opts);
-        }
         cache.entries_rendered += members.len() as u64;
         cache.blocks_rendered += 1;
+        let entries = block_entries(&mut plain, members, leads, window, opts);
         blocks.push(Arc::new(Block {
             first: members[0].0.clone(),
             len: members.len(),
             leads,
-            entries: Chunk::compressed_with(&mut compress, plain.as_bytes()),
+            entries: Chunk::compressed_with(&mut compress, entries.as_bytes()),
         }));
     }
     drop(old);
@@ -476,6 +458,52 @@ fn whole(
         source,
         blocks: Arc::new(blocks),
     })
+}
+
+/// Whether `block` (of the previous part) holds exactly `members`, with the same loads.
+fn same_block(
+    previous: Option<&Whole>,
+    window: Window,
+    block: &Block,
+    members: &[Member<'_>],
+) -> bool {
+    let Some(prev) = previous else {
+        return false;
+    };
+    block.len == members.len()
+        && prev
+            .nodes
+            .range::<str, _>((
+                std::ops::Bound::Included(&*block.first),
+                std::ops::Bound::Unbounded,
+            ))
+            .filter(|(_, n)| has_window(n, window))
+            .take(block.len)
+            .zip(members)
+            .all(|((name, load), (new_name, new_load))| {
+                name == *new_name && (Arc::ptr_eq(load, new_load) || **load == ***new_load)
+            })
+}
+
+/// The entries of one block's nodes, written into `plain` (cleared first): a comma before
+/// each but the map's first.
+fn block_entries<'p>(
+    plain: &'p mut String,
+    members: &[Member<'_>],
+    leads: bool,
+    window: Window,
+    opts: WatcherOptions,
+) -> &'p str {
+    plain.clear();
+    for (j, (name, node)) in members.iter().enumerate() {
+        if j > 0 || !leads {
+            plain.push(',');
+        }
+        push_json_string(plain, name);
+        plain.push(':');
+        node_entry(plain, node, window, opts);
+    }
+    plain
 }
 
 /// Appends one `{"name":..,"type":..,"operator":..,"rollup":..,"value":..}`; a non-finite

@@ -308,38 +308,19 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
     // pods, and it is not ready (EndpointSlices stop sending it traffic). It still holds its
     // requests on the node until it is gone, as the scheduler counts it.
     let terminating = pod.metadata.deletion_timestamp.is_some();
-    let addon = owner.as_ref().filter(|_| !terminating).and_then(|o| {
-        let controller = match &*o.kind {
-            "DaemonSet" => Controller::DaemonSet,
-            "Deployment" => Controller::Deployment,
-            _ => return None,
-        };
-        let (name, version) = addon_marker(&[Some(&pod.metadata)], cfg)?;
-        Some(Addon {
-            name,
-            version,
-            controller,
-        })
-    });
+    let addon = owner
+        .as_ref()
+        .filter(|_| !terminating)
+        .and_then(|o| addon_of(pod, o, cfg));
     let ready = !terminating
         && status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let containers = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .filter(|_| addon.is_some())
-        .flatten()
-        .map(|cs| {
-            let term = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
-            ContainerRestarts {
-                name: cs.name.as_str().into(),
-                restarts: u32::try_from(cs.restart_count).unwrap_or(0),
-                last_reason: term.and_then(|t| t.reason.as_deref()).map(Arc::from),
-                last_exit_code: term.map(|t| t.exit_code),
-            }
-        })
-        .collect();
+    let containers = if addon.is_some() {
+        container_restarts(pod)
+    } else {
+        Vec::new()
+    };
     let name: Arc<str> = name.into();
     let node: Option<Arc<str>> = spec
         .and_then(|s| s.node_name.as_deref())
@@ -366,6 +347,40 @@ fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
         limits,
         restarts,
     })
+}
+
+/// The addon a pod of a DaemonSet or Deployment (its `owner`) belongs to, by its marker.
+fn addon_of(pod: &LeanPod, owner: &Owner, cfg: &DeriveConfig) -> Option<Addon> {
+    let controller = match &*owner.kind {
+        "DaemonSet" => Controller::DaemonSet,
+        "Deployment" => Controller::Deployment,
+        _ => return None,
+    };
+    let (name, version) = addon_marker(&[Some(&pod.metadata)], cfg)?;
+    Some(Addon {
+        name,
+        version,
+        controller,
+    })
+}
+
+/// Each container's restarts and its last termination's reason and exit code.
+fn container_restarts(pod: &LeanPod) -> Vec<ContainerRestarts> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|cs| {
+            let term = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+            ContainerRestarts {
+                name: cs.name.as_str().into(),
+                restarts: u32::try_from(cs.restart_count).unwrap_or(0),
+                last_reason: term.and_then(|t| t.reason.as_deref()).map(Arc::from),
+                last_exit_code: term.map(|t| t.exit_code),
+            }
+        })
+        .collect()
 }
 
 /// Requests and limits of the pods that hold resources on each node (not Succeeded/Failed).

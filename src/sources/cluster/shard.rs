@@ -82,19 +82,7 @@ pub fn spawn(
                     continue;
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(source = SOURCE, error = %e, "StatefulSet watch failed; retrying");
-                    provider.source().record_source_run(
-                        SOURCE,
-                        SystemTime::now(),
-                        Duration::ZERO,
-                        RunOutcome::Failed {
-                            reason: crate::sources::cluster::watchers::watch_error_reason(
-                                SOURCE, &e,
-                            )
-                            .into(),
-                            message: e.to_string(),
-                        },
-                    );
+                    record_failure(provider.as_ref(), &e);
                     continue;
                 }
             };
@@ -111,6 +99,20 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// A failed watch: logged, and counted as a failed run of [`SOURCE`].
+fn record_failure(provider: &dyn Provider, e: &watcher::Error) {
+    tracing::warn!(source = SOURCE, error = %e, "StatefulSet watch failed; retrying");
+    provider.source().record_source_run(
+        SOURCE,
+        SystemTime::now(),
+        Duration::ZERO,
+        RunOutcome::Failed {
+            reason: crate::sources::cluster::watchers::watch_error_reason(SOURCE, e).into(),
+            message: e.to_string(),
+        },
+    );
 }
 
 #[cfg(test)]

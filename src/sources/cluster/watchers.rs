@@ -747,90 +747,45 @@ fn index_pods(
         cancel,
         changes,
     } = shared;
-    const SOURCE: &str = "watch_pods";
     let live = Arc::new(std::sync::Mutex::new(PodTable::default()));
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let index = PodIndex {
         live: live.clone(),
         synced,
     };
-    let book = WatchBook::new(SOURCE, "pods", provider.clone());
+    let book = WatchBook::new(PodIndexer::SOURCE, "pods", provider.clone());
     let client = book.client(client);
     let api = match namespace {
         Some(ns) => Api::<LeanPod>::namespaced(client, ns),
         None => Api::<LeanPod>::all(client),
     };
     let stream = watcher::watcher(api, wc);
+    let mut indexer = PodIndexer {
+        live,
+        synced: synced_tx,
+        book,
+        derive,
+        provider,
+        changes,
+        tasks,
+        interner: Interner::default(),
+        key_buf: String::new(),
+        listing: Instant::now(),
+    };
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
-        let mut listing = Instant::now();
-        // `namespace/name`, written into `out`.
-        let write_key = |p: &LeanPod, out: &mut String| {
-            out.clear();
-            out.push_str(p.metadata.namespace.as_deref().unwrap_or_default());
-            out.push('/');
-            out.push_str(p.metadata.name.as_deref().unwrap_or_default());
-        };
-        let mut interner = Interner::default();
-        let facts_of = |p: &LeanPod, interner: &mut Interner| {
-            pod_facts(p, &derive)
-                .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
-                .ok()
-                .map(|f| interner.record(f))
-        };
-        // A pod's key, written here for each event and copied only for a pod new to the index.
-        let mut key_buf = String::new();
         loop {
             let ev = tokio::select! {
                 _ = cancel.cancelled() => break,
                 ev = stream.next() => ev,
             };
-            let lock = || live.lock().unwrap_or_else(|p| p.into_inner());
             match ev {
                 None => break,
-                Some(Ok(Event::Init)) => {
-                    book.on_init();
-                    listing = Instant::now();
-                    lock().begin_relist();
-                    tasks.iter().for_each(|t| t.begin_relist());
-                }
-                Some(Ok(Event::InitApply(p))) => {
-                    tasks.iter().for_each(|t| t.relist_apply(&p));
-                    let f = facts_of(&p, &mut interner);
-                    write_key(&p, &mut key_buf);
-                    lock().insert(&key_buf, f);
-                }
-                Some(Ok(Event::InitDone)) => {
-                    book.on_listed();
-                    let gone = lock().end_relist();
-                    tracing::debug!(gone, "pods not in the list removed");
-                    changes.fetch_add(1, Ordering::Release);
-                    tasks.iter().for_each(|t| t.end_relist());
-                    let _ = synced_tx.send(true);
-                    provider.source().record_source_run(
-                        SOURCE,
-                        SystemTime::now(),
-                        listing.elapsed(),
-                        RunOutcome::Ok,
-                    );
-                }
-                Some(Ok(Event::Apply(p))) => {
-                    tasks.iter().for_each(|t| t.apply(&p));
-                    let f = facts_of(&p, &mut interner);
-                    write_key(&p, &mut key_buf);
-                    lock().insert(&key_buf, f);
-                    changes.fetch_add(1, Ordering::Release);
-                }
-                Some(Ok(Event::Delete(p))) => {
-                    tasks.iter().for_each(|t| t.delete(&p));
-                    write_key(&p, &mut key_buf);
-                    lock().remove(&key_buf);
-                    changes.fetch_add(1, Ordering::Release);
-                }
+                Some(Ok(ev)) => indexer.on_event(ev),
                 Some(Err(e)) => {
                     // A failed relist leaves the pods it did not reach as they were; the
                     // next list's end removes those that are gone.
-                    let pause = book.on_error(&e);
+                    let pause = indexer.book.on_error(&e);
                     if !pause_or_cancel(pause, &cancel).await {
                         break;
                     }
@@ -839,6 +794,94 @@ fn index_pods(
         }
     });
     (index, task)
+}
+
+/// The pod watch's state between its events: the index they go into and what making a
+/// record of a pod needs.
+struct PodIndexer {
+    live: Arc<std::sync::Mutex<PodTable>>,
+    synced: tokio::sync::watch::Sender<bool>,
+    book: Arc<WatchBook>,
+    derive: DeriveConfig,
+    provider: Arc<dyn Provider>,
+    changes: Arc<AtomicU64>,
+    tasks: Option<Arc<dyn PodFollower>>,
+    interner: Interner,
+    /// A pod's key, written here for each event and copied only for a pod new to the index.
+    key_buf: String,
+    /// When the current list began.
+    listing: Instant,
+}
+
+impl PodIndexer {
+    const SOURCE: &str = "watch_pods";
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PodTable> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies one event to the index (and to the pod follower, if any).
+    fn on_event(&mut self, ev: Event<LeanPod>) {
+        match ev {
+            Event::Init => {
+                self.book.on_init();
+                self.listing = Instant::now();
+                self.lock().begin_relist();
+                self.tasks.iter().for_each(|t| t.begin_relist());
+            }
+            Event::InitApply(p) => {
+                self.tasks.iter().for_each(|t| t.relist_apply(&p));
+                self.insert(&p);
+            }
+            Event::InitDone => self.end_list(),
+            Event::Apply(p) => {
+                self.tasks.iter().for_each(|t| t.apply(&p));
+                self.insert(&p);
+                self.changes.fetch_add(1, Ordering::Release);
+            }
+            Event::Delete(p) => {
+                self.tasks.iter().for_each(|t| t.delete(&p));
+                self.write_key(&p);
+                self.lock().remove(&self.key_buf);
+                self.changes.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+
+    /// A list is complete: the pods it did not list go, and the list counts as a run.
+    fn end_list(&mut self) {
+        self.book.on_listed();
+        let gone = self.lock().end_relist();
+        tracing::debug!(gone, "pods not in the list removed");
+        self.changes.fetch_add(1, Ordering::Release);
+        self.tasks.iter().for_each(|t| t.end_relist());
+        let _ = self.synced.send(true);
+        self.provider.source().record_source_run(
+            Self::SOURCE,
+            SystemTime::now(),
+            self.listing.elapsed(),
+            RunOutcome::Ok,
+        );
+    }
+
+    /// Puts the pod's record (`None` for a pod that could not be read) under its key.
+    fn insert(&mut self, p: &LeanPod) {
+        let f = pod_facts(p, &self.derive)
+            .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
+            .ok()
+            .map(|f| self.interner.record(f));
+        self.write_key(p);
+        self.lock().insert(&self.key_buf, f);
+    }
+
+    /// `namespace/name`, written into `key_buf`.
+    fn write_key(&mut self, p: &LeanPod) {
+        let out = &mut self.key_buf;
+        out.clear();
+        out.push_str(p.metadata.namespace.as_deref().unwrap_or_default());
+        out.push('/');
+        out.push_str(p.metadata.name.as_deref().unwrap_or_default());
+    }
 }
 
 /// Starts the reflectors and the derive loop; returns the stores and the tasks.

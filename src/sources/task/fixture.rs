@@ -132,75 +132,10 @@ pub fn init(root: &Path, layout: Layout) -> io::Result<()> {
 
 /// Writes one cgroup at `rel` (relative to each hierarchy) with `v`.
 pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::Result<()> {
-    let pressure = format!(
-        "some avg10=0.00 avg60=0.00 avg300=0.00 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={}\n",
-        v.pressure_some_usec, v.pressure_full_usec
-    );
     match layout {
         Layout::Hybrid => {
-            let u = root.join("unified").join(rel);
-            write(
-                &u,
-                "cpu.stat",
-                &format!("usage_usec {}\nuser_usec 0\nsystem_usec 0\n", v.cpu_usec),
-            )?;
-            for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
-                write(&u, f, &pressure)?;
-            }
-            let cpu = root.join("cpu").join(rel);
-            write(
-                &cpu,
-                "cpu.stat",
-                &format!(
-                    "nr_periods {}\nnr_throttled {}\nthrottled_time {}\n",
-                    v.periods,
-                    v.throttled,
-                    v.throttled_usec * 1000
-                ),
-            )?;
-            write(
-                &root.join("cpuacct").join(rel),
-                "cpuacct.usage",
-                &format!("{}\n", v.cpu_usec * 1000),
-            )?;
-            let m = root.join("memory").join(rel);
-            write(
-                &m,
-                "memory.usage_in_bytes",
-                &format!("{}\n", v.memory_usage),
-            )?;
-            write(
-                &m,
-                "memory.limit_in_bytes",
-                &format!("{}\n", v.memory_limit.unwrap_or(9223372036854771712)),
-            )?;
-            write(
-                &m,
-                "memory.stat",
-                &format!(
-                    "cache 0\nrss 0\ninactive_file 0\npgfault 0\ntotal_cache {}\ntotal_rss {}\ntotal_inactive_file {}\ntotal_pgfault {}\ntotal_pgmajfault {}\ntotal_inactive_anon 0\ntotal_active_anon {}\ntotal_active_file {}\ntotal_unevictable 0\n",
-                    v.cache,
-                    v.rss,
-                    v.inactive_file,
-                    v.pgfault,
-                    v.pgmajfault,
-                    v.rss,
-                    v.cache.saturating_sub(v.inactive_file)
-                ),
-            )?;
-            write(
-                &m,
-                "memory.oom_control",
-                &format!("oom_kill_disable 0\nunder_oom 0\noom_kill {}\n", v.oom_kill),
-            )?;
-            write(
-                &m,
-                "memory.numa_stat",
-                &format!(
-                    "total=1 N0=1\nhierarchical_total={0} N0={0}\n",
-                    v.lru_bytes() / 4096
-                ),
-            )?;
+            write_hybrid_cpu(root, rel, v)?;
+            write_hybrid_memory(&root.join("memory").join(rel), v)?;
             let cs = root.join("cpuset").join(rel);
             write(
                 &cs,
@@ -211,52 +146,129 @@ pub fn write_cgroup(root: &Path, layout: Layout, rel: &Path, v: &Values) -> io::
                 &cs,
                 "cpuset.effective_mems",
                 &format!("{}\n", v.cpuset_mems),
-            )?;
+            )
         }
-        Layout::V2 => {
-            let d = root.join(rel);
-            write(
-                &d,
-                "cpu.stat",
-                &format!(
-                    "usage_usec {}\nuser_usec 0\nsystem_usec 0\nnr_periods {}\nnr_throttled {}\nthrottled_usec {}\n",
-                    v.cpu_usec, v.periods, v.throttled, v.throttled_usec
-                ),
-            )?;
-            for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
-                write(&d, f, &pressure)?;
-            }
-            write(&d, "memory.current", &format!("{}\n", v.memory_usage))?;
-            write(
-                &d,
-                "memory.max",
-                &v.memory_limit
-                    .map_or_else(|| "max\n".to_string(), |l| format!("{l}\n")),
-            )?;
-            write(
-                &d,
-                "memory.stat",
-                &format!(
-                    "anon {}\nfile {}\ninactive_file {}\nunevictable 0\npgfault {}\npgmajfault {}\n",
-                    v.rss, v.cache, v.inactive_file, v.pgfault, v.pgmajfault
-                ),
-            )?;
-            write(
-                &d,
-                "memory.events",
-                &format!("low 0\nhigh 0\nmax 0\noom 0\noom_kill {}\n", v.oom_kill),
-            )?;
-            write(
-                &d,
-                "memory.numa_stat",
-                &format!(
-                    "anon N0={}\nfile N0={}\nunevictable N0=0\nkernel_stack N0=4096\n",
-                    v.rss, v.cache
-                ),
-            )?;
-            write(&d, "cpuset.cpus.effective", &format!("{}\n", v.cpuset_cpus))?;
-            write(&d, "cpuset.mems.effective", &format!("{}\n", v.cpuset_mems))?;
-        }
+        Layout::V2 => write_v2(&root.join(rel), v),
     }
-    Ok(())
+}
+
+/// The three pressure files' contents.
+fn pressure(v: &Values) -> String {
+    format!(
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={}\n",
+        v.pressure_some_usec, v.pressure_full_usec
+    )
+}
+
+/// Hybrid: the unified `cpu.stat` and pressure files, v1 `cpu.stat` and `cpuacct.usage`.
+fn write_hybrid_cpu(root: &Path, rel: &Path, v: &Values) -> io::Result<()> {
+    let u = root.join("unified").join(rel);
+    write(
+        &u,
+        "cpu.stat",
+        &format!("usage_usec {}\nuser_usec 0\nsystem_usec 0\n", v.cpu_usec),
+    )?;
+    let pressure = pressure(v);
+    for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
+        write(&u, f, &pressure)?;
+    }
+    let cpu = root.join("cpu").join(rel);
+    write(
+        &cpu,
+        "cpu.stat",
+        &format!(
+            "nr_periods {}\nnr_throttled {}\nthrottled_time {}\n",
+            v.periods,
+            v.throttled,
+            v.throttled_usec * 1000
+        ),
+    )?;
+    write(
+        &root.join("cpuacct").join(rel),
+        "cpuacct.usage",
+        &format!("{}\n", v.cpu_usec * 1000),
+    )
+}
+
+/// Hybrid: the v1 memory controller's files in `m`.
+fn write_hybrid_memory(m: &Path, v: &Values) -> io::Result<()> {
+    write(m, "memory.usage_in_bytes", &format!("{}\n", v.memory_usage))?;
+    write(
+        m,
+        "memory.limit_in_bytes",
+        &format!("{}\n", v.memory_limit.unwrap_or(9223372036854771712)),
+    )?;
+    write(
+        m,
+        "memory.stat",
+        &format!(
+            "cache 0\nrss 0\ninactive_file 0\npgfault 0\ntotal_cache {}\ntotal_rss {}\ntotal_inactive_file {}\ntotal_pgfault {}\ntotal_pgmajfault {}\ntotal_inactive_anon 0\ntotal_active_anon {}\ntotal_active_file {}\ntotal_unevictable 0\n",
+            v.cache,
+            v.rss,
+            v.inactive_file,
+            v.pgfault,
+            v.pgmajfault,
+            v.rss,
+            v.cache.saturating_sub(v.inactive_file)
+        ),
+    )?;
+    write(
+        m,
+        "memory.oom_control",
+        &format!("oom_kill_disable 0\nunder_oom 0\noom_kill {}\n", v.oom_kill),
+    )?;
+    write(
+        m,
+        "memory.numa_stat",
+        &format!(
+            "total=1 N0=1\nhierarchical_total={0} N0={0}\n",
+            v.lru_bytes() / 4096
+        ),
+    )
+}
+
+/// cgroup v2: every file in the one directory `d`.
+fn write_v2(d: &Path, v: &Values) -> io::Result<()> {
+    write(
+        d,
+        "cpu.stat",
+        &format!(
+            "usage_usec {}\nuser_usec 0\nsystem_usec 0\nnr_periods {}\nnr_throttled {}\nthrottled_usec {}\n",
+            v.cpu_usec, v.periods, v.throttled, v.throttled_usec
+        ),
+    )?;
+    let pressure = pressure(v);
+    for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
+        write(d, f, &pressure)?;
+    }
+    write(d, "memory.current", &format!("{}\n", v.memory_usage))?;
+    write(
+        d,
+        "memory.max",
+        &v.memory_limit
+            .map_or_else(|| "max\n".to_string(), |l| format!("{l}\n")),
+    )?;
+    write(
+        d,
+        "memory.stat",
+        &format!(
+            "anon {}\nfile {}\ninactive_file {}\nunevictable 0\npgfault {}\npgmajfault {}\n",
+            v.rss, v.cache, v.inactive_file, v.pgfault, v.pgmajfault
+        ),
+    )?;
+    write(
+        d,
+        "memory.events",
+        &format!("low 0\nhigh 0\nmax 0\noom 0\noom_kill {}\n", v.oom_kill),
+    )?;
+    write(
+        d,
+        "memory.numa_stat",
+        &format!(
+            "anon N0={}\nfile N0={}\nunevictable N0=0\nkernel_stack N0=4096\n",
+            v.rss, v.cache
+        ),
+    )?;
+    write(d, "cpuset.cpus.effective", &format!("{}\n", v.cpuset_cpus))?;
+    write(d, "cpuset.mems.effective", &format!("{}\n", v.cpuset_mems))
 }

@@ -348,15 +348,40 @@ impl PerfCollector {
             ));
             return (c, warnings);
         }
+        c.pick_set(&root, candidates, mode, &mut warnings);
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        if let Some(set) = c.set {
+            tracing::info!(
+                events = set.as_str(),
+                hierarchy = %root.display(),
+                cpus = c.cpus.len(),
+                "perf counters on: {} descriptors per pod",
+                c.cpus.len() * events(set).len()
+            );
+        }
+        (c, warnings)
+    }
+
+    /// The first of `candidates` whose events open on the `root` cgroup; a warning and a
+    /// counted failure for each before it that does not.
+    fn pick_set(
+        &mut self,
+        root: &Path,
+        candidates: &[PerfEventSet],
+        mode: PerfMode,
+        warnings: &mut Vec<String>,
+    ) {
         for set in candidates {
-            match open_groups(&root, &c.cpus[..1], *set) {
+            match open_groups(root, &self.cpus[..1], *set) {
                 Ok(_) => {
-                    c.set = Some(*set);
+                    self.set = Some(*set);
                     break;
                 }
                 Err(e) => {
                     let reason = classify(&e);
-                    *c.failures.entry(reason).or_default() += 1;
+                    *self.failures.entry(reason).or_default() += 1;
                     warnings.push(format!(
                         "--task-perf-events: {} events cannot be counted on {} ({reason}: {e}; {}){}",
                         set.as_str(),
@@ -371,19 +396,6 @@ impl PerfCollector {
                 }
             }
         }
-        for w in &warnings {
-            tracing::warn!("{w}");
-        }
-        if let Some(set) = c.set {
-            tracing::info!(
-                events = set.as_str(),
-                hierarchy = %root.display(),
-                cpus = c.cpus.len(),
-                "perf counters on: {} descriptors per pod",
-                c.cpus.len() * events(set).len()
-            );
-        }
-        (c, warnings)
     }
 
     pub fn event_set(&self) -> Option<PerfEventSet> {

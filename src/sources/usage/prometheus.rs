@@ -184,6 +184,9 @@ struct Query {
     fallback: bool,
 }
 
+/// The answers of a round: each query with the node values it got.
+type Answers = Vec<(Query, Result<Vec<(String, f64)>>)>;
+
 fn over_time(op: Operator) -> &'static str {
     match op {
         Operator::Avg => "avg_over_time",
@@ -396,11 +399,7 @@ impl PrometheusFetcher {
         }
     }
 
-    async fn run_queries(
-        &self,
-        queries: Vec<Query>,
-        time: f64,
-    ) -> Vec<(Query, Result<Vec<(String, f64)>>)> {
+    async fn run_queries(&self, queries: Vec<Query>, time: f64) -> Answers {
         stream::iter(queries)
             .map(|q| async move {
                 let r = self.query(&self.promql(&q), time).await;
@@ -410,47 +409,46 @@ impl PrometheusFetcher {
             .collect()
             .await
     }
-}
 
-impl UsageFetcher for PrometheusFetcher {
-    fn name(&self) -> &'static str {
-        "prometheus"
-    }
-
-    async fn fetch(&mut self) -> Fetched {
-        let now = SystemTime::now();
-        let time = unix_seconds(now);
-        // Which metrics try their rule this round.
-        let try_rule: Vec<bool> = self
-            .modes
+    /// Which metrics try their recording rule this round: those on it, and those on their
+    /// fallback once every `REPROBE_EVERY` rounds.
+    fn rule_round(&self) -> Vec<bool> {
+        self.modes
             .iter()
             .map(|m| match m {
                 Mode::Rule => true,
                 Mode::Fallback { rounds } => rounds % REPROBE_EVERY == REPROBE_EVERY - 1,
             })
-            .collect();
-        let plan = |rule: &dyn Fn(usize) -> Option<bool>| {
-            let mut qs = Vec::new();
-            for window in Window::ALL {
-                for metric in 0..self.cfg.metrics.len() {
-                    if let Some(use_rule) = rule(metric) {
-                        for op in [Operator::Avg, Operator::Std] {
-                            qs.push(Query {
-                                window,
-                                metric,
-                                op,
-                                fallback: !use_rule,
-                            });
-                        }
+            .collect()
+    }
+
+    /// The queries of one round: for every window and every metric `rule` gives a choice for
+    /// (`Some(true)`: its rule, `Some(false)`: its fallback), the average and the deviation.
+    fn plan(&self, rule: &dyn Fn(usize) -> Option<bool>) -> Vec<Query> {
+        let mut qs = Vec::new();
+        for window in Window::ALL {
+            for metric in 0..self.cfg.metrics.len() {
+                if let Some(use_rule) = rule(metric) {
+                    for op in [Operator::Avg, Operator::Std] {
+                        qs.push(Query {
+                            window,
+                            metric,
+                            op,
+                            fallback: !use_rule,
+                        });
                     }
                 }
             }
-            qs
-        };
-        let first = plan(&|m| Some(try_rule[m]));
-        let mut results = self.run_queries(first, time).await;
+        }
+        qs
+    }
 
-        // Rules that answered with nothing: ask the fallback expression in the same round.
+    /// Asks every query of the round; rules that answered with nothing are asked again as
+    /// their fallback expression in the same round. Returns the answers and, per metric,
+    /// whether its rule answered with nothing.
+    async fn ask(&self, try_rule: &[bool], time: f64) -> (Answers, Vec<bool>) {
+        let first = self.plan(&|m| Some(try_rule[m]));
+        let mut results = self.run_queries(first, time).await;
         let mut empty_rule = vec![false; self.cfg.metrics.len()];
         for (q, r) in &results {
             if !q.fallback && r.as_ref().is_ok_and(Vec::is_empty) {
@@ -459,14 +457,17 @@ impl UsageFetcher for PrometheusFetcher {
         }
         let needs_fallback =
             |m: usize| self.cfg.fallback && empty_rule[m] && self.cfg.metrics[m].fallback.is_some();
-        let second = plan(&|m| needs_fallback(m).then_some(false));
+        let second = self.plan(&|m| needs_fallback(m).then_some(false));
         if !second.is_empty() {
             let fb = self.run_queries(second, time).await;
             results.retain(|(q, _)| q.fallback || !needs_fallback(q.metric));
             results.extend(fb);
         }
+        (results, empty_rule)
+    }
 
-        // New modes.
+    /// Each metric's mode for the next round, from what its rule and fallback answered.
+    fn update_modes(&mut self, results: &Answers, try_rule: &[bool], empty_rule: &[bool]) {
         for (m, mode) in self.modes.iter_mut().enumerate() {
             let fell_back = results.iter().any(|(q, r)| {
                 q.metric == m && q.fallback && r.as_ref().is_ok_and(|v| !v.is_empty())
@@ -486,9 +487,13 @@ impl UsageFetcher for PrometheusFetcher {
                 Mode::Rule => Mode::Rule,
             };
         }
+    }
 
-        // Fold: one value per node, window, metric and operator (the largest when a rule has
-        // several series per node, e.g. one per disk: the busiest device).
+    /// Fold: one value per node, window, metric and operator (the largest when a rule has
+    /// several series per node, e.g. one per disk: the busiest device); instances named by
+    /// their node where the address is known; the series whose instance did not parse as
+    /// dropped.
+    fn fold(&self, results: Answers, now: SystemTime) -> Fetched {
         let mut fetched = Fetched::default();
         let by_address = self.addresses.as_ref().map(|f| f()).unwrap_or_default();
         let unparsable = std::mem::take(
@@ -525,24 +530,50 @@ impl UsageFetcher for PrometheusFetcher {
             }
         }
         for ((node, window), values) in folded {
-            fetched.windows.push(BackendWindow {
-                node,
-                window,
-                start: now.checked_sub(window.duration()).unwrap_or(now),
-                end: now,
-                values: values
-                    .into_iter()
-                    .map(|((m, op), value)| BackendValue {
-                        name: self.cfg.metrics[m].name.clone(),
-                        kind: self.cfg.metrics[m].kind,
-                        resource: self.cfg.metrics[m].resource,
-                        operator: op,
-                        value,
-                    })
-                    .collect(),
-            });
+            fetched.windows.push(self.window(node, window, values, now));
         }
         fetched
+    }
+
+    /// One node's values of one window as the backend gives them.
+    fn window(
+        &self,
+        node: String,
+        window: Window,
+        values: BTreeMap<(usize, Operator), f64>,
+        now: SystemTime,
+    ) -> BackendWindow {
+        BackendWindow {
+            node,
+            window,
+            start: now.checked_sub(window.duration()).unwrap_or(now),
+            end: now,
+            values: values
+                .into_iter()
+                .map(|((m, op), value)| BackendValue {
+                    name: self.cfg.metrics[m].name.clone(),
+                    kind: self.cfg.metrics[m].kind,
+                    resource: self.cfg.metrics[m].resource,
+                    operator: op,
+                    value,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl UsageFetcher for PrometheusFetcher {
+    fn name(&self) -> &'static str {
+        "prometheus"
+    }
+
+    async fn fetch(&mut self) -> Fetched {
+        let now = SystemTime::now();
+        let time = unix_seconds(now);
+        let try_rule = self.rule_round();
+        let (results, empty_rule) = self.ask(&try_rule, time).await;
+        self.update_modes(&results, &try_rule, &empty_rule);
+        self.fold(results, now)
     }
 }
 

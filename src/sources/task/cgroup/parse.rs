@@ -1,0 +1,248 @@
+//! The formats of the cgroup files, pure: single numbers, `max` limits, flat keyed files,
+//! pressure totals, kernel id lists and NUMA statistics.
+
+/// A single unsigned integer (`memory.usage_in_bytes`, `cpuacct.usage`).
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.trim().parse().ok()
+}
+
+/// A v2 limit (`memory.max`): `Some(None)` for `max`.
+pub fn parse_max(b: &[u8]) -> Option<Option<u64>> {
+    let s = std::str::from_utf8(b).ok()?.trim();
+    if s == "max" {
+        return Some(None);
+    }
+    s.parse().ok().map(Some)
+}
+
+/// The value of `key` in a flat keyed file (`cpu.stat`, `memory.stat`, `memory.events`,
+/// `memory.oom_control`): lines of `key value`.
+pub fn parse_keyed(b: &[u8], key: &str) -> Option<u64> {
+    let s = std::str::from_utf8(b).ok()?;
+    s.lines().find_map(|l| {
+        let mut it = l.split_ascii_whitespace();
+        (it.next()? == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// The values of several keys of a flat keyed file in one pass, in the order of `keys`.
+pub fn parse_keys<const N: usize>(b: &[u8], keys: [&str; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let Ok(s) = std::str::from_utf8(b) else {
+        return out;
+    };
+    for l in s.lines() {
+        let Some((k, v)) = l.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|x| *x == k) {
+            out[i] = v.trim().parse().ok();
+        }
+    }
+    out
+}
+
+/// `some` and `full` totals of a pressure file, in microseconds.
+pub fn parse_pressure(b: &[u8]) -> Vec<(&'static str, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        let kind = match it.next() {
+            Some("some") => "some",
+            Some("full") => "full",
+            _ => continue,
+        };
+        if let Some(t) = it
+            .find_map(|f| f.strip_prefix("total="))
+            .and_then(|v| v.parse().ok())
+        {
+            out.push((kind, t));
+        }
+    }
+    out
+}
+
+/// The `some` and `full` totals of a pressure file, in microseconds, without allocating.
+pub fn parse_pressure_totals(b: &[u8]) -> [Option<u64>; 2] {
+    let mut out = [None; 2];
+    let Ok(s) = std::str::from_utf8(b) else {
+        return out;
+    };
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        let i = match it.next() {
+            Some("some") => 0,
+            Some("full") => 1,
+            _ => continue,
+        };
+        out[i] = it
+            .find_map(|f| f.strip_prefix("total="))
+            .and_then(|v| v.parse().ok());
+    }
+    out
+}
+
+/// The highest CPU or memory-node id accepted in a cpuset list (the kernel's `NR_CPUS` is at
+/// most 8192); a list naming a higher one is taken as not understood.
+pub const MAX_SET_ID: u32 = 1 << 16;
+
+/// How many ids a kernel id list names (`cpuset.effective_cpus`, `cpuset.cpus.effective`,
+/// `cpuset.mems.effective`): `0-3,8,10-11` is 7, an empty list 0. `None` for anything else:
+/// not ascending, overlapping, an id above [`MAX_SET_ID`]. Counts without building the set,
+/// so the time is bounded by the input length.
+pub fn parse_id_list_len(b: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(b).ok()?.trim();
+    if s.is_empty() {
+        return Some(0);
+    }
+    let mut count: u32 = 0;
+    let mut next_free: u32 = 0; // ids below this are taken
+    for part in s.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (parse_id(a)?, parse_id(b)?),
+            None => {
+                let v = parse_id(part)?;
+                (v, v)
+            }
+        };
+        if lo > hi || lo < next_free {
+            return None;
+        }
+        count += hi - lo + 1;
+        next_free = hi + 1;
+    }
+    Some(count)
+}
+
+fn parse_id(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|&v| v <= MAX_SET_ID)
+}
+
+fn per_node(fields: std::str::SplitAsciiWhitespace<'_>) -> Vec<(u32, u64)> {
+    fields
+        .filter_map(|f| {
+            let (n, v) = f.strip_prefix('N')?.split_once('=')?;
+            Some((n.parse().ok()?, v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// v1 `memory.numa_stat`: pages per node of the whole subtree (`hierarchical_total=`; the
+/// cgroup's own `total=` only when there is no hierarchical line: WCA let `total=` win).
+pub fn parse_numa_stat_v1(b: &[u8]) -> Vec<(u32, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let line = |key: &str| {
+        s.lines().find_map(|l| {
+            let mut it = l.split_ascii_whitespace();
+            let first = it.next()?;
+            (first.strip_prefix(key)?.starts_with('=')).then(|| per_node(it))
+        })
+    };
+    line("hierarchical_total")
+        .or_else(|| line("total"))
+        .unwrap_or_default()
+}
+
+/// v2 `memory.numa_stat`: bytes per node of `anon`, `file` and `unevictable` summed (what v1's
+/// `total` counts).
+pub fn parse_numa_stat_v2(b: &[u8]) -> Vec<(u32, u64)> {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return Vec::new();
+    };
+    let mut sums: std::collections::BTreeMap<u32, u64> = Default::default();
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        if !matches!(it.next(), Some("anon" | "file" | "unevictable")) {
+            continue;
+        }
+        for (n, v) in per_node(it) {
+            *sums.entry(n).or_default() += v;
+        }
+    }
+    sums.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_u64(b"123\n"), Some(123));
+        assert_eq!(parse_u64(b"x"), None);
+        assert_eq!(parse_max(b"max\n"), Some(None));
+        assert_eq!(parse_max(b"1024\n"), Some(Some(1024)));
+        let stat = b"usage_usec 10\nnr_periods 3\nnr_throttled 1\n";
+        assert_eq!(parse_keyed(stat, "nr_periods"), Some(3));
+        assert_eq!(parse_keyed(stat, "nr"), None);
+        assert_eq!(
+            parse_keys(stat, ["nr_throttled", "x", "usage_usec"]),
+            [Some(1), None, Some(10)]
+        );
+        assert_eq!(
+            parse_pressure(b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"),
+            vec![("some", 1234), ("full", 5)]
+        );
+        assert_eq!(
+            parse_numa_stat_v1(
+                b"total=10 N0=6 N1=4\nfile=1 N0=1 N1=0\nhierarchical_total=30 N0=20 N1=10\n"
+            ),
+            vec![(0, 20), (1, 10)]
+        );
+        assert_eq!(
+            parse_numa_stat_v1(b"total=10 N0=6 N1=4\n"),
+            vec![(0, 6), (1, 4)]
+        );
+        assert_eq!(
+            parse_numa_stat_v2(b"anon N0=100 N1=1\nfile N0=10 N1=2\nkernel_stack N0=5 N1=5\nunevictable N0=1 N1=0\n"),
+            vec![(0, 111), (1, 3)]
+        );
+    }
+
+    #[test]
+    fn id_lists_and_pressure_totals() {
+        for (list, want) in [
+            (&b"0-3,8,10-11\n"[..], Some(7)),
+            (b"0", Some(1)),
+            (b"\n", Some(0)),
+            (b"", Some(0)),
+            (b"0-63", Some(64)),
+            (b"65536", Some(1)),
+            (b"65537", None),
+            (b"3-1", None),
+            (b"0-3,2", None),
+            (b"4,1", None),
+            (b"0-", None),
+            (b"-1", None),
+            (b"0,,1", None),
+            (b"+1", None),
+            (b"0 - 3", None),
+            (b"\xff", None),
+        ] {
+            assert_eq!(
+                parse_id_list_len(list),
+                want,
+                "{}",
+                String::from_utf8_lossy(list)
+            );
+        }
+        assert_eq!(
+            parse_pressure_totals(
+                b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"
+            ),
+            [Some(1234), Some(5)]
+        );
+        assert_eq!(
+            parse_pressure_totals(b"some avg10=0.10 total=9\n"),
+            [Some(9), None]
+        );
+    }
+}

@@ -136,7 +136,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // cgroup cpuset lists (src/sources/task/cgroup.rs)
+    // cgroup cpuset lists (src/sources/task/cgroup/parse.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]

@@ -1,4 +1,4 @@
-//! The hub: sources record typed observations here; the tick loop turns them into a [`Snapshot`].
+//! The hub: sources record typed observations here; the tick loop turns them into a [`Snapshot`](crate::model::Snapshot).
 //!
 //! Sources only see these traits. They never name a metric or know which outputs run.
 //!

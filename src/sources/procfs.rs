@@ -198,10 +198,10 @@ fn parse_cpu_columns<'a>(cols: impl Iterator<Item = &'a [u8]>) -> Result<CpuTime
     })
 }
 
-/// Utilisation ratio in [0,1] between two samples, computed per CPU over the CPUs present in BOTH
+/// Utilisation ratio in `[0, 1]` between two samples, computed per CPU over the CPUs present in BOTH
 /// samples (so a CPU going offline or coming online does not distort it), skipping any CPU whose
 /// total or busy counter went backwards (reset). Falls back to the aggregate line when per_cpu is
-/// empty in either sample. Returns None when no usable CPU or zero elapsed jiffies. Clamp to [0,1].
+/// empty in either sample. Returns None when no usable CPU or zero elapsed jiffies. Clamp to `[0, 1]`.
 ///
 /// The per-CPU deltas are summed (busy jiffies over total jiffies of the usable CPUs). A CPU whose
 /// busy delta exceeds its total delta (idle or iowait went backwards, which some kernels do) is
@@ -248,7 +248,7 @@ pub struct MemInfo {
 }
 
 impl MemInfo {
-    /// 1 - available/total, clamped to [0,1]; None if total is 0
+    /// 1 - available/total, clamped to `[0, 1]`; None if total is 0
     pub fn used_ratio(&self) -> Option<f64> {
         if self.total_bytes == 0 {
             return None;

@@ -474,7 +474,7 @@ fn pieced(step: Step) -> bool {
     matches!(step, Step::Tasks | Step::Platform)
 }
 
-/// Rows per piece of a [`pieced`] step: about 15 KB of task rows. A family whose values move
+/// Rows per piece of a `pieced` step: about 15 KB of task rows. A family whose values move
 /// (CPU and memory usage) changes in every piece however small, one whose values hold
 /// (requests, limits, cpusets) in none; larger pieces cost fewer chunks and compress better
 /// (each is its own deflate stream: at level 1, 64-row pieces are 12 % larger than the whole

@@ -28,7 +28,7 @@ pub async fn list_descriptors(
 }
 
 async fn list_with(client: &mut GcmClient, project: &str, prefix: &str) -> Result<Vec<String>> {
-    validate_prefix(prefix)?;
+    validate_prefix("--prefix", prefix)?;
     if project.is_empty() {
         return Err(config_error("gcm project", "", "must not be empty"));
     }

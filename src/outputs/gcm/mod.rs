@@ -137,26 +137,24 @@ impl Default for GcmConfig {
 }
 
 pub(super) fn config_error(option: &'static str, value: impl ToString, reason: &str) -> Error {
-    Error::Config {
-        option,
-        value: value.to_string(),
-        reason: reason.to_string(),
-    }
+    crate::shared::options::invalid(option, &value.to_string(), reason)
 }
 
-/// A metric type prefix must be a non-empty path below `workload.googleapis.com/`.
-pub(super) fn validate_prefix(prefix: &str) -> Result<()> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
-    if prefix.is_empty()
-        || prefix.starts_with('/')
-        || prefix.ends_with('/')
-        || prefix.contains("//")
-        || !prefix.chars().all(ok_char)
-    {
+/// A metric type prefix is a path below `workload.googleapis.com/`: segments of letters, digits,
+/// `-`, `_` or `.`. The one rule for `--gcm-prefix`, the sink's config and the `gcm descriptors`
+/// subcommand's `--prefix`; `option` names where the value came from.
+pub(super) fn validate_prefix(option: &'static str, prefix: &str) -> Result<()> {
+    let prefix_ok = prefix.split('/').all(|seg| {
+        !seg.is_empty()
+            && seg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    });
+    if !prefix_ok {
         return Err(config_error(
-            "gcm prefix",
+            option,
             prefix,
-            "must be non-empty, letters, digits, '_', '-', '.' and inner '/' only",
+            "expected path segments of letters, digits, '-', '_' or '.', e.g. kube-prober",
         ));
     }
     Ok(())
@@ -165,7 +163,7 @@ pub(super) fn validate_prefix(prefix: &str) -> Result<()> {
 impl GcmConfig {
     /// Every bad value is a clear error before the first push.
     pub fn validate(&self) -> Result<()> {
-        validate_prefix(&self.prefix)?;
+        validate_prefix("gcm prefix", &self.prefix)?;
         if !(1..=MAX_SERIES_PER_REQUEST).contains(&self.max_series_per_request) {
             return Err(config_error(
                 "gcm max_series_per_request",
@@ -243,9 +241,9 @@ mod tests {
     fn config_checks() {
         assert!(GcmConfig::default().validate().is_ok());
         for p in ["", "/a", "a/", "a//b", "a b", "ä"] {
-            assert!(validate_prefix(p).is_err(), "{p:?}");
+            assert!(validate_prefix("gcm prefix", p).is_err(), "{p:?}");
         }
-        assert!(validate_prefix("kube-prober/v2").is_ok());
+        assert!(validate_prefix("gcm prefix", "kube-prober/v2").is_ok());
         assert_eq!(
             check_endpoint("https://monitoring.googleapis.com").unwrap(),
             Some("monitoring.googleapis.com".into())

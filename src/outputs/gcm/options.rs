@@ -2,7 +2,7 @@
 //! starts from; the project and location the flags leave out come from the metadata server at
 //! start (`crate::app`).
 
-use super::{DEFAULT_PREFIX, GcmClientConfig, GcmConfig};
+use super::{DEFAULT_PREFIX, GcmClientConfig, GcmConfig, validate_prefix};
 use crate::shared::error::Result;
 use crate::shared::options::{invalid, non_empty};
 
@@ -51,19 +51,7 @@ impl GcmOptions {
     /// when not given.
     pub fn resolve(self) -> Result<GcmConfig> {
         let prefix = self.gcm_prefix.unwrap_or_else(|| DEFAULT_PREFIX.into());
-        let prefix_ok = prefix.split('/').all(|seg| {
-            !seg.is_empty()
-                && seg
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        });
-        if !prefix_ok {
-            return Err(invalid(
-                "--gcm-prefix",
-                &prefix,
-                "expected path segments of letters, digits, '-', '_' or '.', e.g. kube-prober",
-            ));
-        }
+        validate_prefix("--gcm-prefix", &prefix)?;
         let project = non_empty("--gcm-project", self.gcm_project)?;
         let location = non_empty("--gcm-location", self.gcm_location)?;
         if let Some(e) = &self.gcm_endpoint

@@ -231,6 +231,11 @@ mod tests {
             "a: 1\nb: y\nlisten: 3\n",
             "[1]",
             "7",
+            "# only a comment\n",
+            "~\n",
+            "---\na: 1\n",
+            "a: 1\n---\nb: x\n",
+            "{a: 1, c: 2}",
         ] {
             let derived = serde_yaml_ng::from_str::<Denying>(text)
                 .err()

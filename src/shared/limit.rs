@@ -144,20 +144,17 @@ impl<B> CappedBody<B> {
                 self.seen <= limit
             }
             Cap::PerLine(limit) => {
-                let mut parts = data.split(|b| *b == b'\n');
-                if let Some(first) = parts.next() {
-                    self.seen = self.seen.saturating_add(first.len());
-                    if self.seen > limit {
+                // memchr: the watch streams pass every byte through here.
+                let mut start = 0;
+                for nl in memchr::memchr_iter(b'\n', data) {
+                    if self.seen.saturating_add(nl - start) > limit {
                         return false;
                     }
+                    self.seen = 0;
+                    start = nl + 1;
                 }
-                for part in parts {
-                    self.seen = part.len();
-                    if self.seen > limit {
-                        return false;
-                    }
-                }
-                true
+                self.seen = self.seen.saturating_add(data.len() - start);
+                self.seen <= limit
             }
         }
     }
@@ -427,6 +424,21 @@ mod tests {
         let long = CappedBody::new(chunks(&[b"abc\nde", b"fgh\n"]), Cap::PerLine(4));
         let e = collect(long).await.unwrap_err();
         assert_eq!(find_too_large(e.as_ref()).unwrap().what, "watch event");
+    }
+
+    #[test]
+    fn a_line_cap_counts_each_line_across_chunks() {
+        let fits = |parts: &[&[u8]]| {
+            let mut b = CappedBody::new(chunks(&[]), Cap::PerLine(4));
+            parts.iter().all(|c| b.account(c))
+        };
+        assert!(fits(&[b"abcd\n", b"abcd"]));
+        assert!(fits(&[b"ab", b"cd\nabcd\n", b"\n\n", b"abcd"]));
+        assert!(fits(&[b"abcd", b"\n"]));
+        assert!(!fits(&[b"abcde\n"]));
+        assert!(!fits(&[b"abcd", b"e\n"]));
+        assert!(!fits(&[b"ab\nabcd", b"e"]));
+        assert!(!fits(&[b"ab\nabcde\nab\n"]));
     }
 
     #[test]

@@ -28,8 +28,10 @@
 //!    `CONNECTIONS` keep-alive connections for `LOAD_SECS`, gzip asked as Go's client asks
 //!    (`Accept-Encoding: gzip`): answers a second and p50/p99 latency.
 //!
-//! CPU is utime + stime from /proc/PID/stat over the window; the control plane's own processes
-//! are measured over the same windows. `HEARTBEAT=status` (default) runs kwok's
+//! CPU is what each peer's own cgroup counted over the window, in nanoseconds, threads that
+//! exited included (`common::cpu_group`; where no cgroup can be made, utime + stime from
+//! /proc/PID/stat in clock ticks, and the report says so); the control plane's own processes
+//! (clock ticks) are measured over the same windows. `HEARTBEAT=status` (default) runs kwok's
 //! `node/heartbeat` stage (every node's status every 20–45 s), `HEARTBEAT=lease` its
 //! `node/heartbeat-with-lease` stage (a Lease per node, the status every 10–20 minutes).
 //!
@@ -54,7 +56,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{clk_tck, cpu_ticks, env_usize, loadavg, machine_info, mib, rss_kib};
+use common::cpu_group::{CpuGroup, cpu_ns};
+use common::{env_usize, loadavg, machine_info, mib, rss_kib, rss_split_kib};
 use control_plane::{ControlPlane, Heartbeat, Options, free_port, node_name, node_object};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -200,6 +203,8 @@ struct Peer {
     url: String,
     log: std::path::PathBuf,
     started: Instant,
+    /// The cgroup of its own that counts its CPU in nanoseconds (`None`: clock ticks).
+    cpu_group: Option<CpuGroup>,
 }
 
 impl Peer {
@@ -208,12 +213,20 @@ impl Peer {
         cmd.env("HOME", "/nonexistent");
         let started = Instant::now();
         let child = control_plane::spawn_owned(cmd, &log);
+        let cpu_group = CpuGroup::adopt(child.id());
+        let counter = if cpu_group.is_some() {
+            &IN_CGROUP
+        } else {
+            &IN_TICKS
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         Peer {
             name,
             child,
             url,
             log,
             started,
+            cpu_group,
         }
     }
 
@@ -238,25 +251,33 @@ impl Drop for Peer {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // Empty now: the cgroup can go.
+        drop(self.cpu_group.take());
     }
 }
 
+/// Peers whose CPU a cgroup of their own counts, and peers counted in clock ticks.
+static IN_CGROUP: AtomicU64 = AtomicU64::new(0);
+static IN_TICKS: AtomicU64 = AtomicU64::new(0);
+
 /// CPU ms/s of `pids` between two readings.
 struct CpuWindow {
-    ticks: Vec<u64>,
+    ns: Vec<u64>,
     at: Instant,
 }
 
 impl CpuWindow {
     fn start(pids: &[u32]) -> CpuWindow {
         CpuWindow {
-            ticks: pids.iter().map(cpu_ticks).collect(),
+            ns: pids.iter().map(|&p| cpu_ns(p).0).collect(),
             at: Instant::now(),
         }
     }
@@ -264,11 +285,10 @@ impl CpuWindow {
     /// (CPU ms per wall second, CPU ms in all) of each pid since `start`.
     fn end(&self, pids: &[u32]) -> Vec<(f64, f64)> {
         let secs = self.at.elapsed().as_secs_f64();
-        let hz = clk_tck() as f64;
         pids.iter()
-            .zip(&self.ticks)
-            .map(|(p, t0)| {
-                let ms = (cpu_ticks(p) - t0) as f64 * 1000.0 / hz;
+            .zip(&self.ns)
+            .map(|(&p, n0)| {
+                let ms = cpu_ns(p).0.saturating_sub(*n0) as f64 / 1e6;
                 (ms / secs, ms)
             })
             .collect()
@@ -593,6 +613,8 @@ struct HostFigures {
     name: String,
     rss: f64,
     hwm: f64,
+    /// (RssAnon, RssFile) MiB at the end.
+    split: (f64, f64),
     cpu_per_15s_ms: f64,
     cpu_per_scrape_ms: f64,
     bytes: usize,
@@ -698,10 +720,12 @@ async fn host_phase(s: &Settings, dir: &Path) -> Vec<HostFigures> {
         }
         let (_, ms) = w.end(&[p.pid()])[0];
         let (rss, hwm) = rss(p);
+        let (anon, file) = rss_split_kib(p.pid());
         out.push(HostFigures {
             name: p.name.to_string(),
             rss,
             hwm,
+            split: (mib(anon), mib(file)),
             cpu_per_15s_ms: per_15s[i].1 / rounds as f64,
             cpu_per_scrape_ms: ms / s.host_scrapes.max(1) as f64,
             bytes: last.0,
@@ -1568,13 +1592,21 @@ fn print_watcher(w: &WatcherPhase) {
 fn print_host(h: &[HostFigures]) {
     println!("\n### Host role vs node_exporter\n");
     println!(
-        "| process | RSS (peak) | CPU per 15 s (one scrape) | CPU per scrape | bytes (gzip) | series |"
+        "| process | RSS (peak) | of it heap and stacks / mapped files | CPU per 15 s (one scrape) | CPU per scrape | bytes (gzip) | series |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for f in h {
         println!(
-            "| {} | {:.1} MiB ({:.1}) | {:.1} ms | {:.2} ms | {} | {} |",
-            f.name, f.rss, f.hwm, f.cpu_per_15s_ms, f.cpu_per_scrape_ms, f.bytes, f.series
+            "| {} | {:.1} MiB ({:.1}) | {:.1} / {:.1} MiB | {:.2} ms | {:.2} ms | {} | {} |",
+            f.name,
+            f.rss,
+            f.hwm,
+            f.split.0,
+            f.split.1,
+            f.cpu_per_15s_ms,
+            f.cpu_per_scrape_ms,
+            f.bytes,
+            f.series
         );
     }
 }
@@ -1601,6 +1633,14 @@ fn print_report(s: &Settings, r: &Report) {
         r.load_start,
         r.load_end
     );
+    let accounting = match IN_TICKS.load(Ordering::Relaxed) {
+        0 => "each peer's CPU counted by a cgroup of its own, in nanoseconds".to_string(),
+        n => format!(
+            "CPU of {n} of {} peers in clock ticks (no cgroup could be made for them)",
+            n + IN_CGROUP.load(Ordering::Relaxed)
+        ),
+    };
+    println!("CPU accounting: {accounting}.\n");
     print_ratios(s, r);
     let p = &r.populate;
     println!(

@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+pub mod cpu_group;
+
 /// The first line `cmd args` prints on stdout or stderr (`unknown` if it cannot run).
 pub fn first_line(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
@@ -90,6 +92,21 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
             .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
     };
     (get("VmRSS:"), get("VmHWM:"))
+}
+
+/// (RssAnon, RssFile) in KiB from /proc/PID/status: the heap and stacks, and the pages of
+/// the binary and libraries mapped in.
+pub fn rss_split_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let get = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
+    };
+    (get("RssAnon:"), get("RssFile:"))
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`).

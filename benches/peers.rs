@@ -277,7 +277,7 @@ struct CpuWindow {
 impl CpuWindow {
     fn start(pids: &[u32]) -> CpuWindow {
         CpuWindow {
-            ns: pids.iter().map(|&p| cpu_ns(p).0).collect(),
+            ns: pids.iter().map(|&p| cpu_ns(p)).collect(),
             at: Instant::now(),
         }
     }
@@ -288,7 +288,7 @@ impl CpuWindow {
         pids.iter()
             .zip(&self.ns)
             .map(|(&p, n0)| {
-                let ms = cpu_ns(p).0.saturating_sub(*n0) as f64 / 1e6;
+                let ms = cpu_ns(p).saturating_sub(*n0) as f64 / 1e6;
                 (ms / secs, ms)
             })
             .collect()

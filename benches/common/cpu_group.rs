@@ -98,9 +98,9 @@ impl Drop for CpuGroup {
     }
 }
 
-/// CPU a process used, in nanoseconds, and whether at the scheduler's resolution: from its
-/// own bench cgroup ([`CpuGroup::adopt`]) when it is in one, else utime + stime in clock ticks.
-pub fn cpu_ns(pid: u32) -> (u64, bool) {
+/// CPU a process used, in nanoseconds: from its own bench cgroup ([`CpuGroup::adopt`]) when
+/// it is in one, else utime + stime in clock ticks.
+pub fn cpu_ns(pid: u32) -> u64 {
     for h in HIERARCHIES.iter().filter(|h| h.usable()) {
         let Some(path) = h.cgroup_of(pid) else {
             continue;
@@ -113,9 +113,8 @@ pub fn cpu_ns(pid: u32) -> (u64, bool) {
             .then(|| h.usage_ns(&Path::new(h.root).join(path.trim_start_matches('/'))))
             .flatten()
         {
-            return (ns, true);
+            return ns;
         }
     }
-    let ticks = super::cpu_ticks(pid);
-    (ticks * 1_000_000_000 / super::clk_tck(), false)
+    super::cpu_ticks(pid) * 1_000_000_000 / super::clk_tck()
 }

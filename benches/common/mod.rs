@@ -80,8 +80,8 @@ pub fn cpu_ticks(pid: impl std::fmt::Display) -> u64 {
     field(14) + field(15)
 }
 
-/// (VmRSS, VmHWM) in KiB from /proc/PID/status.
-pub fn rss_kib(pid: u32) -> (u64, u64) {
+/// The values of two `key:` lines of /proc/PID/status, in KiB.
+fn status_kib(pid: u32, keys: [&str; 2]) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
     let get = |key: &str| -> u64 {
@@ -91,22 +91,18 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
     };
-    (get("VmRSS:"), get("VmHWM:"))
+    (get(keys[0]), get(keys[1]))
+}
+
+/// (VmRSS, VmHWM) in KiB from /proc/PID/status.
+pub fn rss_kib(pid: u32) -> (u64, u64) {
+    status_kib(pid, ["VmRSS:", "VmHWM:"])
 }
 
 /// (RssAnon, RssFile) in KiB from /proc/PID/status: the heap and stacks, and the pages of
 /// the binary and libraries mapped in.
 pub fn rss_split_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    let get = |key: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("/proc/{pid}/status lacks {key}"))
-    };
-    (get("RssAnon:"), get("RssFile:"))
+    status_kib(pid, ["RssAnon:", "RssFile:"])
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`).

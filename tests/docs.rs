@@ -162,10 +162,19 @@ async fn every_dropped_value_reason_is_documented_and_produced() {
         run_once(&mut prometheus(&nan.url), &store, t).await,
         RunOutcome::Ok
     );
+    // too_large: NodeMetrics items over the per-item cap (`--max-response-bytes`).
+    let small = Store::new();
+    let capped = MetricsServerConfig {
+        max_item_bytes: 100,
+        ..MetricsServerConfig::default()
+    };
+    let mut ms = MetricsServerFetcher::new(api.client(), capped);
+    assert_eq!(run_once(&mut ms, &small, t).await, RunOutcome::NoData);
     let snap = store.snapshot(SystemTime::now());
     let produced: BTreeSet<String> = snap
         .sources
         .values()
+        .chain(small.snapshot(SystemTime::now()).sources.values())
         .flat_map(|s| s.dropped.keys().cloned())
         .collect();
     assert_eq!(produced, code, "reasons produced by real input");

@@ -1,7 +1,9 @@
 //! Faults on the bounds of what kube-prober reads and pushes, against the real binary and the
 //! stand-ins over real HTTP: an oversized answer from metrics.k8s.io, from a probe target and
-//! from an HTTP backend. Each asserts the counted `too_large` failure, that the process keeps
-//! serving, and its peak RSS (VmHWM of the child), printed as `peak_rss_mib=...`. Then a push
+//! from an HTTP backend. Each asserts the counted `too_large` failure (for the NodeMetrics
+//! list, read as a stream: a counted skip of each item past the cap, and the whole answer read
+//! when its items are not), that the process keeps serving, and its peak RSS (VmHWM of the
+//! child), printed as `peak_rss_mib=...`. Then a push
 //! output that is down and comes back (`recovered_in_ms=...`) and SIGTERM during a push that
 //! hangs (`shutdown_ms=...`).
 
@@ -131,8 +133,9 @@ fn huge_node_metrics(now: SystemTime) -> Vec<k8s_metrics::v1beta1::NodeMetrics> 
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded() {
+/// kube-prober's cluster role against the stand-in serving [`huge_node_metrics`], with `cap`
+/// as `--max-response-bytes`.
+async fn against_huge_node_metrics(cap: &str) -> (apiserver::ApiServer, Prober) {
     let api = apiserver::start().await;
     let now = SystemTime::now();
     api.set_nodes(vec![apiserver::node("node-a", ("4", "8Gi"), ("4", "8Gi"))]);
@@ -145,40 +148,89 @@ async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded(
             "--role",
             "cluster",
             "--interval",
-            "1s",
+            "5s",
             "--timeout",
-            "1s",
+            "5s",
             "--tick-interval",
             "1s",
             "--max-response-bytes",
-            "8Mi",
+            cap,
         ],
         &[("KUBECONFIG", kc.to_str().unwrap())],
     );
     wait_ready(&p).await;
+    (api, p)
+}
+
+/// The NodeMetrics list is read as a stream: an 80 MiB answer (ten times the cap) gives its
+/// node's usage while memory stays far below the answer's size, since only one item is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_metrics_server_answer_is_read_item_by_item_in_bounded_memory() {
+    let (_api, p) = against_huge_node_metrics("8Mi").await;
     let m = wait_metrics(
         &p,
         &[(
-            "kube_prober_source_errors_total{source=\"metrics_server\",reason=\"too_large\"}",
+            "kube_prober_source_runs_total{source=\"metrics_server\"}",
             3.0,
         )],
-        Duration::from_secs(20),
+        Duration::from_secs(60),
     )
     .await;
     let peak = p.peak_rss_mib();
-    println!("fault=metrics_server_80MiB cap_mib=8 peak_rss_mib={peak:.1}");
+    println!("fault=metrics_server_80MiB_streamed cap_mib=8 peak_rss_mib={peak:.1}");
     assert_eq!(
         sample(&m, "kube_prober_source_up{source=\"metrics_server\"}"),
-        0.0
-    );
-    assert!(
-        !m.contains("source=\"metrics_server\",reason=\"http\""),
+        1.0,
         "{m}"
     );
-    // Never retried (it would only be read again): one LIST per failed run, not three. The
-    // runs are read from a snapshot made after the LISTs were counted.
+    assert!(
+        !m.contains(
+            "kube_prober_source_errors_total{source=\"metrics_server\",reason=\"too_large\"}"
+        ),
+        "{m}"
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "kube_prober_node_cpu_utilization_ratio{node=\"node-a\",window=\"instant\",operator=\"latest\"}"
+        ),
+        0.25,
+        "{m}"
+    );
+    // Before the cap the same answer took the process to 805–863 MiB; one item is 205 KiB.
+    assert!(peak < 64.0, "peak RSS {peak:.1} MiB for an 80 MiB answer");
+    assert_eq!(p.terminate(), 0);
+}
+
+/// Items past `--max-response-bytes` are counted skips of their nodes, never a failed run or a
+/// retried LIST, and memory stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_server_items_past_the_cap_are_counted_skips() {
+    let (api, p) = against_huge_node_metrics("100Ki").await;
+    let m = wait_metrics(
+        &p,
+        &[(
+            "kube_prober_source_dropped_values_total{source=\"metrics_server\",reason=\"too_large\"}",
+            800.0,
+        )],
+        Duration::from_secs(60),
+    )
+    .await;
+    let peak = p.peak_rss_mib();
+    println!("fault=metrics_server_items_over_cap cap_kib=100 peak_rss_mib={peak:.1}");
+    assert!(
+        !m.contains(
+            "kube_prober_source_errors_total{source=\"metrics_server\",reason=\"too_large\"}"
+        ),
+        "{m}"
+    );
+    assert!(
+        !m.contains("kube_prober_node_cpu_utilization_ratio{node=\"node-a\""),
+        "{m}"
+    );
+    // One LIST per run: skipping items retries nothing. The runs are read from a snapshot made
+    // after the LISTs were counted.
     let lists = api.hits(apiserver::NODE_METRICS_PATH) as f64;
-    // Two ticks on from a body read after the count: that snapshot was made after it.
     let (_, now) = get(&p.url("/metrics")).await;
     let ticks = sample(&now, "kube_prober_ticks_total");
     let later = wait_metrics(
@@ -191,12 +243,7 @@ async fn an_oversized_metrics_server_answer_is_refused_and_memory_stays_bounded(
         &later,
         "kube_prober_source_runs_total{source=\"metrics_server\"}",
     );
-    assert!(
-        lists <= runs + 1.0,
-        "{lists} LISTs for {runs} runs: a too-large answer was retried"
-    );
-    // The process kept serving and its memory stayed far below the body size: before the cap
-    // the same answer took it to 805–863 MiB.
+    assert!(lists <= runs + 1.0, "{lists} LISTs for {runs} runs");
     assert_eq!(get(&p.url("/healthz")).await.0, 200);
     assert!(peak < 64.0, "peak RSS {peak:.1} MiB for an 80 MiB answer");
     assert_eq!(p.terminate(), 0);
@@ -504,9 +551,11 @@ async fn sigterm_during_a_hanging_push_exits_within_the_shutdown_timeout() {
     );
 }
 
-/// The kube-client probes read through the same cap: one NodeMetrics item past it fails the
-/// metrics-server probe as `too_large`, and `/readyz` still passes through a capped client. A
-/// watch (a stream of small events) is not cut by a cap far below its total size.
+/// The kube-client probes through a capped client: the metrics-server probe streams the
+/// NodeMetrics list (which metrics-server answers whole) and stops after its first item, so an
+/// answer far past the cap passes, while an answer past the cap on any other read is still
+/// `too_large`; `/readyz` passes. A watch (a stream of small events) is not cut by a cap far
+/// below its total size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_probes_and_watches_through_the_capped_client() {
     use futures_util::StreamExt;
@@ -515,14 +564,23 @@ async fn kube_probes_and_watches_through_the_capped_client() {
 
     let api = apiserver::start().await;
     let now = SystemTime::now();
-    api.set_node_metrics(huge_node_metrics(now).into_iter().take(2).collect());
+    api.set_node_metrics(huge_node_metrics(now));
     let client = kube_prober::k8s::client::client_from_config(api.config(), 64 * 1024).unwrap();
+    assert_eq!(
+        MetricsServerProbe::new(client.clone()).check().await,
+        Ok(())
+    );
+    // The same answer through kube's own LIST (collected whole) is past the cap.
+    let whole: kube::Api<k8s_metrics::v1beta1::NodeMetrics> = kube::Api::all(client.clone());
+    let e = whole.list(&Default::default()).await.unwrap_err();
+    let t = kube_prober::shared::limit::find_too_large(&e).expect("too_large");
+    assert_eq!(t.limit, 64 * 1024, "{e}");
+    api.set_node_metrics(Vec::new());
     let failure = MetricsServerProbe::new(client.clone())
         .check()
         .await
         .unwrap_err();
-    assert_eq!(failure.reason, "too_large", "{failure:?}");
-    assert!(failure.detail.contains("65536-byte limit"), "{failure:?}");
+    assert_eq!(failure.reason, "no_items", "{failure:?}");
     assert_eq!(
         ApiServerReadyProbe::new(client.clone()).check().await,
         Ok(())
@@ -554,5 +612,63 @@ async fn kube_probes_and_watches_through_the_capped_client() {
         if matches!(ev, kube::api::WatchEvent::Added(_)) {
             seen += 1;
         }
+    }
+}
+
+/// The streamed LIST against the stand-in's pages: every Node, page by page, each one item at a
+/// time; a `continue` token that expired between two pages (the API server compacted) is the
+/// real server's 410, with the items of the first page already handed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_list_follows_pages_and_fails_on_an_expired_continue_token() {
+    use kube_prober::k8s::stream_list::{ListError, Reading, list_items};
+    use kube_prober::shared::json_items::Piece;
+
+    let api = apiserver::start().await;
+    api.set_nodes(
+        (0..1100)
+            .map(|i| apiserver::node(&format!("n-{i:04}"), ("4", "8Gi"), ("4", "8Gi")))
+            .collect(),
+    );
+    let client = kube_prober::k8s::client::client_from_config(api.config(), 64 * 1024).unwrap();
+    let reading = Reading {
+        max_item: 64 * 1024,
+        stop_after: None,
+        page: Some(500),
+    };
+    let mut names = Vec::new();
+    let listed = list_items(&client, apiserver::NODES_PATH, reading, &mut |p| {
+        if let Piece::Item { bytes, .. } = p {
+            let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            names.push(v["metadata"]["name"].as_str().unwrap().to_string());
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!((listed.pages, listed.items), (3, 1100));
+    assert_eq!(names.len(), 1100);
+    assert_eq!(names[0], "n-0000");
+    assert_eq!(names[1099], "n-1099");
+
+    let mut seen = 0u64;
+    let compacting = &api;
+    let e = list_items(&client, apiserver::NODES_PATH, reading, &mut |_| {
+        seen += 1;
+        if seen == 500 {
+            // Every write bumps the revision; compaction then expires the first page's token.
+            compacting.upsert(&apiserver::node("n-new", ("4", "8Gi"), ("4", "8Gi")));
+            compacting.compact();
+        }
+    })
+    .await
+    .unwrap_err();
+    match e {
+        ListError::Kube {
+            error: kube::Error::Api(s),
+            items,
+        } => {
+            assert_eq!((s.code, items), (410, 500), "{s:?}");
+            assert_eq!(s.reason, "Expired");
+        }
+        other => panic!("{other:?}"),
     }
 }

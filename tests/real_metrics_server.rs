@@ -10,7 +10,8 @@
 //!   own `apiserver_request_total` (kube-apiserver's counts no proxied request);
 //! - metrics-server killed: a failed run naming the cause (the aggregation layer's 503), no
 //!   usage recorded; restarted, the fetcher recovers;
-//! - an answer past `--max-response-bytes` is a `too_large` run, not retried.
+//! - an answer past `--max-response-bytes` is still read whole, item by item (the cap bounds
+//!   each item); an item past it is a counted `too_large` skip of its node, not a failed run.
 //!
 //! Both of the fetcher's paths run: Nodes listed by the fetch itself, and Nodes from a node
 //! source as the cluster role's watcher gives them (NodeMetrics then read page by page, which
@@ -20,7 +21,7 @@
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -82,7 +83,11 @@ async fn client(kubeconfig: &Path, max_response_bytes: usize) -> kube::Client {
 
 const ALLOCATABLE: MetricsServerConfig = MetricsServerConfig {
     use_allocatable: true,
+    max_item_bytes: MAX_RESPONSE_BYTES,
 };
+
+/// Nodes by name, as the test brings them up to date before each run.
+type Held = Arc<Mutex<HashMap<String, Arc<LeanNode>>>>;
 
 /// The fetcher's two ways to its Nodes.
 #[derive(Debug, Clone, Copy)]
@@ -97,14 +102,17 @@ struct Fetcher {
     f: MetricsServerFetcher,
     /// Lists the node source's Nodes (uncapped: the cap under test is the fetcher's).
     admin: kube::Client,
-    nodes: Option<Arc<Mutex<Vec<Arc<LeanNode>>>>>,
+    nodes: Option<Held>,
 }
 
 impl Fetcher {
     async fn new(path: NodesFrom, max_response_bytes: usize) -> Fetcher {
         let kubeconfig = &cp().0.admin_kubeconfig;
-        let f =
-            MetricsServerFetcher::new(client(kubeconfig, max_response_bytes).await, ALLOCATABLE);
+        let config = MetricsServerConfig {
+            max_item_bytes: max_response_bytes,
+            ..ALLOCATABLE
+        };
+        let f = MetricsServerFetcher::new(client(kubeconfig, max_response_bytes).await, config);
         let admin = client(kubeconfig, MAX_RESPONSE_BYTES).await;
         match path {
             NodesFrom::ListsNodes => Fetcher {
@@ -113,9 +121,8 @@ impl Fetcher {
                 nodes: None,
             },
             NodesFrom::Watched => {
-                let held: Arc<Mutex<Vec<Arc<LeanNode>>>> = Arc::default();
-                let h = held.clone();
-                let source: NodeSource = Arc::new(move || h.lock().unwrap().clone());
+                let held: Held = Arc::default();
+                let source: NodeSource = held.clone();
                 let f = f.with_node_source(source, Box::pin(async { true }));
                 Fetcher {
                     f,
@@ -134,7 +141,11 @@ impl Fetcher {
                 .list(&Default::default())
                 .await
                 .expect("listing Nodes for the node source");
-            *held.lock().unwrap() = nodes.items.into_iter().map(Arc::new).collect();
+            *held.lock().unwrap() = nodes
+                .items
+                .into_iter()
+                .filter_map(|n| Some((n.metadata.name.clone()?, Arc::new(n))))
+                .collect();
         }
         run_once(&mut self.f, store, TIMEOUT).await
     }
@@ -515,10 +526,11 @@ async fn metrics_server_stopped_fails_the_run_and_restarted_recovers() {
     }
 }
 
-/// `--max-response-bytes` below the real whole answer: a `too_large` run, the answer read
-/// once (not retried), no usage.
+/// `--max-response-bytes` below the real whole answer: the list is read as a stream, so every
+/// node still gets its sample from one LIST; below one item's size, each node is a counted
+/// `too_large` skip (not a failed run), from the same one LIST.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_past_the_cap_is_too_large_and_not_retried() {
+async fn the_cap_bounds_each_item_not_the_whole_answer() {
     let (cp, _) = cp();
     let _turn = TURN.lock().await;
     let m = node_metrics(cp);
@@ -532,22 +544,39 @@ async fn an_answer_past_the_cap_is_too_large_and_not_retried() {
     let whole = cp
         .kubectl(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes"])
         .len();
+    let items = m.len();
     let cap = whole / 2;
     let mut f = Fetcher::new(NodesFrom::Watched, cap).await;
     let before = node_metrics_lists(cp);
     let store = Store::new();
+    assert_eq!(
+        f.run(&store).await,
+        RunOutcome::Ok,
+        "a {whole}-byte answer, cap {cap}"
+    );
+    let after = node_metrics_lists(cp);
+    assert_eq!(total(&after) - total(&before), 1.0, "one LIST: {after:?}");
+    let got = usage(&store);
+    for n in with_pods() {
+        assert!(got.contains_key(&n), "{n} missing from {got:?}");
+    }
+
+    // Below the smallest item: every item skipped and counted, the run not failed.
+    let mut f = Fetcher::new(NodesFrom::Watched, 64).await;
+    let before = node_metrics_lists(cp);
+    let store = Store::new();
     let outcome = f.run(&store).await;
     let after = node_metrics_lists(cp);
-    let RunOutcome::Failed { reason, message } = outcome else {
-        panic!("a {whole}-byte answer under a {cap}-byte cap: {outcome:?}");
-    };
-    assert_eq!(reason, "too_large", "{message}");
-    assert!(message.contains("NodeMetrics"), "{message}");
+    assert_eq!(outcome, RunOutcome::NoData, "every item over a 64-byte cap");
     assert!(usage(&store).is_empty());
+    let snap = store.snapshot(SystemTime::now());
+    let src = &snap.sources["metrics_server"];
+    assert!(src.errors.is_empty(), "{src:?}");
+    assert_eq!(src.dropped.get("too_large").copied(), Some(items as u64));
     assert_eq!(
         total(&after) - total(&before),
         1.0,
         "not retried: {after:?}"
     );
-    eprintln!("{whole}-byte answer, cap {cap}: {message}");
+    eprintln!("{whole}-byte answer of {items} items read under a {cap}-byte cap");
 }

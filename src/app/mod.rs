@@ -1085,13 +1085,14 @@ fn metrics_server_fetcher(
         client,
         MetricsServerConfig {
             use_allocatable: cfg.usage.metrics_server_use_allocatable,
+            max_item_bytes: cfg.max_response_bytes,
         },
     );
     // The cluster role watches every Node already: no LIST of all Nodes per fetch.
     if let Some((stores, true)) = node_stores {
         let listed = stores.clone();
         f = f.with_node_source(
-            Arc::new(move || stores.nodes.state()),
+            Arc::new(stores.nodes.clone()),
             Box::pin(async move { listed.nodes_listed().await }),
         );
     }

@@ -31,17 +31,21 @@ pub enum DropReason {
     /// A capacity that is missing, zero, negative, non-finite or absurd (above
     /// [`MAX_CPU_CORES`] / [`MAX_MEMORY_BYTES`]); ratios over it are not computed.
     BadCapacity,
-    /// A value the backend sent that is not a number or quantity at all.
+    /// A value the backend sent that is not a number or quantity at all (or an item of a list
+    /// that does not decode).
     Unparsable,
+    /// An item of a streamed list (one node's NodeMetrics) over `--max-response-bytes`.
+    TooLarge,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::NonFinite,
         DropReason::Negative,
         DropReason::AboveCapacity,
         DropReason::BadCapacity,
         DropReason::Unparsable,
+        DropReason::TooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +55,7 @@ impl DropReason {
             DropReason::AboveCapacity => "above_capacity",
             DropReason::BadCapacity => "bad_capacity",
             DropReason::Unparsable => "unparsable",
+            DropReason::TooLarge => "too_large",
         }
     }
 }

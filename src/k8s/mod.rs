@@ -12,3 +12,4 @@ pub mod leader_options;
 pub mod lean;
 pub mod pod_resources;
 pub mod role;
+pub mod stream_list;

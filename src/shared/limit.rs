@@ -5,6 +5,9 @@
 //!   with [`TooLarge`] once more than the cap has arrived, or at once when `Content-Length`
 //!   already says so. kube collects a whole body before parsing it (`Client::request_text`),
 //!   so without the cap one answer is held in memory several times over.
+//! - Streamed lists (the NodeMetrics list, which metrics-server answers whole): a request
+//!   carrying [`CappedPerItem`] is read item by item by `crate::k8s::stream_list`, which caps
+//!   each item; the body as a whole is not capped here.
 //! - Watch streams (`?watch=true`) live for minutes and carry any number of events, so a cap
 //!   on their total would cut every healthy watch. What can grow without bound there is one
 //!   event: kube splits the stream into lines with no line limit. A watch body is therefore
@@ -26,12 +29,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The default cap: 32 MiB.
 ///
-/// The largest single answer kube-prober reads in normal operation is the metrics.k8s.io
-/// NodeMetrics list, which metrics-server serves in one piece whatever `limit` says. At 5,000
-/// nodes (Kubernetes' supported maximum) with GKE's ~28 node labels copied into each item
-/// (about 1.5 KB of JSON per node) it weighs 7.2 MiB; 32 MiB leaves 4× headroom for longer
-/// label sets, and also fits a 500-object LIST page of Nodes or Pods at up to 64 KiB per
-/// object. A body at the cap costs a few times its size in memory while it is parsed.
+/// It fits a 500-object LIST page of Nodes or Pods at up to 64 KiB per object, and a
+/// Prometheus answer of one series per node at 150,000 nodes. The one answer that grows
+/// without a page is the metrics.k8s.io NodeMetrics list, which metrics-server serves in one
+/// piece whatever `limit` says (about 1.3 KB a node with GKE's labels: 80 MiB at 65,000
+/// nodes): it is read as a stream of items, and the cap bounds each item instead
+/// ([`CappedPerItem`]). A body at the cap costs a few times its size in memory while it is
+/// parsed.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 << 20;
 
 /// A response (or one watch event) was larger than the cap.
@@ -99,7 +103,15 @@ pub enum Cap {
     Total(usize),
     /// Each newline-terminated line (one watch event).
     PerLine(usize),
+    /// Not here: the reader caps each item of the list it streams ([`CappedPerItem`]).
+    PerItem,
 }
+
+/// A request extension for the kube client: the answer is a list that its reader splits into
+/// items as it arrives and caps item by item (`crate::k8s::stream_list`), so [`BodyCapLayer`]
+/// leaves the body as a whole uncapped. Without it, every answer but a watch is capped whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CappedPerItem;
 
 /// A body that fails with [`TooLarge`] past its cap.
 pub struct CappedBody<B> {
@@ -133,6 +145,10 @@ impl<B> CappedBody<B> {
                 limit,
                 what: "watch event",
             },
+            Cap::PerItem => TooLarge {
+                limit: usize::MAX,
+                what: "list item",
+            },
         }
     }
 
@@ -156,6 +172,7 @@ impl<B> CappedBody<B> {
                 self.seen = self.seen.saturating_add(data.len() - start);
                 self.seen <= limit
             }
+            Cap::PerItem => true,
         }
     }
 }
@@ -256,7 +273,9 @@ where
     }
 
     fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let cap = if is_watch(req.uri()) {
+        let cap = if req.extensions().get::<CappedPerItem>().is_some() {
+            Cap::PerItem
+        } else if is_watch(req.uri()) {
             Cap::PerLine(self.limit)
         } else {
             Cap::Total(self.limit)
@@ -351,8 +370,9 @@ pub async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<By
 #[serde(default)]
 pub struct LimitOptions {
     /// Largest answer read from outside (Kubernetes API incl. metrics.k8s.io, HTTP backends,
-    /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams. A larger
-    /// answer is a `too_large` error. [default: 32Mi]
+    /// probe targets), in bytes or as a quantity (32Mi); one event for watch streams, one node's
+    /// item for the NodeMetrics list (read as a stream, any size). A larger answer is a
+    /// `too_large` error; a larger NodeMetrics item a counted skip. [default: 32Mi]
     #[arg(long, env = "KUBE_PROBER_MAX_RESPONSE_BYTES", value_name = "BYTES")]
     pub max_response_bytes: Option<String>,
 }

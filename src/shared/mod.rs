@@ -1,6 +1,7 @@
 //! The neutral room: helpers every layer may use. It imports nothing else of the crate.
 
 pub mod error;
+pub mod json_items;
 pub mod limit;
 pub mod options;
 pub mod quantity;

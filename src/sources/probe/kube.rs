@@ -1,10 +1,21 @@
 //! Probes through the Kubernetes API: metrics-server answers with items; the API server's
 //! `/readyz` says ok.
 
-use k8s_metrics::v1beta1::NodeMetrics;
-use kube::api::{Api, ListParams};
-
 use super::{Failure, Probe};
+use crate::k8s::stream_list::{ListError, Reading, list_items};
+
+const NODE_METRICS_PATH: &str = "/apis/metrics.k8s.io/v1beta1/nodes";
+/// The first NodeMetrics item is read only to be counted: past this it counts as there.
+const ITEM_BYTES: usize = 1 << 20;
+
+/// A streamed LIST's failure as a probe failure: what kube's error says, or `bad_body` for an
+/// answer that is not a list.
+fn list_failure(e: ListError) -> Failure {
+    match e {
+        ListError::Kube { error, .. } => kube_failure(error),
+        ListError::Parse(reason) => Failure::new("bad_body", reason),
+    }
+}
 
 fn kube_failure(e: kube::Error) -> Failure {
     if let Some(t) = crate::shared::limit::find_too_large(&e) {
@@ -38,12 +49,17 @@ impl Probe for MetricsServerProbe {
     }
 
     async fn check(&self) -> Result<(), Failure> {
-        let api: Api<NodeMetrics> = Api::all(self.client.clone());
-        let list = api
-            .list(&ListParams::default().limit(1))
+        // metrics-server ignores `limit` and answers every node: the list is read as a stream
+        // and dropped after its first item, whatever the cluster's size.
+        let reading = Reading {
+            max_item: ITEM_BYTES,
+            stop_after: Some(1),
+            page: None,
+        };
+        let listed = list_items(&self.client, NODE_METRICS_PATH, reading, &mut |_| {})
             .await
-            .map_err(kube_failure)?;
-        if list.items.is_empty() {
+            .map_err(list_failure)?;
+        if listed.items == 0 {
             return Err(Failure::new(
                 "no_items",
                 "metrics-server answered with no NodeMetrics",

@@ -1,8 +1,17 @@
 //! The Kubernetes Metrics Server backend: load-watcher's `KubernetesMetricsServer` source.
 //!
-//! Per fetch it LISTs `metrics.k8s.io/v1beta1` NodeMetrics and core/v1 Nodes (concurrently) and
-//! turns each node's usage into ratios of its capacity (load-watcher) or, optionally, of its
-//! allocatable. Each sample carries the time metrics-server says the usage stands for.
+//! Per fetch it LISTs `metrics.k8s.io/v1beta1` NodeMetrics and turns each node's usage into
+//! ratios of its capacity (load-watcher) or, optionally, of its allocatable, taken from the Nodes
+//! the cluster role watches (or, without that watcher, from a LIST of Nodes). Each sample carries
+//! the time metrics-server says the usage stands for.
+//!
+//! metrics-server answers the NodeMetrics list whole, whatever `limit` says: about 1.3 KB a node
+//! with GKE's labels, 80 MiB at 65,000 nodes. The list is read as a stream
+//! ([`crate::k8s::stream_list`]): each item is decoded as it arrives and goes to the hub at once
+//! ([`UsageFetcher::fetch_into`]), so a fetch holds one item, never the body or the decoded
+//! list. `--max-response-bytes` caps each item; a larger one is a counted, logged skip of that
+//! node (`too_large`), as is an item that does not decode (`unparsable`, naming the item and its
+//! byte offset, never quoting it). The fetch as a whole is bounded by the source's timeout.
 //!
 //! Better than load-watcher: quantities are parsed in full (every SI, binary and exponent form,
 //! fractions), and a node whose denominator is missing, zero, absurd or unparsable gets no
@@ -20,24 +29,76 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Api;
 use kube::api::ListParams;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde::{Deserialize, Deserializer};
 
 use super::{Dropped, Fetched, UsageFetcher};
-use crate::hub::{DropReason, validate};
+use crate::hub::{DropReason, NodeRecorder, validate};
 use crate::k8s::lean::LeanNode;
+use crate::k8s::stream_list::{Reading, list_items};
 use crate::model::{NodeCapacity, Resource, UsageSample};
+use crate::shared::error::Error;
+use crate::shared::json_items::Piece;
+use crate::shared::limit::DEFAULT_MAX_RESPONSE_BYTES;
 use crate::shared::quantity::parse_quantity;
 
 /// Settings of the metrics-server backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetricsServerConfig {
     /// Divide usage by the node's allocatable instead of its capacity. Off (the default) is
     /// load-watcher's behaviour: capacity.
     pub use_allocatable: bool,
+    /// The largest NodeMetrics item read (`--max-response-bytes`); a larger one is skipped and
+    /// counted.
+    pub max_item_bytes: usize,
+}
+
+impl Default for MetricsServerConfig {
+    fn default() -> Self {
+        MetricsServerConfig {
+            use_allocatable: false,
+            max_item_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// Nodes by name, with capacity and allocatable: the cluster role's Node watcher, or a LIST.
+pub trait NodeLookup: Send + Sync {
+    fn node(&self, name: &str) -> Option<Arc<LeanNode>>;
+    fn is_empty(&self) -> bool;
+}
+
+impl NodeLookup for Store<LeanNode> {
+    fn node(&self, name: &str) -> Option<Arc<LeanNode>> {
+        self.get(&ObjectRef::new(name))
+    }
+    fn is_empty(&self) -> bool {
+        Store::is_empty(self)
+    }
+}
+
+impl NodeLookup for HashMap<String, Arc<LeanNode>> {
+    fn node(&self, name: &str) -> Option<Arc<LeanNode>> {
+        self.get(name).cloned()
+    }
+    fn is_empty(&self) -> bool {
+        HashMap::is_empty(self)
+    }
+}
+
+/// A lookup its owner brings up to date between fetches.
+impl NodeLookup for std::sync::Mutex<HashMap<String, Arc<LeanNode>>> {
+    fn node(&self, name: &str) -> Option<Arc<LeanNode>> {
+        let map = self.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(name).cloned()
+    }
+    fn is_empty(&self) -> bool {
+        self.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
 }
 
 /// The Nodes the cluster role's watchers already hold (trimmed, with capacity and allocatable).
-pub type NodeSource = Arc<dyn Fn() -> Vec<Arc<LeanNode>> + Send + Sync>;
+pub type NodeSource = Arc<dyn NodeLookup>;
 
 /// Resolves once the Node watcher's first list is in its store (`true`), or when the watcher
 /// ended without one (`false`).
@@ -48,6 +109,9 @@ pub type NodesListed = Pin<Box<dyn Future<Output = bool> + Send>>;
 /// and the fetch) held every Node twice at start-up (docs/benchmarks.md). The readiness budget
 /// at that size is 60 s.
 pub const NODE_LIST_WAIT: Duration = Duration::from_secs(30);
+
+/// Where the NodeMetrics list is read.
+pub const NODE_METRICS_PATH: &str = "/apis/metrics.k8s.io/v1beta1/nodes";
 
 /// Reads node usage from the resource metrics API through the Kubernetes API server.
 pub struct MetricsServerFetcher {
@@ -85,6 +149,65 @@ impl MetricsServerFetcher {
         self.nodes_listed = Some(listed);
         self
     }
+
+    /// One fetch into `out`: the nodes' denominators, then every NodeMetrics item as it
+    /// arrives. The errors are returned; what was converted before one stays in `out`.
+    async fn convert<O: UsageOut + Send>(&mut self, out: &mut O) -> Fetched {
+        let mut fetched = Fetched::default();
+        let listed: HashMap<String, Arc<LeanNode>>;
+        let nodes: &dyn NodeLookup = match self.nodes.as_deref() {
+            Some(watched) if !watched.is_empty() => watched,
+            _ => match list_nodes(&self.client).await {
+                Ok(map) => {
+                    listed = map;
+                    &listed
+                }
+                Err(e) => {
+                    // Without the denominators no usage can be turned into a ratio.
+                    fetched.errors.push(e);
+                    return fetched;
+                }
+            },
+        };
+        let mut conv = Converter::new(nodes, &self.cfg, SystemTime::now(), out);
+        let reading = Reading {
+            max_item: self.cfg.max_item_bytes,
+            stop_after: None,
+            page: None,
+        };
+        let streamed = list_items(&self.client, NODE_METRICS_PATH, reading, &mut |piece| {
+            conv.piece(piece)
+        })
+        .await
+        .map_err(|e| e.into_error(WHAT_METRICS));
+        conv.finish();
+        match streamed {
+            Ok(listed) => tracing::debug!(
+                items = listed.items,
+                bytes = listed.bytes,
+                pages = listed.pages,
+                "NodeMetrics list read"
+            ),
+            Err(e) => fetched.errors.push(e),
+        }
+        fetched
+    }
+}
+
+/// Every Node, page by page, by name.
+async fn list_nodes(client: &kube::Client) -> Result<HashMap<String, Arc<LeanNode>>, Error> {
+    let nodes_api: Api<LeanNode> = Api::all(client.clone());
+    let mut map = HashMap::new();
+    for_each_page(&nodes_api, |page| {
+        for n in page {
+            if let Some(name) = n.metadata.name.clone() {
+                map.insert(name, Arc::new(n));
+            }
+        }
+    })
+    .await
+    .map_err(|e| crate::k8s::client::kube_error(WHAT_NODES, &e))?;
+    Ok(map)
 }
 
 /// A NodeMetrics as each fetch decodes it: the name, the timestamp and the CPU and memory
@@ -151,70 +274,29 @@ impl UsageFetcher for MetricsServerFetcher {
         }
     }
 
+    /// The samples collected in a list (for callers without a hub; `fetch_into` is what runs).
     async fn fetch(&mut self) -> Fetched {
-        let metrics_api: Api<LeanNodeMetrics> = Api::all(self.client.clone());
-        let watched = self.nodes.as_ref().map(|f| f()).unwrap_or_default();
-        let mut fetched = Fetched::default();
-        if !watched.is_empty() {
-            // Each page of NodeMetrics becomes samples as it arrives. metrics-server itself
-            // ignores `limit` and answers the whole list as one page (docs/benchmarks.md, "The
-            // cluster role with the real metrics-server"); an implementation that pages is
-            // never held whole.
-            let now = SystemTime::now();
-            let mut conv = Converter::new(&watched, &self.cfg, now);
-            let listed = for_each_page(&metrics_api, |page| conv.add(page)).await;
-            let out = conv.finish();
-            fetched.capacities = out.capacities;
-            match listed {
-                Ok(()) => {
-                    fetched.samples = out.samples;
-                    fetched.dropped = out.dropped;
-                }
-                // As with a whole list that failed: no usage of this fetch is recorded.
-                Err(e) => fetched
-                    .errors
-                    .push(crate::k8s::client::kube_error(WHAT_METRICS, &e)),
-            }
-            return fetched;
-        }
-        let nodes_api: Api<LeanNode> = Api::all(self.client.clone());
-        let (metrics, nodes) = tokio::join!(list_all(&metrics_api), list_all(&nodes_api));
-        let now = SystemTime::now();
-        let nodes = match nodes {
-            Ok(items) => items,
-            Err(e) => {
-                // Without the denominators no usage can be turned into a ratio.
-                fetched
-                    .errors
-                    .push(crate::k8s::client::kube_error(WHAT_NODES, &e));
-                if let Err(e) = metrics {
-                    fetched
-                        .errors
-                        .push(crate::k8s::client::kube_error(WHAT_METRICS, &e));
-                }
-                return fetched;
-            }
+        let mut lists = FromLists::default();
+        let mut fetched = self.convert(&mut lists).await;
+        fetched.samples = lists.samples;
+        fetched.capacities = lists.capacities;
+        fetched.dropped = lists.dropped;
+        fetched
+    }
+
+    async fn fetch_into(&mut self, out: &dyn NodeRecorder) -> Fetched {
+        let mut recording = Recording {
+            out,
+            source: self.name(),
+            samples: 0,
         };
-        let metrics = match metrics {
-            Ok(items) => items,
-            Err(e) => {
-                fetched
-                    .errors
-                    .push(crate::k8s::client::kube_error(WHAT_METRICS, &e));
-                Vec::new()
-            }
-        };
-        let out = samples_from(metrics, &nodes, &self.cfg, now);
-        fetched.samples = out.samples;
-        fetched.capacities = out.capacities;
-        fetched.dropped = out.dropped;
+        let mut fetched = self.convert(&mut recording).await;
+        fetched.streamed = recording.samples;
         fetched
     }
 }
 
-/// Items per LIST page asked for: bounds each response of a server that pages (Nodes; a
-/// metrics.k8s.io implementation that honours `limit`). metrics-server does not: its one answer
-/// is bounded only by `--max-response-bytes`.
+/// Items per LIST page of Nodes asked for (the API server pages them).
 const PAGE: u32 = 500;
 /// Retries of a failed page (429, 5xx, transport), from [`BACKOFF`], doubling.
 const RETRIES: u32 = 2;
@@ -224,19 +306,9 @@ fn transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         kube::Error::HyperError(_) => true,
-        kube::Error::Service(_) => !too_large(e),
+        kube::Error::Service(_) => crate::shared::limit::find_too_large(e).is_none(),
         _ => false,
     }
-}
-
-/// Every object, page by page, each page retried with backoff when the failure is transient.
-async fn list_all<K>(api: &Api<K>) -> Result<Vec<K>, kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut items = Vec::new();
-    for_each_page(api, |page| items.extend(page)).await?;
-    Ok(items)
 }
 
 /// Hands every page of the list to `each` as it arrives, each page retried with backoff when
@@ -267,12 +339,6 @@ where
             None => return Ok(()),
         }
     }
-}
-
-/// Whether `e` is an answer past `--max-response-bytes`: never retried (it would only be
-/// read again), and counted as `too_large`.
-fn too_large(e: &kube::Error) -> bool {
-    crate::shared::limit::find_too_large(e).is_some()
 }
 
 /// One denominator usage is divided by: capacity, or allocatable when configured (which
@@ -319,10 +385,18 @@ fn sample_time(m: &LeanNodeMetrics, now: SystemTime) -> SystemTime {
         .unwrap_or(now)
 }
 
-/// What the two LISTs give: samples, the denominators used (for every node where both are
-/// usable) and the values that could not be used. A node's bad value never touches another
-/// node or the node's other resource; values the hub must judge (a negative or absurd ratio)
-/// are passed on as they are, so its one rule decides.
+/// Where converted NodeMetrics go: the hub as each item is decoded ([`Recording`]), or lists
+/// ([`FromLists`]: `fetch` and the tests).
+trait UsageOut {
+    fn sample(&mut self, sample: UsageSample);
+    fn capacity(&mut self, node: &str, capacity: NodeCapacity);
+    fn dropped(&mut self, dropped: Dropped);
+}
+
+/// What the conversion gives as lists: samples, the denominators used (for every node with
+/// usage where both are usable) and the values that could not be used. A node's bad value never
+/// touches another node or the node's other resource; values the hub must judge (a negative or
+/// absurd ratio) are passed on as they are, so its one rule decides.
 #[derive(Debug, Default, PartialEq)]
 struct FromLists {
     samples: Vec<UsageSample>,
@@ -330,128 +404,199 @@ struct FromLists {
     dropped: Vec<Dropped>,
 }
 
-fn samples_from<N: std::borrow::Borrow<LeanNode>>(
+impl UsageOut for FromLists {
+    fn sample(&mut self, sample: UsageSample) {
+        self.samples.push(sample);
+    }
+    fn capacity(&mut self, node: &str, capacity: NodeCapacity) {
+        self.capacities.push((node.to_string(), capacity));
+    }
+    fn dropped(&mut self, dropped: Dropped) {
+        self.dropped.push(dropped);
+    }
+}
+
+/// Straight into the hub, item by item.
+struct Recording<'a> {
+    out: &'a dyn NodeRecorder,
+    source: &'static str,
+    samples: u64,
+}
+
+impl UsageOut for Recording<'_> {
+    fn sample(&mut self, sample: UsageSample) {
+        self.samples += 1;
+        self.out.record_node_usage(self.source, sample);
+    }
+    fn capacity(&mut self, node: &str, capacity: NodeCapacity) {
+        self.out.record_node_capacity(node, capacity);
+    }
+    fn dropped(&mut self, d: Dropped) {
+        self.out
+            .record_dropped(self.source, &d.node, &d.what, d.reason);
+    }
+}
+
+#[cfg(test)]
+fn samples_from(
     node_metrics: Vec<LeanNodeMetrics>,
-    nodes: &[N],
+    nodes: &HashMap<String, Arc<LeanNode>>,
     cfg: &MetricsServerConfig,
     now: SystemTime,
 ) -> FromLists {
-    let mut conv = Converter::new(nodes, cfg, now);
-    conv.add(node_metrics);
-    conv.finish()
+    let mut out = FromLists::default();
+    let mut conv = Converter::new(nodes, cfg, now, &mut out);
+    for m in node_metrics {
+        conv.add(m);
+    }
+    conv.finish();
+    out
 }
 
-/// Turns NodeMetrics into [`FromLists`], one batch (a LIST page) at a time. A node's
-/// denominators are worked out when its NodeMetrics arrives (and once more for the
-/// capacities): the index holds only where each node is, 24 bytes a node instead of its two
-/// results (81 bytes: 10.6 MB at 65,000 nodes, alive through every fetch).
-struct Converter<'a, N> {
-    nodes: &'a [N],
+/// The name of a NodeMetrics item that could not be decoded, from its first bytes (its
+/// `metadata.name` comes first), for the skip's count and log.
+fn name_in(bytes: &[u8]) -> String {
+    const KEY: &[u8] = b"\"name\":\"";
+    memchr::memmem::find(bytes, KEY)
+        .and_then(|at| {
+            let rest = &bytes[at + KEY.len()..];
+            let end = memchr::memchr(b'"', rest)?;
+            std::str::from_utf8(&rest[..end.min(253)]).ok()
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or("<unnamed>")
+        .to_string()
+}
+
+/// Turns NodeMetrics into samples for `out`, one item at a time, each node's denominators
+/// worked out when its NodeMetrics arrives.
+struct Converter<'a, O> {
+    nodes: &'a dyn NodeLookup,
     cfg: &'a MetricsServerConfig,
-    by_name: HashMap<&'a str, u32>,
-    out: FromLists,
-    not_listed: Vec<String>,
+    out: &'a mut O,
+    not_listed: u64,
+    first_not_listed: Option<String>,
     now: SystemTime,
 }
 
-impl<'a, N: std::borrow::Borrow<LeanNode>> Converter<'a, N> {
-    fn new(nodes: &'a [N], cfg: &'a MetricsServerConfig, now: SystemTime) -> Self {
-        let mut by_name = HashMap::with_capacity(nodes.len());
-        let mut out = FromLists {
-            samples: Vec::with_capacity(nodes.len()),
-            capacities: Vec::with_capacity(nodes.len()),
-            dropped: Vec::new(),
-        };
-        for (i, node) in nodes.iter().enumerate() {
-            let node = node.borrow();
-            let (Some(name), Ok(i)) = (node.metadata.name.as_deref(), u32::try_from(i)) else {
-                continue;
-            };
-            let cpu = denominator(node, cfg, "cpu");
-            let memory = denominator(node, cfg, "memory");
-            if let (Ok(cpu_cores), Ok(memory_bytes)) = (&cpu, &memory) {
-                let c = NodeCapacity {
-                    cpu_cores: *cpu_cores,
-                    memory_bytes: *memory_bytes,
-                };
-                out.capacities.push((name.to_string(), c));
-            }
-            by_name.insert(name, i);
-        }
+impl<'a, O: UsageOut> Converter<'a, O> {
+    fn new(
+        nodes: &'a dyn NodeLookup,
+        cfg: &'a MetricsServerConfig,
+        now: SystemTime,
+        out: &'a mut O,
+    ) -> Self {
         Converter {
             nodes,
             cfg,
-            by_name,
             out,
-            not_listed: Vec::new(),
+            not_listed: 0,
+            first_not_listed: None,
             now,
         }
     }
 
-    /// One batch of NodeMetrics, by value: each sample takes its NodeMetrics' name (no copy
-    /// per node and fetch).
-    fn add(&mut self, node_metrics: Vec<LeanNodeMetrics>) {
-        let out = &mut self.out;
-        for mut m in node_metrics {
-            let name = m.metadata.name.take().unwrap_or_default();
-            let Some(node) = self
-                .by_name
-                .get(name.as_str())
-                .and_then(|&i| self.nodes.get(i as usize))
-            else {
-                self.not_listed.push(name);
-                continue;
-            };
-            let node = node.borrow();
-            let (cpu_d, memory_d) = (
-                &denominator(node, self.cfg, "cpu"),
-                &denominator(node, self.cfg, "memory"),
-            );
-            let mut values = Vec::with_capacity(2);
-            for (resource, raw, d) in [
-                (Resource::Cpu, &m.usage.cpu.0, cpu_d),
-                (Resource::Memory, &m.usage.memory.0, memory_d),
-            ] {
-                let what = resource.as_str();
-                let usage = match parse_quantity(raw) {
-                    Ok(v) => v,
-                    Err(_) => {
-                        out.dropped.push(Dropped {
-                            node: name.to_string(),
-                            what: format!("{what} usage {raw:?}"),
-                            reason: DropReason::Unparsable,
-                        });
-                        continue;
-                    }
-                };
-                match d {
-                    Ok(d) => values.push((resource, usage / d)),
-                    Err((reason, field)) => out.dropped.push(Dropped {
-                        node: name.to_string(),
-                        what: field.clone(),
-                        reason: *reason,
-                    }),
-                }
-            }
-            if !values.is_empty() {
-                out.samples.push(UsageSample {
-                    at: sample_time(&m, self.now),
-                    node: name,
-                    values,
-                });
-            }
+    /// One element of the list as the stream hands it over.
+    fn piece(&mut self, piece: Piece<'_>) {
+        match piece {
+            Piece::Item {
+                index,
+                offset,
+                bytes,
+            } => match serde_json::from_slice::<LeanNodeMetrics>(bytes) {
+                Ok(m) => self.add(m),
+                Err(e) => self.out.dropped(Dropped {
+                    node: name_in(bytes),
+                    what: format!("NodeMetrics item {index} at byte {offset}: {e}"),
+                    reason: DropReason::Unparsable,
+                }),
+            },
+            Piece::Oversized {
+                index,
+                offset,
+                len,
+                head,
+            } => self.out.dropped(Dropped {
+                node: name_in(head),
+                what: format!(
+                    "NodeMetrics item {index} at byte {offset}: {len} bytes, over the {}-byte \
+                     limit (--max-response-bytes)",
+                    self.cfg.max_item_bytes
+                ),
+                reason: DropReason::TooLarge,
+            }),
         }
     }
 
-    fn finish(self) -> FromLists {
-        if !self.not_listed.is_empty() {
+    /// One NodeMetrics, by value: the sample takes its name (no copy per node and fetch).
+    fn add(&mut self, mut m: LeanNodeMetrics) {
+        let name = m.metadata.name.take().unwrap_or_default();
+        let Some(node) = self.nodes.node(&name) else {
+            self.not_listed += 1;
+            if self.first_not_listed.is_none() {
+                self.first_not_listed = Some(name);
+            }
+            return;
+        };
+        let (cpu_d, memory_d) = (
+            denominator(&node, self.cfg, "cpu"),
+            denominator(&node, self.cfg, "memory"),
+        );
+        let mut values = Vec::with_capacity(2);
+        for (resource, raw, d) in [
+            (Resource::Cpu, &m.usage.cpu.0, &cpu_d),
+            (Resource::Memory, &m.usage.memory.0, &memory_d),
+        ] {
+            let usage = match parse_quantity(raw) {
+                Ok(v) => v,
+                Err(_) => {
+                    self.out.dropped(Dropped {
+                        node: name.clone(),
+                        what: format!("{} usage {raw:?}", resource.as_str()),
+                        reason: DropReason::Unparsable,
+                    });
+                    continue;
+                }
+            };
+            match d {
+                Ok(d) => values.push((resource, usage / d)),
+                Err((reason, field)) => self.out.dropped(Dropped {
+                    node: name.clone(),
+                    what: field.clone(),
+                    reason: *reason,
+                }),
+            }
+        }
+        if values.is_empty() {
+            return;
+        }
+        let at = sample_time(&m, self.now);
+        let capacity = match (cpu_d, memory_d) {
+            (Ok(cpu_cores), Ok(memory_bytes)) => Some(NodeCapacity {
+                cpu_cores,
+                memory_bytes,
+            }),
+            _ => None,
+        };
+        let node_name = capacity.is_some().then(|| name.clone());
+        self.out.sample(UsageSample {
+            at,
+            node: name,
+            values,
+        });
+        if let (Some(c), Some(n)) = (capacity, node_name) {
+            self.out.capacity(&n, c);
+        }
+    }
+
+    fn finish(self) {
+        if self.not_listed > 0 {
             tracing::debug!(
-                skipped = self.not_listed.len(),
-                nodes = ?self.not_listed,
+                skipped = self.not_listed,
+                first = ?self.first_not_listed,
                 "node metrics for nodes missing from the node list skipped"
             );
         }
-        self.out
     }
 }
 
@@ -544,10 +689,20 @@ mod tests {
 
     const CAPACITY: MetricsServerConfig = MetricsServerConfig {
         use_allocatable: false,
+        max_item_bytes: 1 << 20,
     };
     const ALLOCATABLE: MetricsServerConfig = MetricsServerConfig {
         use_allocatable: true,
+        max_item_bytes: 1 << 20,
     };
+
+    /// Nodes by name, as the lookup holds them.
+    fn by_name(nodes: impl IntoIterator<Item = LeanNode>) -> HashMap<String, Arc<LeanNode>> {
+        nodes
+            .into_iter()
+            .map(|n| (n.metadata.name.clone().unwrap(), Arc::new(n)))
+            .collect()
+    }
 
     #[test]
     fn ratios_of_capacity_with_the_metrics_timestamp() {
@@ -557,7 +712,7 @@ mod tests {
             samples,
             capacities: caps,
             dropped,
-        } = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T + 99));
+        } = samples_from(m.to_vec(), &by_name(nodes.clone()), &CAPACITY, at(T + 99));
         assert!(dropped.is_empty(), "{dropped:?}");
         assert_eq!(
             samples,
@@ -590,7 +745,7 @@ mod tests {
             samples,
             capacities: caps,
             dropped,
-        } = samples_from(m.to_vec(), &nodes, &ALLOCATABLE, at(T));
+        } = samples_from(m.to_vec(), &by_name(nodes.clone()), &ALLOCATABLE, at(T));
         assert!(dropped.is_empty(), "{dropped:?}");
         assert_eq!(
             samples[0].values,
@@ -610,7 +765,7 @@ mod tests {
         let m = [metrics("a", "487558164n", "732212Ki", T)];
         let FromLists {
             samples, dropped, ..
-        } = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T));
+        } = samples_from(m.to_vec(), &by_name(nodes.clone()), &CAPACITY, at(T));
         assert!(dropped.is_empty());
         let v = &samples[0].values;
         assert_eq!(v[0], (Resource::Cpu, 0.487558164 / 2.0));
@@ -629,7 +784,7 @@ mod tests {
         ];
         let FromLists {
             samples, dropped, ..
-        } = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T));
+        } = samples_from(m.to_vec(), &by_name(nodes.clone()), &CAPACITY, at(T));
         assert!(dropped.is_empty());
         assert_eq!(samples.len(), 1);
         assert_eq!(samples[0].node, "a");
@@ -660,7 +815,7 @@ mod tests {
             metrics("absurd-cpu", "1", "2Gi", T),
             metrics("lying", "400", "2Gi", T),
         ];
-        let out = samples_from(m.to_vec(), &nodes, &CAPACITY, at(T));
+        let out = samples_from(m.to_vec(), &by_name(nodes.clone()), &CAPACITY, at(T));
         let served: Vec<(&str, Vec<(Resource, f64)>)> = out
             .samples
             .iter()
@@ -713,12 +868,82 @@ mod tests {
         let nodes = [node("a", ("4", "8Gi"), None)];
         let mut m = metrics("a", "1", "2Gi", T);
         m.timestamp = Time(Timestamp::UNIX_EPOCH);
-        let samples = samples_from(vec![m.clone()], &nodes, &CAPACITY, at(T + 5)).samples;
+        let samples = samples_from(
+            vec![m.clone()],
+            &by_name(nodes.clone()),
+            &CAPACITY,
+            at(T + 5),
+        )
+        .samples;
         assert_eq!(samples[0].at, at(T + 5));
         let mut m = metrics("a", "1", "2Gi", T);
         m.timestamp = Time(Timestamp::new(T, 250_000_000).unwrap());
-        let samples = samples_from(vec![m.clone()], &nodes, &CAPACITY, at(T + 5)).samples;
+        let samples = samples_from(
+            vec![m.clone()],
+            &by_name(nodes.clone()),
+            &CAPACITY,
+            at(T + 5),
+        )
+        .samples;
         assert_eq!(samples[0].at, at(T) + Duration::from_millis(250));
+    }
+
+    #[test]
+    fn an_item_that_does_not_decode_or_is_too_large_is_a_named_skip_and_the_rest_go_on() {
+        let nodes = by_name([node("a", ("4", "8Gi"), None), node("b", ("4", "8Gi"), None)]);
+        let good = serde_json::to_vec(&serde_json::json!({
+            "metadata": {"name": "a", "labels": {"x": "y"}},
+            "timestamp": "2025-10-09T08:26:40Z", "window": "20s",
+            "usage": {"cpu": "1", "memory": "2Gi"}
+        }))
+        .unwrap();
+        let broken = br#"{"metadata":{"name":"b"},"timestamp":"2025-10-09T08:26:40Z","window":"20s","usage":{"cpu":"secret-1"}}"#;
+        let mut out = FromLists::default();
+        let mut conv = Converter::new(&nodes, &CAPACITY, at(T), &mut out);
+        conv.piece(Piece::Item {
+            index: 0,
+            offset: 10,
+            bytes: broken,
+        });
+        conv.piece(Piece::Oversized {
+            index: 1,
+            offset: 120,
+            len: 5 << 20,
+            head: br#"{"metadata":{"name":"huge","labels":{"#,
+        });
+        conv.piece(Piece::Item {
+            index: 2,
+            offset: 99_999,
+            bytes: &good,
+        });
+        conv.finish();
+        assert_eq!(out.samples.len(), 1);
+        assert_eq!(out.samples[0].node, "a");
+        assert_eq!(out.capacities.len(), 1);
+        let d: Vec<(&str, &str, DropReason)> = out
+            .dropped
+            .iter()
+            .map(|d| (d.node.as_str(), d.what.as_str(), d.reason))
+            .collect();
+        assert_eq!(d[0].0, "b");
+        assert_eq!(d[0].2, DropReason::Unparsable);
+        assert!(
+            d[0].1
+                .starts_with("NodeMetrics item 0 at byte 10: missing field `memory`"),
+            "{}",
+            d[0].1
+        );
+        assert!(!d[0].1.contains("secret"), "the item is never quoted");
+        assert_eq!(
+            d[1],
+            (
+                "huge",
+                "NodeMetrics item 1 at byte 120: 5242880 bytes, over the 1048576-byte limit \
+                 (--max-response-bytes)",
+                DropReason::TooLarge
+            )
+        );
+        assert_eq!(name_in(b"{\"metadata\":{}}"), "<unnamed>");
     }
 
     #[test]

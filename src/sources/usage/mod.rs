@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::hub::{DropReason, Provider, RunOutcome};
+use crate::hub::{DropReason, NodeRecorder, Provider, RunOutcome};
 use crate::model::{BackendWindow, NodeCapacity, UsageSample};
 use crate::shared::error::Error;
 
@@ -94,6 +94,9 @@ pub struct Fetched {
     /// a missing or impossible capacity): dropped and counted by the hub, never a run error.
     pub dropped: Vec<Dropped>,
     pub errors: Vec<Error>,
+    /// Samples the fetcher recorded into the hub itself as it decoded them
+    /// ([`UsageFetcher::fetch_into`]), not in `samples`.
+    pub streamed: u64,
 }
 
 /// One value a fetcher could not use, for [`crate::hub::NodeRecorder::record_dropped`].
@@ -111,6 +114,18 @@ pub trait UsageFetcher: Send + 'static {
     fn name(&self) -> &'static str;
     /// One fetch. Partial failure goes into [`Fetched::errors`].
     fn fetch(&mut self) -> impl Future<Output = Fetched> + Send;
+    /// One fetch as [`run_once`] makes it: a fetcher whose answer grows with the cluster (the
+    /// NodeMetrics list) records each node's sample, capacity and dropped values into `out`
+    /// as it decodes them, so that a fetch never holds them all, and counts them in
+    /// [`Fetched::streamed`]; what it returns is recorded as from [`UsageFetcher::fetch`]. By
+    /// default, `fetch`.
+    fn fetch_into<'a>(
+        &'a mut self,
+        out: &'a dyn NodeRecorder,
+    ) -> impl Future<Output = Fetched> + Send + 'a {
+        let _ = out;
+        self.fetch()
+    }
     /// Awaited once before the first fetch, outside its timeout: a source whose first fetch
     /// would be better made with something another part of the process is still building
     /// (the Node watcher's first list) waits for it here. Nothing by default.
@@ -153,7 +168,7 @@ pub async fn run_once_expiring<F: UsageFetcher>(
 ) -> RunOutcome {
     let name = fetcher.name();
     let started = Instant::now();
-    let fetched = match tokio::time::timeout(timeout, fetcher.fetch()).await {
+    let fetched = match tokio::time::timeout(timeout, fetcher.fetch_into(provider.node())).await {
         Ok(f) => f,
         Err(_) => Fetched {
             errors: vec![Error::Timeout {
@@ -164,7 +179,8 @@ pub async fn run_once_expiring<F: UsageFetcher>(
         },
     };
     let took = started.elapsed();
-    let had_samples = !fetched.samples.is_empty() || !fetched.windows.is_empty();
+    let had_samples =
+        !fetched.samples.is_empty() || !fetched.windows.is_empty() || fetched.streamed > 0;
     for sample in fetched.samples {
         provider.node().record_node_usage(name, sample);
     }

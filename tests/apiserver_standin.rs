@@ -1066,6 +1066,104 @@ async fn generated_cluster_is_realistic_and_lists_fast() {
     eprintln!("generate(100, 30): {generated:?}; LIST of 3,000 pods: {listed:?}");
 }
 
+/// The bytes per NodeMetrics item measured from the real metrics-server with 25 node labels
+/// (docs/benchmarks.md, "The cluster role with the real metrics-server": 1,266.7).
+const MEASURED_NODE_METRICS_ITEM_BYTES: f64 = 1_267.0;
+
+/// Generated NodeMetrics are shaped as the real metrics-server sends them on GKE: each carries
+/// its node's labels (GKE's 25), a creationTimestamp, timestamp, window and usage, and weighs
+/// what the real server's items weigh (within 15 %), so a test or bench at size sees a
+/// real-size answer.
+#[tokio::test]
+async fn generated_node_metrics_have_the_real_servers_shape_and_size() {
+    let api = apiserver::start().await;
+    let made = api.generate_with(&apiserver::GenerateOptions::new(12, 0));
+    assert_eq!((made.nodes, made.node_metrics, made.pods), (12, 12, 0));
+    let url = format!("{}{}", api.url, apiserver::NODE_METRICS_PATH);
+    let resp = reqwest::get(&url).await.unwrap();
+    let length = resp.content_length();
+    let body = resp.bytes().await.unwrap();
+    // Sent whole, with its length, and noted once out.
+    assert_eq!(length, Some(body.len() as u64));
+    let answered = api.answered();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(
+        (answered[0].path.as_str(), answered[0].bytes),
+        (apiserver::NODE_METRICS_PATH, body.len())
+    );
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["kind"], "NodeMetricsList");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 12);
+    let nodes: BTreeMap<String, Node> = api
+        .objects::<Node>()
+        .into_iter()
+        .map(|n| (n.name_any(), n))
+        .collect();
+    let (low, high) = (
+        MEASURED_NODE_METRICS_ITEM_BYTES * 0.85,
+        MEASURED_NODE_METRICS_ITEM_BYTES * 1.15,
+    );
+    for item in items {
+        let bytes = serde_json::to_vec(item).unwrap().len() as f64;
+        assert!(
+            (low..=high).contains(&bytes),
+            "{bytes} bytes, want {MEASURED_NODE_METRICS_ITEM_BYTES} ± 15 %: {item}"
+        );
+        let meta = &item["metadata"];
+        let name = meta["name"].as_str().unwrap();
+        let labels = meta["labels"].as_object().unwrap();
+        assert!(labels.len() >= 24, "{} labels: {item}", labels.len());
+        // metrics-server copies the node's labels.
+        let node_labels: serde_json::Map<String, Value> = nodes[name]
+            .labels()
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+            .collect();
+        assert_eq!(labels, &node_labels, "{name}");
+        assert_eq!(labels["kubernetes.io/hostname"], name);
+        for key in [
+            "cloud.google.com/gke-nodepool",
+            "topology.kubernetes.io/zone",
+            "node.kubernetes.io/instance-type",
+            "cloud.google.com/gke-os-distribution",
+            "cloud.google.com/gke-max-pods-per-node",
+        ] {
+            assert!(labels.contains_key(key), "{key}: {item}");
+        }
+        assert!(meta["creationTimestamp"].is_string(), "{item}");
+        assert!(item["timestamp"].is_string(), "{item}");
+        assert!(item["window"].as_str().unwrap().ends_with('s'), "{item}");
+        assert!(item["usage"]["cpu"].as_str().unwrap().ends_with('n'));
+        assert!(item["usage"]["memory"].as_str().unwrap().ends_with("Ki"));
+    }
+    // The answer as a whole: items plus the list's few bytes of envelope.
+    let per_item = body.len() as f64 / 12.0;
+    assert!((low..=high + 20.0).contains(&per_item), "{per_item}");
+    // What k8s-metrics' client decodes: exactly what `node_metrics_for` makes of the node,
+    // stamped now.
+    let typed = Api::<NodeMetrics>::all(api.client())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(typed.items.len(), 12);
+    for m in &typed.items {
+        let stamped = std::time::SystemTime::UNIX_EPOCH
+            + Duration::from_secs(m.timestamp.0.as_second() as u64);
+        let age = std::time::SystemTime::now()
+            .duration_since(stamped)
+            .unwrap();
+        assert!(age < Duration::from_secs(60), "{m:?}");
+        let want = apiserver::node_metrics_for(
+            &nodes[m.metadata.name.as_deref().unwrap()],
+            &m.usage.cpu.0,
+            &m.usage.memory.0,
+            stamped,
+        );
+        assert_eq!(m, &want);
+    }
+}
+
 #[tokio::test]
 async fn churn_modifies_pods_that_watchers_see() {
     let api = apiserver::start().await;

@@ -6,7 +6,9 @@
 //!   coordination.k8s.io/v1 Leases: LIST (all namespaces or one), single-object GET, WATCH, and
 //!   POST/PUT/PATCH/DELETE;
 //! - metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics: LIST and GET only, every LIST answered
-//!   whole (`limit` and `continue` ignored), as metrics-server does;
+//!   whole (`limit` and `continue` ignored), as metrics-server does; generated NodeMetrics carry
+//!   their node's labels (GKE's 25), as metrics-server copies them ([`node_metrics_for`],
+//!   [`gke_node_labels`]: where each shape comes from);
 //! - the discovery documents (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>/<version>`)
 //!   and the health endpoints (`/readyz`, `/livez`, `/healthz`: `ok`, or 500 after
 //!   [`ApiServer::set_healthy`]`(false)`);
@@ -43,7 +45,8 @@
 //! Controls on [`ApiServer`] (or on [`ClusterState`] through [`ApiServer::state`] for several
 //! changes under one lock): upsert/delete objects of any kind, [`ApiServer::drop_watches`],
 //! [`ApiServer::compact`], faults per kind and verb (a `Status` with any code, 429 with
-//! `Retry-After`), latency, bookmark interval, history size, the request log, bulk generation of
+//! `Retry-After`), latency, bookmark interval, history size, the request log, the metrics.k8s.io
+//! answers sent to their last byte ([`ApiServer::answered`]), bulk generation of
 //! a realistic GKE-like cluster ([`ApiServer::generate`]) and background pod churn
 //! ([`ApiServer::churn`]).
 //!
@@ -80,9 +83,8 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, DaemonEndpoint, HostIP, Node, NodeAddress,
-    NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition,
-    PodIP, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements,
+    ContainerStateWaiting, ContainerStatus, HostIP, Node, NodeCondition, NodeStatus, Pod,
+    PodCondition, PodIP, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
@@ -620,7 +622,19 @@ pub struct ClusterState {
     cut_epoch: Arc<AtomicU64>,
     /// When each request in `requests` came.
     request_times: Vec<Instant>,
+    /// metrics.k8s.io LIST answers handed out whole, in the order they ended.
+    answered: Vec<Answered>,
     open_watches: Arc<AtomicUsize>,
+}
+
+/// A metrics.k8s.io LIST answer the stand-in handed out to its last byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub path: String,
+    /// The body's length.
+    pub bytes: usize,
+    /// When the server took the body's last piece (to write it to the connection).
+    pub at: Instant,
 }
 
 type Shared = Arc<Mutex<ClusterState>>;
@@ -648,6 +662,7 @@ impl ClusterState {
             epoch_tx: watch::channel(0).0,
             cut_epoch: Arc::new(AtomicU64::new(u64::MAX)),
             request_times: Vec::new(),
+            answered: Vec::new(),
             open_watches: Arc::default(),
         }
     }
@@ -810,12 +825,8 @@ impl ClusterState {
     where
         K: Serialize + Metadata<Ty = metav1::ObjectMeta>,
     {
-        let rv = self.bump();
         let info = kind.info();
-        let meta = obj.metadata_mut();
-        if !info.metrics {
-            meta.resource_version = Some(rv.to_string());
-        }
+        let meta = obj.metadata();
         let key = (
             meta.namespace.clone().unwrap_or_default(),
             meta.name.clone().unwrap_or_default(),
@@ -826,23 +837,43 @@ impl ClusterState {
             .flatten()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        // Stored without apiVersion/kind, as list items are served: k8s-openapi writes them
-        // first (the metrics types not at all).
-        let mut json = serde_json::to_vec(&obj).unwrap();
-        let type_meta = type_meta_prefix(info);
-        if json.starts_with(type_meta.as_bytes()) {
-            json.drain(1..type_meta.len());
-        } else if !info.metrics {
-            let mut v = serde_json::to_value(&obj).unwrap();
-            if let Some(map) = v.as_object_mut() {
-                map.remove("apiVersion");
-                map.remove("kind");
+        self.put_json(kind, key, labels, fields, |rv| {
+            if !info.metrics {
+                obj.metadata_mut().resource_version = Some(rv.to_string());
             }
-            json = serde_json::to_vec(&v).unwrap();
-        }
+            // Stored without apiVersion/kind, as list items are served: k8s-openapi writes
+            // them first (the metrics types not at all).
+            let mut json = serde_json::to_vec(&obj).unwrap();
+            let type_meta = type_meta_prefix(info);
+            if json.starts_with(type_meta.as_bytes()) {
+                json.drain(1..type_meta.len());
+            } else if !info.metrics {
+                let mut v = serde_json::to_value(&obj).unwrap();
+                if let Some(map) = v.as_object_mut() {
+                    map.remove("apiVersion");
+                    map.remove("kind");
+                }
+                json = serde_json::to_vec(&v).unwrap();
+            }
+            json
+        });
+    }
+
+    /// Stores an object under `key` whose JSON (without apiVersion/kind, as list items are
+    /// served) `json` writes for the resource version it is given (the bulk path: no JSON
+    /// round trip); `labels` index it for selectors.
+    fn put_json(
+        &mut self,
+        kind: Kind,
+        key: Key,
+        labels: Vec<(String, String)>,
+        fields: Fields,
+        json: impl FnOnce(u64) -> Vec<u8>,
+    ) {
+        let rv = self.bump();
         let obj = Arc::new(Obj {
             rv,
-            json: frozen(json),
+            json: frozen(json(rv)),
             labels,
             fields,
         });
@@ -1962,7 +1993,15 @@ impl ApiServer {
     }
 
     pub fn clear_requests(&self) {
-        self.state().requests.clear();
+        let mut st = self.state();
+        st.requests.clear();
+        st.request_times.clear();
+    }
+
+    /// The metrics.k8s.io (NodeMetrics, PodMetrics) LIST answers sent to their last byte so far:
+    /// how a bench knows that a fetch's answer is out, and how large it was.
+    pub fn answered(&self) -> Vec<Answered> {
+        self.state().answered.clone()
     }
 
     /// How many requests went to `path`.
@@ -2227,7 +2266,79 @@ fn list(state: &Shared, route: &Route, q: &Query) -> Response {
         body.extend_from_slice(item);
     }
     body.extend_from_slice(b"]}");
-    json_bytes(StatusCode::OK, body)
+    if !info.metrics {
+        return json_bytes(StatusCode::OK, body);
+    }
+    let (state, path) = (state.clone(), route_path(route));
+    let answer = Answer::new(Bytes::from(body), move |bytes| {
+        lock(&state).answered.push(Answered {
+            path,
+            bytes,
+            at: Instant::now(),
+        });
+    });
+    json_bytes(StatusCode::OK, Body::new(answer))
+}
+
+/// The path a route was asked at (without the query).
+fn route_path(route: &Route) -> String {
+    match &route.namespace {
+        Some(ns) => route.kind.namespaced_path(ns),
+        None => route.kind.path(),
+    }
+}
+
+/// A whole answer handed to the server in pieces, with its exact length (so it keeps its
+/// `Content-Length`), that calls `on_end` with that length once the server has taken the last
+/// piece: the moment the answer is out, short of the last piece and the socket's buffers.
+struct Answer {
+    rest: Bytes,
+    len: usize,
+    on_end: Option<Box<dyn FnOnce(usize) + Send>>,
+}
+
+impl Answer {
+    /// Pieces of 256 KiB: the server asks for the next once it has room for it.
+    const PIECE: usize = 256 << 10;
+
+    fn new(body: Bytes, on_end: impl FnOnce(usize) + Send + 'static) -> Answer {
+        Answer {
+            len: body.len(),
+            rest: body,
+            on_end: Some(Box::new(on_end)),
+        }
+    }
+}
+
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let n = self.rest.len().min(Self::PIECE);
+        let piece = self.rest.split_to(n);
+        // hyper stops asking once it has the length it announced: the last piece is the end.
+        if self.rest.is_empty()
+            && let Some(on_end) = self.on_end.take()
+        {
+            on_end(self.len);
+        }
+        if piece.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.rest.len() as u64)
+    }
 }
 
 fn get_one(state: &Shared, route: &Route) -> Result<(StatusCode, Arc<Obj>), ApiError> {
@@ -2810,6 +2921,10 @@ struct PoolShape {
     allocatable: (&'static str, &'static str),
     cores: f64,
     memory_ki: f64,
+    /// GKE's `cloud.google.com/gke-cpu-scaling-level` and `gke-memory-gb-scaling-level`
+    /// labels: the machine's vCPUs and GB of memory.
+    cpu_scaling_level: &'static str,
+    memory_gb_scaling_level: &'static str,
 }
 
 const POOL_SHAPES: [PoolShape; 2] = [
@@ -2819,6 +2934,8 @@ const POOL_SHAPES: [PoolShape; 2] = [
         allocatable: ("7910m", "29130516Ki"),
         cores: 8.0,
         memory_ki: 32_882_452.0,
+        cpu_scaling_level: "8",
+        memory_gb_scaling_level: "32",
     },
     PoolShape {
         machine: "n2-highmem-16",
@@ -2826,6 +2943,8 @@ const POOL_SHAPES: [PoolShape; 2] = [
         allocatable: ("15890m", "123472588Ki"),
         cores: 16.0,
         memory_ki: 131_916_972.0,
+        cpu_scaling_level: "16",
+        memory_gb_scaling_level: "128",
     },
 ];
 
@@ -2976,7 +3095,9 @@ impl ClusterState {
     ///   its ReplicaSet; addon pods carry the `components.gke.io/component-name`/`-version`
     ///   annotations; pods have owner references, requests and limits, container statuses with
     ///   restart counts (most 0);
-    /// - a NodeMetrics per node and a PodMetrics per pod if asked.
+    /// - a NodeMetrics per node if asked, shaped as the real metrics-server sends it (the node's
+    ///   25 GKE labels, about 1,350 bytes: [`node_metrics_for`]), and a PodMetrics per pod if
+    ///   asked.
     pub fn generate_with(&mut self, options: &GenerateOptions) -> Generated {
         let mut made = Generated::default();
         let n = options.nodes;
@@ -2991,21 +3112,30 @@ impl ClusterState {
                 format!("gke-standin-{pool}-{group:08x}-{}", suffix(i as u64, 4))
             })
             .collect();
+        let now = api_time_text(SystemTime::now());
         for (i, name) in node_names.iter().enumerate() {
-            let node = generated_node(i, name);
-            self.put_typed(Kind::Nodes, node, Fields::default());
+            let labels: Vec<(String, String)> = gke_node_labels(i, name).into_iter().collect();
+            let key = (String::new(), name.clone());
+            self.put_json(
+                Kind::Nodes,
+                key.clone(),
+                labels.clone(),
+                Fields::default(),
+                |rv| generated_node_json(i, name, &labels, rv).into_bytes(),
+            );
             made.nodes += 1;
             if options.node_metrics {
                 let shape = &POOL_SHAPES[i % 2];
                 let cpu = shape.cores * (0.1 + 0.6 * rng.fraction());
                 let mem = shape.memory_ki * (0.2 + 0.5 * rng.fraction());
-                let m = node_metrics(
-                    name,
-                    &format!("{}n", (cpu * 1e9) as u64),
-                    &format!("{}Ki", mem as u64),
-                    SystemTime::now(),
+                let usage = (
+                    format!("{}n", (cpu * 1e9) as u64),
+                    format!("{}Ki", mem as u64),
                 );
-                self.put_typed(Kind::NodeMetrics, m, Fields::default());
+                let json = node_metrics_json(name, &labels, &usage, &now);
+                self.put_json(Kind::NodeMetrics, key, labels, Fields::default(), |_| {
+                    json.into_bytes()
+                });
                 made.node_metrics += 1;
             }
         }
@@ -3466,15 +3596,27 @@ pub fn standin_node(i: usize, name: &str) -> Node {
     generated_node(i, name)
 }
 
-fn generated_node(i: usize, name: &str) -> Node {
+/// The labels of the `i`th generated node (named `name`): the 25 a GKE node of a standard
+/// cluster carries, on GKE's own node names (`gke-<cluster>-<pool>-<group>-<suffix>`).
+///
+/// Where the set comes from: the 21 labels of `NODE_LABELS=cloud` in
+/// benches/real_metrics_server.rs, modelled on a GKE node's (instance type, zone and region,
+/// node pool, machine family, OS, boot disk, container runtime, the scaling levels, logging
+/// variant, max pods, provisioning, stack type, private node), plus `kubernetes.io/hostname`,
+/// `-os` and `-arch` as every kubelet registers them, plus `cloud.google.com/gke-netd-ready`,
+/// which GKE sets once the netd DaemonSet (one of the generated addons) runs on the node.
+/// kwok's `type=kwok` of that bench's 25 is not a GKE label and is left out. GKE sets three
+/// more readiness labels only when their optional addon runs on the node
+/// (`node.kubernetes.io/masq-agent-ds-ready` with ip-masq-agent,
+/// `addon.gke.io/node-local-dns-ds-ready` with NodeLocal DNSCache,
+/// `iam.gke.io/gke-metadata-server-enabled` with Workload Identity); the generated cluster runs
+/// none of those, and they would add about 136 bytes to each NodeMetrics.
+/// The values are those of the node's pool ([`POOL_SHAPES`]) and zone ([`ZONES`]).
+pub fn gke_node_labels(i: usize, name: &str) -> BTreeMap<String, String> {
     let pool = NODE_POOLS[i % 2];
     let shape = &POOL_SHAPES[i % 2];
     let zone = ZONES[(i / 2) % 3];
-    let mut node = node(name, shape.capacity, shape.allocatable);
-    let meta = &mut node.metadata;
-    meta.uid = Some(uid_for(Kind::Nodes, "", name, 0));
-    meta.creation_timestamp = Some(at(T0 + i as i64));
-    meta.labels = Some(string_map([
+    string_map([
         ("beta.kubernetes.io/arch", "amd64".into()),
         ("beta.kubernetes.io/instance-type", shape.machine.into()),
         ("beta.kubernetes.io/os", "linux".into()),
@@ -3483,9 +3625,23 @@ fn generated_node(i: usize, name: &str) -> Node {
             "cloud.google.com/gke-container-runtime",
             "containerd".into(),
         ),
+        (
+            "cloud.google.com/gke-cpu-scaling-level",
+            shape.cpu_scaling_level.into(),
+        ),
+        ("cloud.google.com/gke-logging-variant", "DEFAULT".into()),
+        ("cloud.google.com/gke-max-pods-per-node", "110".into()),
+        (
+            "cloud.google.com/gke-memory-gb-scaling-level",
+            shape.memory_gb_scaling_level.into(),
+        ),
+        ("cloud.google.com/gke-netd-ready", "true".into()),
         ("cloud.google.com/gke-nodepool", pool.into()),
         ("cloud.google.com/gke-os-distribution", "cos".into()),
+        ("cloud.google.com/gke-provisioning", "standard".into()),
+        ("cloud.google.com/gke-stack-type", "IPV4".into()),
         ("cloud.google.com/machine-family", shape.machine[..2].into()),
+        ("cloud.google.com/private-node", "false".into()),
         (
             "failure-domain.beta.kubernetes.io/region",
             "us-central1".into(),
@@ -3495,97 +3651,188 @@ fn generated_node(i: usize, name: &str) -> Node {
         ("kubernetes.io/hostname", name.into()),
         ("kubernetes.io/os", "linux".into()),
         ("node.kubernetes.io/instance-type", shape.machine.into()),
+        ("topology.gke.io/zone", zone.into()),
         ("topology.kubernetes.io/region", "us-central1".into()),
         ("topology.kubernetes.io/zone", zone.into()),
-    ]));
-    meta.annotations = Some(string_map([
-        (
-            "container.googleapis.com/instance_id",
-            format!("{}", fnv64(name) % 10_000_000_000_000_000_000),
-        ),
-        ("node.alpha.kubernetes.io/ttl", "0".into()),
-        (
-            "volumes.kubernetes.io/controller-managed-attach-detach",
-            "true".into(),
-        ),
-    ]));
+    ])
+}
+
+fn generated_node(i: usize, name: &str) -> Node {
+    let labels: Vec<(String, String)> = gke_node_labels(i, name).into_iter().collect();
+    serde_json::from_str(&generated_node_json(i, name, &labels, 1)).unwrap()
+}
+
+/// The JSON of the `i`th generated node named `name` with `labels` ([`gke_node_labels`]) at
+/// resource version `rv`, as the stand-in stores it (no apiVersion/kind): Ready, in its pool's
+/// shape and zone, with GKE's annotations, addresses, conditions and node info. Written out
+/// directly rather than built as a `Node` and serialized: in a debug build serde_json is not
+/// optimized, and serializing took most of the time of generating 30,000 nodes.
+fn generated_node_json(i: usize, name: &str, labels: &[(String, String)], rv: u64) -> String {
+    let shape = &POOL_SHAPES[i % 2];
+    let zone = ZONES[(i / 2) % 3];
+    let created = api_time_text_secs(T0 + i as i64);
+    let heartbeat = api_time_text_secs(T0 + 86_400);
+    let since = api_time_text_secs(T0 + i as i64 + 30);
     let cidr = format!("10.{}.{}.0/24", 64 + (i / 256) % 64, i % 256);
-    node.spec = Some(NodeSpec {
-        pod_cidr: Some(cidr.clone()),
-        pod_cidrs: Some(vec![cidr]),
-        provider_id: Some(format!("gce://standin-project/{zone}/{name}")),
-        ..Default::default()
-    });
-    let status = node.status.as_mut().unwrap();
-    let heartbeat = Some(at(T0 + 86_400));
-    let since = Some(at(T0 + i as i64 + 30));
-    let condition = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        last_heartbeat_time: heartbeat.clone(),
-        last_transition_time: since.clone(),
-    };
-    status.conditions = Some(vec![
-        condition(
-            "NetworkUnavailable",
-            "False",
-            "RouteCreated",
-            "NodeController create implicit route",
-        ),
-        condition(
-            "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available",
-        ),
-        condition(
-            "DiskPressure",
-            "False",
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure",
-        ),
-        condition(
-            "PIDPressure",
-            "False",
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available",
-        ),
-        condition(
-            "Ready",
-            "True",
-            "KubeletReady",
-            "kubelet is posting ready status",
-        ),
-    ]);
-    status.addresses = Some(vec![
-        NodeAddress {
-            type_: "InternalIP".into(),
-            address: node_ip(i),
-        },
-        NodeAddress {
-            type_: "Hostname".into(),
-            address: name.into(),
-        },
-    ]);
-    status.daemon_endpoints = Some(NodeDaemonEndpoints {
-        kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
-    });
-    status.node_info = Some(NodeSystemInfo {
-        architecture: "amd64".into(),
-        boot_id: uid_for(Kind::Nodes, "boot", name, 1),
-        container_runtime_version: "containerd://2.0.4".into(),
-        kernel_version: "6.6.87+".into(),
-        kube_proxy_version: "v1.37.0-gke.1200".into(),
-        kubelet_version: "v1.37.0-gke.1200".into(),
-        machine_id: format!("{:016x}{:016x}", fnv64(name), fnv64(zone)),
-        operating_system: "linux".into(),
-        os_image: "Container-Optimized OS from Google".into(),
-        system_uuid: uid_for(Kind::Nodes, "system", name, 2),
-        ..Default::default()
-    });
-    node
+    let mut out = String::with_capacity(4_096);
+    out.push_str(r#"{"metadata":{"annotations":"#);
+    let instance_id = format!("{}", fnv64(name) % 10_000_000_000_000_000_000);
+    push_json_object(
+        &mut out,
+        [
+            ("container.googleapis.com/instance_id", instance_id.as_str()),
+            ("node.alpha.kubernetes.io/ttl", "0"),
+            (
+                "volumes.kubernetes.io/controller-managed-attach-detach",
+                "true",
+            ),
+        ],
+    );
+    out.push_str(&format!(r#","creationTimestamp":"{created}","labels":"#));
+    push_json_object(
+        &mut out,
+        labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    let uid = uid_for(Kind::Nodes, "", name, 0);
+    out.push_str(&format!(
+        r#","name":"{name}","resourceVersion":"{rv}","uid":"{uid}"}},"spec":{{"podCIDR":"{cidr}","podCIDRs":["{cidr}"],"providerID":"gce://standin-project/{zone}/{name}"}},"status":{{"addresses":[{{"address":"{ip}","type":"InternalIP"}},{{"address":"{name}","type":"Hostname"}}],"allocatable":{allocatable},"capacity":{capacity},"conditions":["#,
+        ip = node_ip(i),
+        allocatable = quantities_json(shape.allocatable),
+        capacity = quantities_json(shape.capacity),
+    ));
+    for (n, (type_, status, reason, message)) in NODE_CONDITIONS.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!(
+            r#"{{"lastHeartbeatTime":"{heartbeat}","lastTransitionTime":"{since}","message":"{message}","reason":"{reason}","status":"{status}","type":"{type_}"}}"#
+        ));
+    }
+    out.push_str(&format!(
+        r#"],"daemonEndpoints":{{"kubeletEndpoint":{{"Port":10250}}}},"nodeInfo":{{"architecture":"amd64","bootID":"{boot}","containerRuntimeVersion":"containerd://2.0.4","kernelVersion":"6.6.87+","kubeProxyVersion":"v1.37.0-gke.1200","kubeletVersion":"v1.37.0-gke.1200","machineID":"{machine:016x}{zone_hash:016x}","operatingSystem":"linux","osImage":"Container-Optimized OS from Google","systemUUID":"{system}"}}}}}}"#,
+        boot = uid_for(Kind::Nodes, "boot", name, 1),
+        machine = fnv64(name),
+        zone_hash = fnv64(zone),
+        system = uid_for(Kind::Nodes, "system", name, 2),
+    ));
+    out
+}
+
+/// The conditions of a generated node: (type, status, reason, message).
+const NODE_CONDITIONS: [(&str, &str, &str, &str); 5] = [
+    (
+        "NetworkUnavailable",
+        "False",
+        "RouteCreated",
+        "NodeController create implicit route",
+    ),
+    (
+        "MemoryPressure",
+        "False",
+        "KubeletHasSufficientMemory",
+        "kubelet has sufficient memory available",
+    ),
+    (
+        "DiskPressure",
+        "False",
+        "KubeletHasNoDiskPressure",
+        "kubelet has no disk pressure",
+    ),
+    (
+        "PIDPressure",
+        "False",
+        "KubeletHasSufficientPID",
+        "kubelet has sufficient PID available",
+    ),
+    (
+        "Ready",
+        "True",
+        "KubeletReady",
+        "kubelet is posting ready status",
+    ),
+];
+
+/// [`quantities`] as JSON.
+fn quantities_json((cpu, memory): (&str, &str)) -> String {
+    format!(
+        r#"{{"cpu":"{cpu}","ephemeral-storage":"101430960Ki","memory":"{memory}","pods":"110"}}"#
+    )
+}
+
+/// The JSON of a generated node's NodeMetrics as metrics-server v0.8.0 writes it (fields in
+/// its order: name, creationTimestamp, labels; then timestamp, window, usage): what
+/// [`node_metrics_for`] makes, written out directly (see [`generated_node_json`]), with the
+/// window as Go writes a `metav1.Duration`.
+fn node_metrics_json(
+    name: &str,
+    labels: &[(String, String)],
+    (cpu, memory): &(String, String),
+    at: &str,
+) -> String {
+    let mut out = String::with_capacity(1_536);
+    out.push_str(&format!(
+        r#"{{"metadata":{{"name":"{name}","creationTimestamp":"{at}","labels":"#
+    ));
+    push_json_object(
+        &mut out,
+        labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    out.push_str(&format!(
+        r#"}},"timestamp":"{at}","window":"20s","usage":{{"cpu":"{cpu}","memory":"{memory}"}}}}"#
+    ));
+    out
+}
+
+/// Appends `pairs` as a JSON object. Keys and values are generated names and constants: they
+/// need no escaping, which is checked for quotes and backslashes (with `memchr`, so that
+/// debug builds stay fast).
+fn push_json_object<'a>(out: &mut String, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    out.push('{');
+    for (n, (k, v)) in pairs.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        for s in [k, v] {
+            let b = s.as_bytes();
+            assert!(
+                !b.contains(&b'"') && !b.contains(&b'\\'),
+                "needs escaping: {s:?}"
+            );
+        }
+        out.push('"');
+        out.push_str(k);
+        out.push_str("\":\"");
+        out.push_str(v);
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// `t` as the API writes times (`2025-10-09T08:53:20Z`, whole seconds).
+fn api_time_text(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+    api_time_text_secs(secs as i64)
+}
+
+/// `secs` since the epoch as the API writes times, without jiff's formatter (which in a debug
+/// build costs more than the rest of a generated object): the civil date by Howard Hinnant's
+/// `civil_from_days`.
+fn api_time_text_secs(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 fn owner(kind: Kind, namespace: &str, name: &str) -> metav1::OwnerReference {
@@ -3921,8 +4168,11 @@ pub fn node(name: &str, capacity: (&str, &str), allocatable: (&str, &str)) -> No
     }
 }
 
-/// A node's metrics as metrics-server reports them: `cpu` and `memory` usage quantities (e.g.
-/// `"487558164n"`, `"732212Ki"`) over a 20 s window ending at `timestamp`.
+/// A node's metrics with `cpu` and `memory` usage quantities (e.g. `"487558164n"`,
+/// `"732212Ki"`) over a 20 s window ending at `timestamp`, and one label
+/// (`kubernetes.io/hostname`): about 236 bytes of JSON, a small item for tests about values.
+/// For the shape the real metrics-server sends, with every label of the node, see
+/// [`node_metrics_for`].
 pub fn node_metrics(name: &str, cpu: &str, memory: &str, timestamp: SystemTime) -> NodeMetrics {
     let mut m = NodeMetrics::default();
     m.metadata.name = Some(name.into());
@@ -3930,6 +4180,32 @@ pub fn node_metrics(name: &str, cpu: &str, memory: &str, timestamp: SystemTime) 
         "kubernetes.io/hostname".to_string(),
         name.to_string(),
     )]));
+    m.timestamp = api_time(timestamp);
+    m.window = std::time::Duration::from_secs(20);
+    m.usage.cpu = Quantity(cpu.into());
+    m.usage.memory = Quantity(memory.into());
+    m
+}
+
+/// `node`'s metrics as the real metrics-server (v0.8.0) answers them: metadata with the node's
+/// name, a copy of every label of the node and a `creationTimestamp` (metrics-server's
+/// pkg/storage/node.go: `Labels: node.Labels, CreationTimestamp: metav1.NewTime(time.Now())`,
+/// the time it built the answer; here `timestamp`), then `timestamp`, `window` (20 s) and
+/// `usage` (`cpu`, `memory`). metrics-server copies the node's labels, so they set the item's
+/// size: for a generated node ([`standin_node`], GKE's 25 labels of [`gke_node_labels`]) an
+/// item is about 1,350 bytes of JSON, against the 1,266.7 bytes per item measured from the
+/// real metrics-server with kwok nodes of 25 labels and shorter names (docs/benchmarks.md,
+/// "The cluster role with the real metrics-server").
+pub fn node_metrics_for(
+    node: &Node,
+    cpu: &str,
+    memory: &str,
+    timestamp: SystemTime,
+) -> NodeMetrics {
+    let mut m = NodeMetrics::default();
+    m.metadata.name = node.metadata.name.clone();
+    m.metadata.labels = node.metadata.labels.clone();
+    m.metadata.creation_timestamp = Some(api_time(timestamp));
     m.timestamp = api_time(timestamp);
     m.window = std::time::Duration::from_secs(20);
     m.usage.cpu = Quantity(cpu.into());

@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use apiserver::{ApiServer, Fault, Kind, NODE_METRICS_PATH, NODES_PATH, node, node_metrics};
 use kube_prober::hub::{RunOutcome, Store};
+use kube_prober::k8s::client::client_from_config;
 use kube_prober::model::NodeCapacity;
+use kube_prober::shared::limit::DEFAULT_MAX_RESPONSE_BYTES;
 use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
 use kube_prober::sources::usage::{UsageFetcher, run_once};
 use kube_prober::watcher::{WatcherMetrics, WatcherOptions, render};
@@ -29,8 +31,17 @@ fn secs(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
+/// The config with `use_allocatable` and every other field at its default (the per-item cap
+/// the binary uses).
+fn config(use_allocatable: bool) -> MetricsServerConfig {
+    MetricsServerConfig {
+        use_allocatable,
+        ..Default::default()
+    }
+}
+
 fn fetcher(api: &ApiServer, use_allocatable: bool) -> MetricsServerFetcher {
-    MetricsServerFetcher::new(api.client(), MetricsServerConfig { use_allocatable })
+    MetricsServerFetcher::new(api.client(), config(use_allocatable))
 }
 
 fn watcher(store: &Store) -> Option<WatcherMetrics> {
@@ -353,14 +364,18 @@ async fn nodes_come_in_pages_node_metrics_whole_and_a_brief_fault_is_retried() {
 /// Nodes as the cluster role's Node watcher holds them, for `with_node_source`.
 fn watched(names: &[String]) -> kube_prober::sources::usage::metrics_server::NodeSource {
     use kube_prober::k8s::lean::AsLeanNode;
-    let nodes: Vec<std::sync::Arc<kube_prober::k8s::lean::LeanNode>> = names
-        .iter()
-        .map(|n| {
-            let node = node(n, ("4", "8Gi"), ("4", "8Gi"));
-            std::sync::Arc::new(node.lean().unwrap().into_owned())
-        })
-        .collect();
-    std::sync::Arc::new(move || nodes.clone())
+    let nodes: std::collections::HashMap<String, std::sync::Arc<kube_prober::k8s::lean::LeanNode>> =
+        names
+            .iter()
+            .map(|n| {
+                let node = node(n, ("4", "8Gi"), ("4", "8Gi"));
+                (
+                    n.clone(),
+                    std::sync::Arc::new(node.lean().unwrap().into_owned()),
+                )
+            })
+            .collect();
+    std::sync::Arc::new(nodes)
 }
 
 /// A stand-in with 1,100 NodeMetrics (one LIST answer, as metrics-server gives), node `i`
@@ -419,4 +434,124 @@ async fn with_watched_nodes_a_failed_list_records_no_usage() {
     assert_eq!(api.hits(NODE_METRICS_PATH), 1, "a 403 is not retried");
     let usage = watcher(&store).map(|w| w.data.node_metrics_map.len());
     assert!(usage.is_none_or(|n| n == 0), "no usage recorded: {usage:?}");
+}
+
+/// Nodes at which the real metrics-server's one NodeMetrics answer, with GKE's 25 node labels
+/// in every item, is past the default `--max-response-bytes` (issue #33: about 26,500).
+const GKE_NODES_PAST_THE_CAP: usize = 30_000;
+
+/// Issue #33: metrics-server answers the NodeMetrics list whole, each item carrying its node's
+/// labels. With GKE's labels, 30,000 nodes make one answer of about 39 MiB, past the default
+/// 32 MiB `--max-response-bytes`. With the client the binary builds (that default cap) and the
+/// cluster role's watched Nodes, one fetch must still succeed and `/watcher` list every host
+/// with its CPU and memory.
+#[tokio::test]
+async fn thirty_thousand_gke_nodes_fill_watcher_with_the_default_response_cap() {
+    let started = std::time::Instant::now();
+    let api = apiserver::start().await;
+    let n = GKE_NODES_PAST_THE_CAP;
+    let made = api.generate_with(&apiserver::GenerateOptions::new(n, 0));
+    assert_eq!((made.nodes, made.node_metrics, made.pods), (n, n, 0));
+    let generated = started.elapsed();
+    let answer = answer_bytes(&api).await;
+    assert!(
+        answer > DEFAULT_MAX_RESPONSE_BYTES,
+        "the answer ({answer} bytes) must pass the default cap ({DEFAULT_MAX_RESPONSE_BYTES})"
+    );
+    let nodes = watched_standin_nodes(&api);
+    assert_eq!(nodes.len(), n);
+    let names: Vec<String> = nodes.keys().cloned().collect();
+    // As the binary builds it: the default cap on every response body.
+    let client = client_from_config(api.config(), DEFAULT_MAX_RESPONSE_BYTES).unwrap();
+    let store = Store::new();
+    let mut f = MetricsServerFetcher::new(client, config(false))
+        .with_node_source(std::sync::Arc::new(nodes), Box::pin(async { true }));
+    f.before_first_fetch().await;
+    api.clear_requests();
+    let fetch_started = std::time::Instant::now();
+    let outcome = run_once(&mut f, &store, Duration::from_secs(120)).await;
+    let fetched = fetch_started.elapsed();
+    assert_eq!(outcome, RunOutcome::Ok, "one fetch of {answer} bytes");
+    assert_eq!(api.hits(NODE_METRICS_PATH), 1, "one answer, no retry");
+    assert_eq!(api.hits(NODES_PATH), 0, "capacities from the watched Nodes");
+
+    let w = watcher(&store).expect("/watcher has data");
+    assert_eq!(w.data.node_metrics_map.len(), n);
+    for name in &names {
+        for kind in ["CPU", "Memory"] {
+            let v = value(&w, name, kind, "Latest");
+            assert!(
+                v.is_some_and(|v| v > 0.0 && v <= 100.0),
+                "{name} {kind}: {v:?}"
+            );
+        }
+    }
+    // Values are the right ones, not just present: a node of each pool and zone, and more.
+    for name in names.iter().step_by(997) {
+        let m: k8s_metrics::v1beta1::NodeMetrics = api.get("", name).unwrap();
+        let node: k8s_openapi::api::core::v1::Node = api.get("", name).unwrap();
+        let capacity = node.status.unwrap().capacity.unwrap();
+        let cpu = quantity(&m.usage.cpu.0) / quantity(&capacity["cpu"].0);
+        let memory = quantity(&m.usage.memory.0) / quantity(&capacity["memory"].0);
+        assert_near_rel(value(&w, name, "CPU", "Latest"), 100.0 * cpu);
+        assert_near_rel(value(&w, name, "Memory", "Latest"), 100.0 * memory);
+    }
+    eprintln!(
+        "{n} GKE-shaped nodes: generated in {generated:?}, one NodeMetrics answer of {answer} \
+         bytes ({:.1} a node) fetched in {fetched:?}; {:?} in all",
+        answer as f64 / n as f64,
+        started.elapsed()
+    );
+}
+
+/// The quantities the generated objects use: `n`, `m`, `Ki` or none.
+fn quantity(q: &str) -> f64 {
+    let (digits, scale) = [("n", 1e-9), ("m", 1e-3), ("Ki", 1024.0)]
+        .iter()
+        .find_map(|(suffix, scale)| q.strip_suffix(suffix).map(|d| (d, *scale)))
+        .unwrap_or((q, 1.0));
+    digits.parse::<f64>().unwrap() * scale
+}
+
+fn assert_near_rel(got: Option<f64>, want: f64) {
+    let got = got.expect("value present");
+    assert!(
+        (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+        "got {got}, want {want}"
+    );
+}
+
+/// The size of one NodeMetrics LIST answer, as a client reads it.
+async fn answer_bytes(api: &ApiServer) -> usize {
+    let url = format!("{}{NODE_METRICS_PATH}", api.url);
+    let answer = reqwest::get(&url).await.unwrap().bytes().await.unwrap();
+    answer.len()
+}
+
+/// The stand-in's Nodes as the cluster role's Node watcher holds them, by name, for
+/// `with_node_source`. Every node of a pool has its pool's capacity and allocatable, so each is
+/// its pool's first node decoded as the watcher decodes it ([`LeanNode`]), under its own name:
+/// decoding all 30,000 takes seconds in a debug build.
+///
+/// [`LeanNode`]: kube_prober::k8s::lean::LeanNode
+fn watched_standin_nodes(
+    api: &ApiServer,
+) -> std::collections::HashMap<String, std::sync::Arc<kube_prober::k8s::lean::LeanNode>> {
+    use kube_prober::k8s::lean::LeanNode;
+    let mut pools: std::collections::HashMap<&str, LeanNode> = Default::default();
+    api.versions(Kind::Nodes)
+        .into_iter()
+        .map(|(_, name, _)| {
+            let pool = apiserver::NODE_POOLS
+                .into_iter()
+                .find(|p| name.contains(p))
+                .unwrap();
+            let first = pools
+                .entry(pool)
+                .or_insert_with(|| api.get::<LeanNode>("", &name).unwrap());
+            let mut node = first.clone();
+            node.metadata.name = Some(name.clone());
+            (name, std::sync::Arc::new(node))
+        })
+        .collect()
 }

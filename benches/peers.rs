@@ -26,7 +26,12 @@
 //!    the oldest newest sample, for load-watcher the time its fetch began, so load-watcher's age
 //!    leaves out metrics-server's own), RSS; then `/watcher` under load, one server at a time:
 //!    `CONNECTIONS` keep-alive connections for `LOAD_SECS`, gzip asked as Go's client asks
-//!    (`Accept-Encoding: gzip`): answers a second and p50/p99 latency.
+//!    (`Accept-Encoding: gzip`): answers a second, p50/p99 latency and the bytes of one answer
+//!    as sent (kube-prober's gzip; load-watcher never compresses).
+//!
+//! Every byte figure is bytes on the wire: the HTTP client does not inflate answers itself
+//! (`.no_gzip()`), and a scrape asking gzip that comes back without `Content-Encoding: gzip`
+//! stops the run.
 //!
 //! CPU is what each peer's own cgroup counted over the window, in nanoseconds, threads that
 //! exited included (`common::cpu_group`; where no cgroup can be made, utime + stime from
@@ -303,16 +308,31 @@ fn rss(peer: &Peer) -> (f64, f64) {
 
 // ---- HTTP ----
 
+/// The bench's HTTP client. `.no_gzip()`: gcloud-sdk turns on reqwest's `gzip` feature for
+/// the whole build, and reqwest would then inflate gzip answers itself and drop
+/// `Content-Encoding`, so that every "bytes (gzip)" figure would count uncompressed bytes.
+/// Whoever wants gzip asks for it (`Accept-Encoding: gzip`) and inflates it ([`gunzip`]).
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .no_proxy()
+        .no_gzip()
         .build()
         .expect("an HTTP client")
 }
 
-/// One scrape as Prometheus makes it: (time to the whole body, bytes on the wire, the body
-/// uncompressed), or why it failed.
+/// The answer's `Content-Encoding` (`identity` when it has none).
+fn content_encoding(resp: &reqwest::Response) -> String {
+    resp.headers().get("content-encoding").map_or_else(
+        || "identity".to_string(),
+        |v| String::from_utf8_lossy(v.as_bytes()).into_owned(),
+    )
+}
+
+/// One scrape as Prometheus makes it: (time to the whole body, its bytes on the wire, which
+/// are gzip, the body inflated), or why it failed. Every exporter scraped here answers
+/// gzip when asked (kube-state-metrics with `--enable-gzip-encoding`): a successful answer
+/// without it panics, since its bytes would not be the "bytes (gzip)" the report names.
 async fn scrape(client: &reqwest::Client, url: &str) -> Result<(Duration, usize, String), String> {
     let t = Instant::now();
     let resp = client
@@ -323,16 +343,18 @@ async fn scrape(client: &reqwest::Client, url: &str) -> Result<(Duration, usize,
         .await
         .map_err(|e| format!("GET {url}: {e}"))?;
     let status = resp.status();
-    let gzip = resp
-        .headers()
-        .get("content-encoding")
-        .is_some_and(|v| v.as_bytes() == b"gzip");
+    let encoding = content_encoding(&resp);
     let body = resp.bytes().await.map_err(|e| format!("GET {url}: {e}"))?;
     let took = t.elapsed();
     if !status.is_success() {
         return Err(format!("GET {url}: {status}"));
     }
-    Ok((took, body.len(), gunzip(&body, gzip)?))
+    assert_eq!(
+        encoding, "gzip",
+        "GET {url} with Accept-Encoding: gzip answered Content-Encoding: {encoding}: the \
+         report's gzip bytes would be uncompressed"
+    );
+    Ok((took, body.len(), gunzip(&body, true)?))
 }
 
 fn gunzip(body: &[u8], gzip: bool) -> Result<String, String> {
@@ -1034,7 +1056,9 @@ struct WatcherFigures {
     answers_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Bytes on the wire of one answer to a request asking gzip, and its `Content-Encoding`.
     bytes: usize,
+    encoding: String,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -1044,6 +1068,7 @@ struct WatcherPhase {
 }
 
 /// GET `/watcher` as Go's client asks (gzip): (the parsed answer, bytes on the wire).
+/// load-watcher never compresses (it writes its JSON as is); kube-prober does when asked.
 async fn watcher(client: &reqwest::Client, base: &str) -> Option<(Value, usize)> {
     let resp = client
         .get(format!("{base}/watcher"))
@@ -1054,10 +1079,7 @@ async fn watcher(client: &reqwest::Client, base: &str) -> Option<(Value, usize)>
     if !resp.status().is_success() {
         return None;
     }
-    let gzip = resp
-        .headers()
-        .get("content-encoding")
-        .is_some_and(|v| v.as_bytes() == b"gzip");
+    let gzip = content_encoding(&resp) == "gzip";
     let body = resp.bytes().await.ok()?;
     let text = gunzip(&body, gzip).ok()?;
     Some((serde_json::from_str(&text).ok()?, body.len()))
@@ -1178,8 +1200,17 @@ async fn watcher_phase(s: &Settings, cp: &ControlPlane, dir: &Path) -> WatcherPh
     for (f, p) in out.iter_mut().zip(&mut peers) {
         p.assert_running();
         (f.rss, f.hwm) = rss(p);
-        let (per_s, p50, p99, bytes) = load(&client, &p.url, s.connections, s.load).await;
-        (f.answers_per_s, f.p50_ms, f.p99_ms, f.bytes) = (per_s, p50, p99, bytes);
+        let l = load(&client, &p.url, s.connections, s.load).await;
+        // load-watcher never compresses; kube-prober must, when asked, or its bytes are not
+        // the compressed bytes the report shows.
+        assert!(
+            !p.name.starts_with("kube-prober") || l.encoding == "gzip",
+            "{}: GET /watcher with Accept-Encoding: gzip answered Content-Encoding: {}",
+            p.name,
+            l.encoding
+        );
+        (f.answers_per_s, f.p50_ms, f.p99_ms) = (l.per_s, l.p50_ms, l.p99_ms);
+        (f.bytes, f.encoding) = (l.bytes, l.encoding);
     }
     WatcherPhase {
         node_metrics: have,
@@ -1233,21 +1264,26 @@ async fn watch_window(
         .collect()
 }
 
-/// `connections` keep-alive connections asking `/watcher` (gzip) for `secs`: (answers a
-/// second, p50 ms, p99 ms, bytes of one answer).
-async fn load(
-    client: &reqwest::Client,
-    base: &str,
-    connections: usize,
-    secs: Duration,
-) -> (f64, f64, f64, usize) {
+/// What [`load`] measured.
+struct Load {
+    per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Bytes on the wire of one answer.
+    bytes: usize,
+    /// Its `Content-Encoding` (`identity`: none).
+    encoding: String,
+}
+
+/// `connections` keep-alive connections asking `/watcher` (gzip) for `secs`.
+async fn load(client: &reqwest::Client, base: &str, connections: usize, secs: Duration) -> Load {
     let url = format!("{base}/watcher");
     let t = Instant::now();
     let runs = (0..connections.max(1)).map(|_| {
         let (client, url) = (client.clone(), url.clone());
         async move {
             let mut lat = Vec::new();
-            let mut bytes = 0;
+            let mut last = (0, String::new());
             while t.elapsed() < secs {
                 let q = Instant::now();
                 let Ok(resp) = client
@@ -1258,25 +1294,31 @@ async fn load(
                 else {
                     continue;
                 };
+                let encoding = content_encoding(&resp);
                 if let Ok(b) = resp.bytes().await {
-                    bytes = b.len();
+                    last = (b.len(), encoding);
                     lat.push(q.elapsed().as_secs_f64() * 1000.0);
                 }
             }
-            (lat, bytes)
+            (lat, last)
         }
     });
     let results = futures_util::future::join_all(runs).await;
     let took = t.elapsed().as_secs_f64();
-    let bytes = results.iter().map(|r| r.1).max().unwrap_or(0);
+    let (bytes, encoding) = results
+        .iter()
+        .map(|r| r.1.clone())
+        .max()
+        .unwrap_or_default();
     let mut lat: Vec<f64> = results.into_iter().flat_map(|r| r.0).collect();
     lat.sort_by(f64::total_cmp);
-    (
-        lat.len() as f64 / took,
-        percentile(&lat, 0.5),
-        percentile(&lat, 0.99),
+    Load {
+        per_s: lat.len() as f64 / took,
+        p50_ms: percentile(&lat, 0.5),
+        p99_ms: percentile(&lat, 0.99),
         bytes,
-    )
+        encoding,
+    }
 }
 
 // ---- the report ----
@@ -1566,12 +1608,12 @@ fn print_watcher(w: &WatcherPhase) {
         w.node_metrics
     );
     println!(
-        "| process | hosts | RSS (peak) | CPU | fetches | CPU per fetch | age p50 / max | answers/s | p50 / p99 | bytes (gzip asked) |"
+        "| process | hosts | RSS (peak) | CPU | fetches | CPU per fetch | age p50 / max | answers/s | p50 / p99 | bytes on the wire, gzip asked (as sent) |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for f in &w.peers {
         println!(
-            "| {} | {} | {:.1} MiB ({:.1}) | {:.1} ms/s | {:.1} | {:.1} ms | {:.0} / {:.0} s | {:.0} | {:.2} / {:.2} ms | {} |",
+            "| {} | {} | {:.1} MiB ({:.1}) | {:.1} ms/s | {:.1} | {:.1} ms | {:.0} / {:.0} s | {:.0} | {:.2} / {:.2} ms | {} ({}) |",
             f.name,
             f.hosts,
             f.rss,
@@ -1584,7 +1626,8 @@ fn print_watcher(w: &WatcherPhase) {
             f.answers_per_s,
             f.p50_ms,
             f.p99_ms,
-            f.bytes
+            f.bytes,
+            f.encoding
         );
     }
 }

@@ -29,7 +29,15 @@
 //! Phases, all measured on the kube-prober child (`--role cluster`, noisy probes disabled):
 //! 1. start to `/readyz` 200 (polled every 100 ms);
 //! 2. 15 s to settle, then idle CPU over `IDLE_SECS` with no pod changes and static NodeMetrics
-//!    (utime+stime, ms of CPU per second);
+//!    (utime+stime, ms of CPU per second); then one NodeMetrics fetch (issue #33: memory during
+//!    a fetch must grow with one item, not with the cluster): once a fetch has been answered and
+//!    kube-prober's CPU is quiet (no tick for 0.5 s), VmRSS is read and VmHWM reset to it
+//!    (`echo 5 > /proc/PID/clear_refs`); the next fetch's LIST comes, the stand-in sends its
+//!    whole answer, kube-prober goes quiet again; the report gives VmHWM then minus VmRSS
+//!    before ("peak RSS during one NodeMetrics fetch minus RSS before it"), the CPU from the
+//!    LIST to quiet less the idle rate between the reset and the LIST, and the answer's bytes
+//!    and bytes per NodeMetrics item (the stand-in's items carry GKE's 25 node labels, as the
+//!    real metrics-server copies them: about 1,350 bytes an item);
 //! 3. `SCRAPES` timed pairs of `GET /metrics`: with `Accept-Encoding: gzip` as Prometheus asks,
 //!    read to the last byte and inflated in this process (both timed), then uncompressed; the
 //!    pairs' starts spread over `SCRAPE_SPREAD_SECS`; the stand-in's threads at nice 19 meanwhile
@@ -42,7 +50,8 @@
 //!    410 Gone on resuming and lists everything again in pages; done when every watched path
 //!    has been listed and watched again; then one tick (11 s) for the snapshot;
 //! 6. churn at `CHURN_PER_SEC` for `CHURN_SECS`: kube-prober's CPU in cores;
-//! 7. VmHWM at the end: the peak of the run, full relist included.
+//! 7. VmHWM at the end: the peak of the run, full relist included (with the VmHWM the fetch
+//!    phase reset: the larger of the two).
 //!
 //! Throughout, a thread reads kube-prober's VmRSS and VmHWM every 100 ms; the report gives, per
 //! phase, VmRSS at its start, end and maximum (and when), how much VmHWM grew in it, and the
@@ -278,10 +287,11 @@ impl Report {
 }
 
 /// The bench's phases, in order, for the RSS samples.
-const PHASES: [&str; 9] = [
+const PHASES: [&str; 10] = [
     "start to ready",
     "usage fill",
     "settle and idle window",
+    "one NodeMetrics fetch",
     "`/metrics` scrapes",
     "`/watcher` under wrk",
     "relist after 410",
@@ -357,13 +367,19 @@ impl RssSampler {
     /// one for the sample where VmHWM reached its final value.
     fn finish(mut self, report: &mut Report) {
         self.stop.store(true, Ordering::Relaxed);
-        let samples = self
+        let mut samples = self
             .thread
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
         if samples.is_empty() {
             return;
+        }
+        // The fetch phase resets VmHWM once; the running maximum is the peak since spawn.
+        let mut top = 0;
+        for s in &mut samples {
+            top = top.max(s.hwm);
+            s.hwm = top;
         }
         let mut prev_hwm = 0;
         for (i, name) in PHASES.iter().enumerate() {
@@ -645,6 +661,155 @@ async fn usage_samples_range(client: &reqwest::Client, base: &str) -> Result<(u6
         (Some(&lo), Some(&hi)) => Ok((lo, hi)),
         _ => Err("usage fill: no kube_prober_node_usage_samples series in /metrics".into()),
     }
+}
+
+/// No CPU tick of kube-prober over this long: the fetch (decoding, recording) is over.
+const QUIET: Duration = Duration::from_millis(500);
+/// How long the fetch phase waits for each thing it waits for: the next fetch comes within one
+/// `--interval` (15 s), its answer and decoding take seconds at 65,000 nodes.
+const FETCH_WAIT: Duration = Duration::from_secs(120);
+
+/// What one NodeMetrics fetch cost kube-prober.
+struct FetchCost {
+    /// VmHWM before it was reset (the peak of the run so far), KiB.
+    hwm_before_reset: u64,
+    /// VmRSS before the fetch and VmHWM (peak RSS) from then to its end, KiB.
+    rss_before: u64,
+    peak: u64,
+    /// CPU ticks from the NodeMetrics LIST to kube-prober's last CPU tick, over `took`.
+    ticks: u64,
+    took: Duration,
+    /// kube-prober's CPU rate between fetches, ticks a second, over `idle_for`.
+    idle_rate: f64,
+    idle_for: Duration,
+    /// The answer's bytes.
+    bytes: usize,
+}
+
+/// Waits until `done`, polling every 10 ms; fails after `within` or when kube-prober exits.
+fn wait_for(
+    kp: &mut Guard,
+    what: &str,
+    within: Duration,
+    mut done: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    while !done() {
+        kp.running()?;
+        if Instant::now() > deadline {
+            return Err(format!("fetch phase: no {what} within {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// Waits until kube-prober has used no CPU tick for [`QUIET`]; answers when its CPU time last
+/// moved (or when the wait began, if it never did).
+fn wait_quiet(kp: &mut Guard, within: Duration) -> Result<Instant, String> {
+    let pid = kp.pid();
+    let (mut last, mut since) = (cpu_ticks(pid), Instant::now());
+    wait_for(kp, "quiet stretch of kube-prober's CPU", within, || {
+        let now = cpu_ticks(pid);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+        since.elapsed() >= QUIET
+    })?;
+    Ok(since)
+}
+
+/// One NodeMetrics fetch of kube-prober, measured: once a fetch has been answered and
+/// kube-prober is quiet, VmRSS is read and VmHWM reset to it (`clear_refs`; what it was is
+/// kept, the run's peak so far); then the next fetch's LIST, its whole answer sent and
+/// kube-prober quiet again are awaited, and VmHWM and the CPU from the LIST to the last CPU
+/// tick are read. The CPU between the reset and the LIST is the idle rate.
+fn measure_fetch(api: &apiserver::ApiServer, kp: &mut Guard) -> Result<FetchCost, String> {
+    let pid = kp.pid();
+    let path = apiserver::NODE_METRICS_PATH;
+    let answers = || api.answered().iter().filter(|a| a.path == path).count();
+    let n = answers();
+    wait_for(kp, "NodeMetrics answer", FETCH_WAIT, || answers() > n)?;
+    wait_quiet(kp, FETCH_WAIT)?;
+    let (rss_before, hwm_before_reset) = rss_kib(pid);
+    common::reset_peak_rss(pid)?;
+    let (lists, n) = (api.hits(path), answers());
+    let (c0, t0) = (cpu_ticks(pid), Instant::now());
+    wait_for(kp, "NodeMetrics LIST", FETCH_WAIT, || {
+        api.hits(path) > lists
+    })?;
+    let (c1, t1) = (cpu_ticks(pid), Instant::now());
+    wait_for(kp, "NodeMetrics answer", FETCH_WAIT, || answers() > n)?;
+    let t2 = wait_quiet(kp, FETCH_WAIT)?.max(t1);
+    let c2 = cpu_ticks(pid);
+    let peak = rss_kib(pid).1;
+    let bytes = api
+        .answered()
+        .iter()
+        .rev()
+        .find(|a| a.path == path)
+        .map_or(0, |a| a.bytes);
+    Ok(FetchCost {
+        hwm_before_reset,
+        rss_before,
+        peak,
+        ticks: c2 - c1,
+        took: t2 - t1,
+        idle_rate: (c1 - c0) as f64 / (t1 - t0).as_secs_f64().max(1e-3),
+        idle_for: t1 - t0,
+        bytes,
+    })
+}
+
+/// The fetch phase's rows: the answer's size (and per NodeMetrics item), the fetch's peak RSS
+/// over the RSS before it, and its CPU.
+fn fetch_phase(
+    api: &apiserver::ApiServer,
+    kp: &mut Guard,
+    report: &mut Report,
+    items: usize,
+    tick_ms: f64,
+) -> Result<u64, String> {
+    let f = measure_fetch(api, kp)?;
+    let labels = apiserver::gke_node_labels(0, "node").len();
+    report.row(
+        "NodeMetrics answer the stand-in sends (one LIST, whole, as metrics-server)",
+        format!(
+            "{} bytes ({:.1} MiB), {:.1} bytes per item ({items} items, {labels} node labels each)",
+            f.bytes,
+            f.bytes as f64 / (1 << 20) as f64,
+            f.bytes as f64 / items.max(1) as f64
+        ),
+        "—".into(),
+        None,
+    );
+    report.row(
+        "fetch: peak RSS during one NodeMetrics fetch minus RSS before it",
+        format!(
+            "{:.1} MiB (VmRSS {:.1} MiB before, VmHWM {:.1} MiB during)",
+            mib(f.peak.saturating_sub(f.rss_before)),
+            mib(f.rss_before),
+            mib(f.peak)
+        ),
+        "—".into(),
+        None,
+    );
+    let idle_ticks = f.idle_rate * f.took.as_secs_f64();
+    report.row(
+        "fetch: CPU of one NodeMetrics fetch (from its LIST to its last CPU tick, less the idle \
+         rate)",
+        format!(
+            "{:.0} ms ({} ticks over {:.2} s, less {:.1} at the idle rate of the {:.1} s before)",
+            (f.ticks as f64 - idle_ticks).max(0.0) * tick_ms,
+            f.ticks,
+            f.took.as_secs_f64(),
+            idle_ticks,
+            f.idle_for.as_secs_f64()
+        ),
+        "—".into(),
+        None,
+    );
+    Ok(f.hwm_before_reset)
 }
 
 /// Whether a logged request is a watch.
@@ -948,13 +1113,18 @@ fn run(report: &mut Report) -> Result<(), String> {
         None,
     );
 
+    // 2b. One NodeMetrics fetch: its memory, CPU and answer.
+    sampler.enter(3);
+    // It resets VmHWM: the peak rows below take the larger of it and what VmHWM was before.
+    let hwm_before_fetch = fetch_phase(&api, &mut kp, report, made.node_metrics, tick_ms)?;
+
     // 3. Scrapes, as Prometheus makes them: `Accept-Encoding: gzip`, the body read to its last
     // byte and inflated into a buffer kept from the last scrape (Prometheus' scrape loop sizes
     // its buffer from the last scrape and inflates with a streaming gzip reader); then the same
     // without compression (`enable_compression: false`), where kube-prober inflates what it
     // holds and the text arrives whole. A client that does not decompress by itself, so the
     // inflating is timed on its own. Both counted from the request to the text in hand.
-    sampler.enter(3);
+    sampler.enter(4);
     let lowered = standin_threads.set_nice(STANDIN_NICE_WHILE_SCRAPED);
     let raw = reqwest::Client::builder()
         .no_proxy()
@@ -1142,7 +1312,7 @@ fn run(report: &mut Report) -> Result<(), String> {
         encoding.as_deref().unwrap_or("none (identity)"),
         ms(took)
     ));
-    sampler.enter(4);
+    sampler.enter(5);
     let kp_wrk = run_wrk(&format!("{base}/watcher"), s.connections, s.watcher_secs)?;
     kp.running()?;
     let (static_addr, static_task) = rt.block_on(static_server(body.clone(), static_headers));
@@ -1197,7 +1367,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     let cpu_relist0 = cpu_ticks(pid);
     let r0 = Instant::now();
     let seen_before = api.requests().len();
-    sampler.enter(5);
+    sampler.enter(6);
     let compacted_at = api.force_relist();
     let relisted = loop {
         kp.running()?;
@@ -1245,10 +1415,11 @@ fn run(report: &mut Report) -> Result<(), String> {
             ));
         }
     }
-    sampler.enter(6);
+    sampler.enter(7);
     std::thread::sleep(AFTER_TICK);
     kp.running()?;
     let (rss_relist, hwm_relist) = rss_kib(pid);
+    let hwm_relist = hwm_relist.max(hwm_before_fetch);
     report.row(
         "VmRSS / VmHWM one tick after the relist",
         format!("{:.1} / {:.1} MiB", mib(rss_relist), mib(hwm_relist)),
@@ -1257,7 +1428,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     );
 
     // 6. Churn.
-    sampler.enter(7);
+    sampler.enter(8);
     let cpu0 = cpu_ticks(pid);
     let self0 = cpu_ticks(self_pid);
     let c0 = Instant::now();
@@ -1301,12 +1472,14 @@ fn run(report: &mut Report) -> Result<(), String> {
     ));
 
     // 7. Peak of the run.
-    sampler.enter(8);
+    sampler.enter(9);
     std::thread::sleep(AFTER_TICK);
     kp.running()?;
     let (rss_end, hwm_end) = rss_kib(pid);
+    let hwm_end = hwm_end.max(hwm_before_fetch);
     report.row(
-        "peak RSS (VmHWM at the end: start, relist after 410, churn)",
+        "peak RSS (VmHWM at the end or, if larger, before the fetch phase reset it: start, \
+         relist after 410, churn)",
         format!("{:.1} MiB", mib(hwm_end)),
         format!("≤ {:.0} MiB", b.peak_rss_mib),
         Some(mib(hwm_end) <= b.peak_rss_mib),

@@ -105,6 +105,13 @@ pub fn rss_split_kib(pid: u32) -> (u64, u64) {
     status_kib(pid, ["RssAnon:", "RssFile:"])
 }
 
+/// Resets the peak RSS (VmHWM) of `pid` to its RSS now: `5` into /proc/PID/clear_refs (Linux
+/// 4.0 and later; needs the right to write there: the process' owner or root).
+pub fn reset_peak_rss(pid: u32) -> Result<(), String> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .map_err(|e| format!("cannot reset VmHWM through /proc/{pid}/clear_refs: {e}"))
+}
+
 /// Clock ticks per second (`getconf CLK_TCK`).
 pub fn clk_tck() -> u64 {
     let out = Command::new("getconf")

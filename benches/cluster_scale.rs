@@ -1312,6 +1312,13 @@ fn run(report: &mut Report) -> Result<(), String> {
         encoding.as_deref().unwrap_or("none (identity)"),
         ms(took)
     ));
+    let hosts = watcher_hosts(&body, encoding.as_deref())?;
+    report.row(
+        "`/watcher` hosts with CPU and Memory",
+        format!("{hosts} of {} nodes", s.nodes),
+        "every node".into(),
+        Some(hosts == s.nodes),
+    );
     sampler.enter(5);
     let kp_wrk = run_wrk(&format!("{base}/watcher"), s.connections, s.watcher_secs)?;
     kp.running()?;
@@ -1529,4 +1536,30 @@ fn print_report(report: &Report) {
         println!("- {k}: {v}");
     }
     println!("- CLK_TCK: {}", clk_tck());
+}
+
+/// The hosts of a `/watcher` answer that carry both a CPU and a Memory entry.
+fn watcher_hosts(body: &[u8], encoding: Option<&str>) -> Result<usize, String> {
+    let mut text = Vec::new();
+    let json = if encoding == Some("gzip") {
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(body), &mut text)
+            .map_err(|e| format!("/watcher: gzip: {e}"))?;
+        &text[..]
+    } else {
+        body
+    };
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| format!("/watcher: {e}"))?;
+    let map = v["data"]["NodeMetricsMap"]
+        .as_object()
+        .ok_or("/watcher: no data.NodeMetricsMap")?;
+    let has = |m: &serde_json::Value, kind: &str| {
+        m["metrics"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["type"] == kind))
+    };
+    Ok(map
+        .values()
+        .filter(|m| has(m, "CPU") && has(m, "Memory"))
+        .count())
 }

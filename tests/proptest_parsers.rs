@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube_prober::config::cli::Cli;
 use kube_prober::config::{Config, FileConfig, Options};
 use kube_prober::k8s::lean::{LeanNode, LeanPod};
+use kube_prober::shared::json_items::{ItemSplitter, Piece};
 use kube_prober::shared::quantity::{MAX_MAGNITUDE, parse_quantity};
 use kube_prober::sources::cluster::derive::{
     DeriveConfig, daemonset_expected, deployment_expected, node_facts, node_pod_sums, owner,
@@ -292,6 +293,102 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
+    // Streamed lists (src/shared/json_items.rs): the NodeMetrics list, split as it arrives
+    // --------------------------------------------------------------------------------------
+
+    #[test]
+    fn list_splitting_never_panics_on_bytes(
+        body in prop::collection::vec(any::<u8>(), 0..1024),
+        chunk in 1usize..64,
+        max_item in 1usize..256,
+    ) {
+        let mut s = ItemSplitter::new(&["items"], max_item, 256);
+        let mut failed = false;
+        for c in body.chunks(chunk) {
+            if s.feed(c, |p| {
+                if let Piece::Item { bytes, .. } = p {
+                    assert!(bytes.len() <= max_item);
+                }
+            }).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        if !failed {
+            let _ = s.finish();
+        }
+    }
+
+    #[test]
+    fn list_splitting_never_panics_on_near_miss_lists(
+        items in prop::collection::vec(json_object(), 1..5),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        cut in any::<bool>(),
+        chunk in 1usize..41,
+    ) {
+        let mut text = serde_json::to_vec(&json!({"kind": "L", "items": items})).unwrap();
+        let i = at.index(text.len());
+        if cut {
+            text.truncate(i);
+        } else {
+            text[i] = byte;
+        }
+        let mut s = ItemSplitter::new(&["items"], 64, 128);
+        let mut ok = true;
+        for c in text.chunks(chunk) {
+            if s.feed(c, |_| {}).is_err() {
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            let _ = s.finish();
+        }
+    }
+
+    #[test]
+    fn list_splitting_gives_what_serde_reads_in_any_chunking(
+        items in prop::collection::vec(json_object(), 0..8),
+        before in prop::collection::btree_map("[a-z]{1,6}", json_value(), 0..3),
+        pretty in any::<bool>(),
+        chunk in 1usize..97,
+    ) {
+        let mut doc = serde_json::Map::new();
+        for (k, v) in &before {
+            doc.insert(k.clone(), v.clone());
+        }
+        doc.insert("items".into(), Value::Array(items.clone()));
+        doc.insert("metadata".into(), json!({"continue": "tok\"en", "items": [1]}));
+        let doc = Value::Object(doc);
+        let text = if pretty {
+            serde_json::to_vec_pretty(&doc).unwrap()
+        } else {
+            serde_json::to_vec(&doc).unwrap()
+        };
+        let mut s = ItemSplitter::new(&["items"], 1 << 20, 1 << 20);
+        let mut got = Vec::new();
+        for c in text.chunks(chunk) {
+            s.feed(c, |p| match p {
+                Piece::Item { index, offset, bytes } => {
+                    assert_eq!(index as usize, got.len());
+                    assert_eq!(text[offset as usize], bytes[0]);
+                    got.push(serde_json::from_slice::<Value>(bytes).unwrap());
+                }
+                Piece::Oversized { .. } => panic!("no item is over 1 MiB"),
+            }).unwrap();
+        }
+        let envelope: Value = serde_json::from_slice(&s.finish().unwrap()).unwrap();
+        // The oracle: serde's own reading of the whole document (floats read back as serde
+        // reads them, which need not be the value written).
+        let mut whole: Value = serde_json::from_slice(&text).unwrap();
+        prop_assert_eq!(got.len(), items.len());
+        prop_assert_eq!(&Value::Array(got), &whole["items"]);
+        whole["items"] = json!([]);
+        prop_assert_eq!(envelope, whole);
+    }
+
+    // --------------------------------------------------------------------------------------
     // Prometheus answers (src/sources/usage/prometheus.rs)
     // --------------------------------------------------------------------------------------
 
@@ -566,6 +663,30 @@ fn opt<T: std::fmt::Debug + Clone + 'static>(
     s: impl Strategy<Value = T> + 'static,
 ) -> impl Strategy<Value = Option<T>> {
     prop::option::weighted(0.7, s)
+}
+
+/// Any JSON value, strings with escapes and non-ASCII included, a few levels deep.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        (-1e12f64..1e12).prop_map(|f| json!(f)),
+        "[ -~\\u{e9}\\u{1F600}\"\\\\\n\t]{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z\"\\\\]{0,5}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A JSON object, as each list item is.
+fn json_object() -> impl Strategy<Value = Value> {
+    prop::collection::btree_map("[a-z_\"]{0,6}", json_value(), 0..5)
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
 }
 
 fn resources_json() -> impl Strategy<Value = Value> {

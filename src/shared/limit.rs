@@ -30,7 +30,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The default cap: 32 MiB.
 ///
 /// It fits a 500-object LIST page of Nodes or Pods at up to 64 KiB per object, and a
-/// Prometheus answer of one series per node at 150,000 nodes. The one answer that grows
+/// Prometheus answer of one series per node at 130,000 nodes with kube-prometheus' seven
+/// target labels (about 250 bytes a series; docs/reliability.md). The one answer that grows
 /// without a page is the metrics.k8s.io NodeMetrics list, which metrics-server serves in one
 /// piece whatever `limit` says (about 1.3 KB a node with GKE's labels: 80 MiB at 65,000
 /// nodes): it is read as a stream of items, and the cap bounds each item instead

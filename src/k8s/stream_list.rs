@@ -195,7 +195,9 @@ async fn try_send(
     Err(kube::Error::Api(status.boxed()))
 }
 
-fn transient(e: &kube::Error) -> bool {
+/// Whether a failed request is worth another try: 429, 5xx or a transport error, never an
+/// answer past the byte cap (it would only be read again).
+pub fn transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         kube::Error::HyperError(_) => true,

@@ -35,7 +35,7 @@ use serde::{Deserialize, Deserializer};
 use super::{Dropped, Fetched, UsageFetcher};
 use crate::hub::{DropReason, NodeRecorder, validate};
 use crate::k8s::lean::LeanNode;
-use crate::k8s::stream_list::{Reading, list_items};
+use crate::k8s::stream_list::{Reading, list_items, transient};
 use crate::model::{NodeCapacity, Resource, UsageSample};
 use crate::shared::error::Error;
 use crate::shared::json_items::Piece;
@@ -301,15 +301,6 @@ const PAGE: u32 = 500;
 /// Retries of a failed page (429, 5xx, transport), from [`BACKOFF`], doubling.
 const RETRIES: u32 = 2;
 const BACKOFF: Duration = Duration::from_millis(200);
-
-fn transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) => true,
-        kube::Error::Service(_) => crate::shared::limit::find_too_large(e).is_none(),
-        _ => false,
-    }
-}
 
 /// Hands every page of the list to `each` as it arrives, each page retried with backoff when
 /// the failure is transient. On an error, the pages before it were handed over already.
@@ -865,27 +856,17 @@ mod tests {
 
     #[test]
     fn an_unset_timestamp_means_now() {
-        let nodes = [node("a", ("4", "8Gi"), None)];
-        let mut m = metrics("a", "1", "2Gi", T);
-        m.timestamp = Time(Timestamp::UNIX_EPOCH);
-        let samples = samples_from(
-            vec![m.clone()],
-            &by_name(nodes.clone()),
-            &CAPACITY,
-            at(T + 5),
-        )
-        .samples;
-        assert_eq!(samples[0].at, at(T + 5));
-        let mut m = metrics("a", "1", "2Gi", T);
-        m.timestamp = Time(Timestamp::new(T, 250_000_000).unwrap());
-        let samples = samples_from(
-            vec![m.clone()],
-            &by_name(nodes.clone()),
-            &CAPACITY,
-            at(T + 5),
-        )
-        .samples;
-        assert_eq!(samples[0].at, at(T) + Duration::from_millis(250));
+        let nodes = by_name([node("a", ("4", "8Gi"), None)]);
+        let sample_at = |ts: Timestamp| {
+            let mut m = metrics("a", "1", "2Gi", T);
+            m.timestamp = Time(ts);
+            samples_from(vec![m], &nodes, &CAPACITY, at(T + 5)).samples[0].at
+        };
+        assert_eq!(sample_at(Timestamp::UNIX_EPOCH), at(T + 5));
+        assert_eq!(
+            sample_at(Timestamp::new(T, 250_000_000).unwrap()),
+            at(T) + Duration::from_millis(250)
+        );
     }
 
     #[test]

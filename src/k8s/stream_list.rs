@@ -175,20 +175,19 @@ async fn try_send(
     if status.is_success() {
         return Ok(resp.into_body());
     }
+    // As kube's own requests read an error answer: its `Status`, or its text under the
+    // reason kube gives it, so that a failure reads the same through either path.
     let body = read_head(resp.into_body(), STATUS_BYTES).await;
-    let parsed = serde_json::from_slice::<kube::core::Status>(&body)
-        .ok()
-        .filter(|s| s.code != 0 || !s.message.is_empty());
-    let status = match parsed {
-        Some(mut s) => {
+    let status = match serde_json::from_slice::<kube::core::Status>(&body) {
+        Ok(mut s) => {
             if s.code == 0 {
                 s.code = status.as_u16();
             }
             s
         }
-        None => kube::core::Status::failure(
-            &String::from_utf8_lossy(&body[..body.len().min(200)]),
-            status.canonical_reason().unwrap_or(""),
+        Err(_) => kube::core::Status::failure(
+            String::from_utf8_lossy(&body).trim(),
+            "Failed to parse error data",
         )
         .with_code(status.as_u16()),
     };

@@ -168,7 +168,19 @@ async fn every_dropped_value_reason_is_documented_and_produced() {
         max_item_bytes: 100,
         ..MetricsServerConfig::default()
     };
-    let mut ms = MetricsServerFetcher::new(api.client(), capped);
+    // The Nodes as the cluster role's watcher holds them: the 100-byte cap is for the
+    // NodeMetrics items alone (a Node listed by the fetch itself is capped the same way).
+    let nodes: kube::Api<kube_prober::k8s::lean::LeanNode> = kube::Api::all(api.client());
+    let watched: std::collections::HashMap<_, _> = nodes
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| (n.metadata.name.clone().unwrap(), std::sync::Arc::new(n)))
+        .collect();
+    let mut ms = MetricsServerFetcher::new(api.client(), capped)
+        .with_node_source(std::sync::Arc::new(watched), Box::pin(async { true }));
     assert_eq!(run_once(&mut ms, &small, t).await, RunOutcome::NoData);
     let snap = store.snapshot(SystemTime::now());
     let produced: BTreeSet<String> = snap

@@ -24,6 +24,11 @@ use crate::shared::error::Error;
 use crate::shared::json_items::{ItemSplitter, Piece};
 use crate::shared::limit::CappedPerItem;
 
+/// The NodeMetrics list (metrics.k8s.io), which metrics-server answers whole.
+pub const NODE_METRICS_PATH: &str = "/apis/metrics.k8s.io/v1beta1/nodes";
+/// The core Node list, which the API server pages.
+pub const NODES_PATH: &str = "/api/v1/nodes";
+
 /// Retries of a failed request, from [`BACKOFF`], doubling.
 const RETRIES: u32 = 2;
 const BACKOFF: Duration = Duration::from_millis(200);
@@ -51,7 +56,7 @@ impl ListError {
                 match crate::k8s::client::kube_error(what, &error) {
                     Error::Http { what, reason } => Error::Http {
                         what,
-                        reason: format!("the answer broke off after {items} items: {reason}"),
+                        reason: format!("after {items} items had been read: {reason}"),
                     },
                     other => other,
                 }
@@ -196,7 +201,7 @@ async fn try_send(
 
 /// Whether a failed request is worth another try: 429, 5xx or a transport error, never an
 /// answer past the byte cap (it would only be read again).
-pub fn transient(e: &kube::Error) -> bool {
+fn transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         kube::Error::HyperError(_) => true,

@@ -2,9 +2,8 @@
 //! `/readyz` says ok.
 
 use super::{Failure, Probe};
-use crate::k8s::stream_list::{ListError, Reading, list_items};
+use crate::k8s::stream_list::{ListError, NODE_METRICS_PATH, Reading, list_items};
 
-const NODE_METRICS_PATH: &str = "/apis/metrics.k8s.io/v1beta1/nodes";
 /// The first NodeMetrics item is read only to be counted: past this it counts as there.
 const ITEM_BYTES: usize = 1 << 20;
 

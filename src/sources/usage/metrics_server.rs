@@ -27,15 +27,13 @@ use std::time::{Duration, SystemTime};
 use k8s_metrics::v1beta1::NodeMetrics;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::Api;
-use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::{Deserialize, Deserializer};
 
 use super::{Dropped, Fetched, UsageFetcher};
 use crate::hub::{DropReason, NodeRecorder, validate};
 use crate::k8s::lean::LeanNode;
-use crate::k8s::stream_list::{Reading, list_items, transient};
+use crate::k8s::stream_list::{NODE_METRICS_PATH, NODES_PATH, Reading, list_items};
 use crate::model::{NodeCapacity, Resource, UsageSample};
 use crate::shared::error::Error;
 use crate::shared::json_items::Piece;
@@ -110,9 +108,6 @@ pub type NodesListed = Pin<Box<dyn Future<Output = bool> + Send>>;
 /// at that size is 60 s.
 pub const NODE_LIST_WAIT: Duration = Duration::from_secs(30);
 
-/// Where the NodeMetrics list is read.
-pub const NODE_METRICS_PATH: &str = "/apis/metrics.k8s.io/v1beta1/nodes";
-
 /// Reads node usage from the resource metrics API through the Kubernetes API server.
 pub struct MetricsServerFetcher {
     client: kube::Client,
@@ -157,7 +152,7 @@ impl MetricsServerFetcher {
         let listed: HashMap<String, Arc<LeanNode>>;
         let nodes: &dyn NodeLookup = match self.nodes.as_deref() {
             Some(watched) if !watched.is_empty() => watched,
-            _ => match list_nodes(&self.client).await {
+            _ => match list_nodes(&self.client, self.cfg.max_item_bytes).await {
                 Ok(map) => {
                     listed = map;
                     &listed
@@ -194,20 +189,58 @@ impl MetricsServerFetcher {
     }
 }
 
-/// Every Node, page by page, by name.
-async fn list_nodes(client: &kube::Client) -> Result<HashMap<String, Arc<LeanNode>>, Error> {
-    let nodes_api: Api<LeanNode> = Api::all(client.clone());
+/// Every Node, page by page, by name, each decoded as it arrives. A Node that does not decode
+/// (or is over `max_item` bytes) fails the list, as a LIST that did not decode always has.
+async fn list_nodes(
+    client: &kube::Client,
+    max_item: usize,
+) -> Result<HashMap<String, Arc<LeanNode>>, Error> {
     let mut map = HashMap::new();
-    for_each_page(&nodes_api, |page| {
-        for n in page {
-            if let Some(name) = n.metadata.name.clone() {
-                map.insert(name, Arc::new(n));
+    let mut bad: Option<Error> = None;
+    let reading = Reading {
+        max_item,
+        stop_after: None,
+        page: Some(PAGE),
+    };
+    let listed = list_items(client, NODES_PATH, reading, &mut |piece| {
+        if bad.is_some() {
+            return;
+        }
+        match piece {
+            Piece::Item {
+                index,
+                offset,
+                bytes,
+            } => match serde_json::from_slice::<LeanNode>(bytes) {
+                Ok(n) => {
+                    if let Some(name) = n.metadata.name.clone() {
+                        map.insert(name, Arc::new(n));
+                    }
+                }
+                Err(e) => {
+                    bad = Some(Error::Parse {
+                        what: WHAT_NODES.into(),
+                        reason: format!("Node {index} at byte {offset}: {e}"),
+                    })
+                }
+            },
+            Piece::Oversized { index, len, .. } => {
+                bad = Some(Error::TooLarge {
+                    what: WHAT_NODES.into(),
+                    reason: format!(
+                        "Node {index}: {len} bytes, over the {max_item}-byte limit \
+                         (--max-response-bytes)"
+                    ),
+                })
             }
         }
     })
-    .await
-    .map_err(|e| crate::k8s::client::kube_error(WHAT_NODES, &e))?;
-    Ok(map)
+    .await;
+    listed.map_err(|e| e.into_error(WHAT_NODES))?;
+    match bad {
+        Some(e) => Err(e),
+        None => Ok(map),
+    }
 }
 
 /// A NodeMetrics as each fetch decodes it: the name, the timestamp and the CPU and memory
@@ -298,39 +331,6 @@ impl UsageFetcher for MetricsServerFetcher {
 
 /// Items per LIST page of Nodes asked for (the API server pages them).
 const PAGE: u32 = 500;
-/// Retries of a failed page (429, 5xx, transport), from [`BACKOFF`], doubling.
-const RETRIES: u32 = 2;
-const BACKOFF: Duration = Duration::from_millis(200);
-
-/// Hands every page of the list to `each` as it arrives, each page retried with backoff when
-/// the failure is transient. On an error, the pages before it were handed over already.
-async fn for_each_page<K>(api: &Api<K>, mut each: impl FnMut(Vec<K>)) -> Result<(), kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut params = ListParams::default().limit(PAGE);
-    loop {
-        let mut pause = BACKOFF;
-        let mut tries = 0;
-        let page = loop {
-            match api.list(&params).await {
-                Ok(page) => break page,
-                Err(e) if tries < RETRIES && transient(&e) => {
-                    tries += 1;
-                    tracing::debug!(error = %e, tries, "LIST page failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        each(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(()),
-        }
-    }
-}
 
 /// One denominator usage is divided by: capacity, or allocatable when configured (which
 /// defaults to capacity, as the API documents, where a node does not report it). `Err` holds

@@ -54,6 +54,16 @@ pub trait NodeRecorder: Send + Sync {
     /// row leaves the hub (0: never), and the expiry is counted. A failed fetch expires
     /// nothing and resets nothing.
     fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32);
+    /// A pod bound to a node that may not show in the node's samples yet (see
+    /// [`Binding`](crate::model::Binding)); replaces the binding of the same pod. The hub
+    /// keeps it until a sample of the node is taken at or after `shows_from`.
+    fn record_binding(&self, binding: crate::model::Binding) {
+        let _ = binding;
+    }
+    /// Pod `pod` (`namespace/name`) is deleted, finished or no longer bound: its binding goes.
+    fn forget_binding(&self, pod: &str) {
+        let _ = pod;
+    }
 }
 
 /// Per-pod task measurements and platform facts (node role).
@@ -112,6 +122,10 @@ pub trait SourceRecorder: Send + Sync {
     /// `list_failed`: the previous list failed; `no_resource_version`).
     fn record_relist(&self, source: &str, reason: &str) {
         let _ = (source, reason);
+    }
+    /// A backend's self-check: how its series met the cluster's nodes (replaces the previous).
+    fn record_usage_match(&self, source: &str, m: crate::model::UsageMatch) {
+        let _ = (source, m);
     }
 }
 

@@ -17,7 +17,8 @@ pub use cluster::{
     NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 pub use node::{
-    BackendValue, BackendWindow, MetricType, NodeCapacity, Operator, Resource, UsageSample, Window,
+    BackendValue, BackendWindow, Binding, MetricType, NodeCapacity, Operator, Resource, UsageMatch,
+    UsageSample, Window,
 };
 pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
@@ -25,8 +26,8 @@ pub use resource_map::ResourceMap;
 pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
-    BackendStat, ClusterInfo, NodeLoad, NodeMap, ProbeState, Snapshot, SourceStatus, Stat,
-    WindowStats, unix_seconds,
+    BackendStat, BoundPod, BoundPods, ClusterInfo, NodeLoad, NodeMap, ProbeState, Snapshot,
+    SourceStatus, Stat, WindowStats, unix_seconds,
 };
 pub use task::{
     CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, TaskContainer, TaskPod,

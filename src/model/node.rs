@@ -156,3 +156,32 @@ impl Window {
         }
     }
 }
+
+/// A pod bound to a node whose use may not be in that node's usage samples yet: bound after
+/// the node's newest sample, or still ramping up. The hub sums the bindings of each node that
+/// its newest sample cannot show yet into the node's [`BoundPods`](crate::model::BoundPods).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// `namespace/name`.
+    pub pod: std::sync::Arc<str>,
+    pub node: std::sync::Arc<str>,
+    /// When the pod was bound: its `PodScheduled` condition turned True (else when it was
+    /// first seen bound).
+    pub bound_at: SystemTime,
+    /// From this time on the pod's use shows in the node's samples: its `Ready` condition's
+    /// time plus the ramp-up, or, for a pod not ready yet, its binding plus the longest wait.
+    /// A sample taken at or after it shows the pod; one taken before does not.
+    pub shows_from: SystemTime,
+    /// The estimator's guess of its use: CPU cores and memory bytes.
+    pub cpu_cores: f64,
+    pub memory_bytes: f64,
+}
+
+/// How a backend's series met the cluster's nodes in one fetch (the Prometheus backend's
+/// self-check): the cluster's nodes that got no usage, and the series whose node label named
+/// no node of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UsageMatch {
+    pub nodes_without_usage: u64,
+    pub series_without_node: u64,
+}

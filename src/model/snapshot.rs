@@ -39,6 +39,35 @@ pub struct WindowStats {
     pub backend: Vec<BackendStat>,
 }
 
+/// The estimated use of the pods bound to a node that its newest sample cannot show yet
+/// (bound since, or still ramping up): what the hub summed from the node's
+/// [`Binding`](crate::model::Binding)s.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BoundPods {
+    /// Each pod counted: when it was bound, and its estimated CPU cores and memory bytes.
+    pub pods: Vec<BoundPod>,
+}
+
+/// One pod of [`BoundPods`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoundPod {
+    pub bound_at: SystemTime,
+    pub cpu_cores: f64,
+    pub memory_bytes: f64,
+}
+
+impl BoundPods {
+    /// CPU cores and memory bytes of the pods bound before `before` (all: `None`).
+    pub fn sum(&self, before: Option<SystemTime>) -> (f64, f64) {
+        self.pods
+            .iter()
+            .filter(|p| before.is_none_or(|b| p.bound_at < b))
+            .fold((0.0, 0.0), |(c, m), p| {
+                (c + p.cpu_cores, m + p.memory_bytes)
+            })
+    }
+}
+
 /// Everything known about one node's load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeLoad {

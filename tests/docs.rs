@@ -487,6 +487,12 @@ mod counts {
                             })
                             .collect(),
                         backend,
+                        coverage: 1.0,
+                        quantiles: resources
+                            .iter()
+                            .filter(|r| matches!(r, Resource::Cpu | Resource::Memory))
+                            .map(|&r| (r, [0.5, 0.6, 0.7, 0.8]))
+                            .collect(),
                     }
                 })
                 .collect();
@@ -500,6 +506,13 @@ mod counts {
                     cpu_cores: 4.0,
                     memory_bytes: 8e9,
                 }),
+                hour_max: resources
+                    .iter()
+                    .filter(|r| matches!(r, Resource::Cpu | Resource::Memory))
+                    .map(|&r| (r, 0.9))
+                    .collect(),
+                hour_coverage: 1.0,
+                bound: None,
             };
             Arc::make_mut(&mut snap.nodes).insert(node_name(i).into(), Arc::new(load));
         }

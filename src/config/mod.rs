@@ -278,7 +278,7 @@ impl Config {
             log_level,
             log_format,
             usage,
-            watcher: o.watcher.resolve(),
+            watcher: o.watcher.resolve(s.interval)?,
             workload_namespaces,
             addon_keys,
             probes,

@@ -6,16 +6,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::validate::{self, DropReason};
-use super::window::{DEFAULT_CAP, Rings};
+use super::window::{DEFAULT_CAP, HourMax, MIN_COVERAGE, Rings};
 use super::{
     ClusterRecorder, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
     SourceRecorder, TaskRecorder,
 };
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
-    BackendStat, BackendWindow, ClusterInfo, ClusterState, NodeCapacity, NodeLoad, NodeMap,
-    ProbeOutcome, ProbeState, Resource, ResourceMap, SinkPush, SinkStatus, Snapshot, SourceStatus,
-    UsageSample, Window, WindowStats, unix_seconds,
+    BackendStat, BackendWindow, Binding, BoundPod, BoundPods, ClusterInfo, ClusterState,
+    NodeCapacity, NodeLoad, NodeMap, ProbeOutcome, ProbeState, Resource, ResourceMap, SinkPush,
+    SinkStatus, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
 };
 
 #[derive(Debug)]
@@ -31,6 +31,8 @@ struct NodeState {
     latest: ResourceMap<f64>,
     /// Usage samples of every resource, one row per sample time.
     rings: Rings,
+    /// The largest CPU and memory sample of each five-minute slot of the last hour.
+    hour: HourMax,
     /// Backend-aggregated values per window, one per (name, operator), in first-seen order.
     backend: BTreeMap<Window, Vec<BackendStat>>,
     capacity: Option<NodeCapacity>,
@@ -56,6 +58,7 @@ impl NodeState {
             sampled_at: None,
             latest: ResourceMap::new(),
             rings: Rings::new(Window::FifteenMinutes.duration(), DEFAULT_CAP),
+            hour: HourMax::default(),
             backend: BTreeMap::new(),
             capacity: None,
             in_cluster: false,
@@ -68,12 +71,16 @@ impl NodeState {
 
     /// This node's load for a snapshot: the previous one when nothing was recorded since, or
     /// when what was recorded left it equal (a backend re-reporting the same sample).
-    fn load(&mut self) -> Arc<NodeLoad> {
+    fn load(
+        &mut self,
+        bindings: Option<&mut Vec<Binding>>,
+        scratch: &mut Vec<f64>,
+    ) -> Arc<NodeLoad> {
         if let Some(load) = self.load.as_ref().filter(|_| !self.dirty) {
             return load.clone();
         }
         self.dirty = false;
-        let fresh = node_load(self);
+        let fresh = node_load(self, bindings, scratch);
         match &self.load {
             Some(old) if **old == fresh => old.clone(),
             _ => {
@@ -158,6 +165,10 @@ struct Inner {
     leadership: Option<crate::model::Leadership>,
     /// Nodes the cluster deleted, with when: usage for them is refused until they return.
     gone: HashMap<String, SystemTime>,
+    /// Per node, the pods bound to it whose use its samples may not show yet.
+    bindings: HashMap<Arc<str>, Vec<Binding>>,
+    /// The node each pod of `bindings` is bound to.
+    bound_to: HashMap<Arc<str>, Arc<str>>,
     /// Per source: dropped-value logging of its current run.
     drop_log: HashMap<String, DropLog>,
     tasks: Option<Arc<crate::model::TaskSet>>,
@@ -235,8 +246,10 @@ fn publish_nodes(inner: &mut Inner) -> Arc<NodeMap> {
         published,
         nodes_changed,
         nodes_removed,
+        bindings,
         ..
     } = inner;
+    let mut scratch = Vec::new();
     if std::mem::take(nodes_removed) && published.keys().any(|k| !nodes.contains_key(&**k)) {
         Arc::make_mut(published).retain(|k, _| nodes.contains_key(&**k));
     }
@@ -245,7 +258,7 @@ fn publish_nodes(inner: &mut Inner) -> Arc<NodeMap> {
             .values_mut()
             .filter(|st| st.dirty || st.load.is_none())
             .filter_map(|st| {
-                let load = st.load();
+                let load = st.load(bindings.get_mut(&st.key), &mut scratch);
                 let same = published
                     .get(&st.key)
                     .is_some_and(|p| Arc::ptr_eq(p, &load));
@@ -309,6 +322,31 @@ fn end_drop_log(inner: &mut Inner, source: &str) {
     }
 }
 
+/// How long a binding is kept for a node whose samples never show it (a node without usage).
+const BINDING_KEPT: Duration = Duration::from_secs(30 * 60);
+
+/// Takes pod `pod`'s binding out of the node it was bound to, if any.
+fn unbind(inner: &mut Inner, pod: &str) {
+    let Some(node) = inner.bound_to.remove(pod) else {
+        return;
+    };
+    if let Some(held) = inner.bindings.get_mut(&node) {
+        held.retain(|b| &*b.pod != pod);
+        if held.is_empty() {
+            inner.bindings.remove(&node);
+        }
+    }
+    mark_dirty(inner, &node);
+}
+
+/// Node `node`'s load is to be made again for the next snapshot (if the hub holds the node).
+fn mark_dirty(inner: &mut Inner, node: &str) {
+    if let Some(st) = inner.nodes.get_mut(node) {
+        st.dirty = true;
+        inner.nodes_changed = true;
+    }
+}
+
 /// Validates a capacity; counts each impossible field under `source`.
 fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) -> bool {
     let mut ok = true;
@@ -330,29 +368,29 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
     ok
 }
 
-fn node_load(st: &NodeState) -> NodeLoad {
+fn node_load(
+    st: &NodeState,
+    bindings: Option<&mut Vec<Binding>>,
+    scratch: &mut Vec<f64>,
+) -> NodeLoad {
     // Room for exactly the windows (a `collect` of a filter would make room for four: 184
     // bytes more per node and snapshot, and two snapshots are alive while one is rendered).
     let mut windows = Vec::with_capacity(Window::ALL.len());
-    windows.extend(Window::ALL.iter().filter_map(|&w| {
-        let stats: ResourceMap<_> = Resource::ALL
-            .into_iter()
-            .filter_map(|r| st.rings.stat(r, w.duration()).map(|s| (r, s)))
-            .collect();
-        let backend = st.backend.get(&w).cloned().unwrap_or_default();
-        let ring_end = st.sampled_at.filter(|_| !stats.is_empty());
-        let end = ring_end
-            .into_iter()
-            .chain(backend.iter().map(|b| b.end))
-            .min()?;
-        Some(WindowStats {
-            window: w,
-            start: end.checked_sub(w.duration()).unwrap_or(end),
-            end,
-            stats,
-            backend,
-        })
-    }));
+    windows.extend(
+        Window::ALL
+            .iter()
+            .filter_map(|&w| window_stats(st, w, scratch)),
+    );
+    let mut hour_max = ResourceMap::new();
+    let mut hour_coverage: f64 = 0.0;
+    for r in [Resource::Cpu, Resource::Memory] {
+        if let Some((max, coverage)) = st.hour.max(r) {
+            hour_coverage = hour_coverage.max(coverage);
+            if coverage >= MIN_COVERAGE {
+                hour_max.insert(r, max);
+            }
+        }
+    }
     NodeLoad {
         node: st.key.clone(),
         source: st.source.clone(),
@@ -360,7 +398,67 @@ fn node_load(st: &NodeState) -> NodeLoad {
         latest: st.latest.clone(),
         windows,
         capacity: st.capacity,
+        hour_max,
+        hour_coverage,
+        bound: bindings.and_then(|b| bound_pods(b, st.sampled_at)),
     }
+}
+
+/// One window's statistics of node `st`, or `None` when it has no sample in it.
+fn window_stats(st: &NodeState, w: Window, scratch: &mut Vec<f64>) -> Option<WindowStats> {
+    let stats: ResourceMap<_> = Resource::ALL
+        .into_iter()
+        .filter_map(|r| st.rings.stat(r, w.duration()).map(|s| (r, s)))
+        .collect();
+    let backend = st.backend.get(&w).cloned().unwrap_or_default();
+    let ring_end = st.sampled_at.filter(|_| !stats.is_empty());
+    let end = ring_end
+        .into_iter()
+        .chain(backend.iter().map(|b| b.end))
+        .min()?;
+    let coverage = if stats.is_empty() {
+        0.0
+    } else {
+        st.rings.coverage(w.duration())
+    };
+    let quantiles = if coverage >= MIN_COVERAGE {
+        [Resource::Cpu, Resource::Memory]
+            .into_iter()
+            .filter_map(|r| Some((r, st.rings.quantiles(r, w.duration(), scratch)?)))
+            .collect()
+    } else {
+        ResourceMap::new()
+    };
+    Some(WindowStats {
+        window: w,
+        start: end.checked_sub(w.duration()).unwrap_or(end),
+        end,
+        stats,
+        backend,
+        coverage,
+        quantiles,
+    })
+}
+
+/// The pods of `bindings` that a sample taken at `sampled` cannot show (all of them when the
+/// node has no sample yet); the others leave `bindings`, as later samples show them too.
+fn bound_pods(bindings: &mut Vec<Binding>, sampled: Option<SystemTime>) -> Option<Arc<BoundPods>> {
+    if let Some(at) = sampled {
+        bindings.retain(|b| b.shows_from > at);
+    }
+    if bindings.is_empty() {
+        return None;
+    }
+    let mut pods: Vec<BoundPod> = bindings
+        .iter()
+        .map(|b| BoundPod {
+            bound_at: b.bound_at,
+            cpu_cores: b.cpu_cores,
+            memory_bytes: b.memory_bytes,
+        })
+        .collect();
+    pods.sort_by_key(|p| p.bound_at);
+    Some(Arc::new(BoundPods { pods }))
 }
 
 impl ClusterRecorder for Store {
@@ -463,6 +561,7 @@ impl NodeRecorder for Store {
             let old = st.latest.insert(resource, value);
             changed |= old.is_none_or(|o| o.to_bits() != value.to_bits());
             changed |= st.rings.push(resource, t, value);
+            changed |= st.hour.push(resource, t, value);
         }
         st.dirty |= changed;
         inner.nodes_changed |= changed;
@@ -513,6 +612,25 @@ impl NodeRecorder for Store {
         for (name, value, reason) in dropped {
             count_dropped(&mut inner, source, &w.node, &name, Some(value), reason);
         }
+    }
+
+    fn record_binding(&self, binding: Binding) {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        unbind(inner, &binding.pod);
+        let node = binding.node.clone();
+        inner.bound_to.insert(binding.pod.clone(), node.clone());
+        let held = inner.bindings.entry(node.clone()).or_default();
+        // A node that never reports usage keeps no binding past half an hour of it.
+        let old = SystemTime::now() - BINDING_KEPT;
+        held.retain(|b| b.shows_from > old || b.pod == binding.pod);
+        held.push(binding);
+        mark_dirty(inner, &node);
+    }
+
+    fn forget_binding(&self, pod: &str) {
+        let mut inner = self.lock();
+        unbind(&mut inner, pod);
     }
 
     fn record_node_capacity(&self, node: &str, capacity: NodeCapacity) {
@@ -1066,7 +1184,7 @@ mod tests {
         let fresh: NodeMap = inner
             .nodes
             .values_mut()
-            .map(|st| (st.key.clone(), st.load()))
+            .map(|st| (st.key.clone(), st.load(None, &mut Vec::new())))
             .collect();
         assert_eq!(*moved.nodes, fresh);
     }
@@ -1106,7 +1224,7 @@ mod tests {
                 let snap = s.snapshot(at(t));
                 let fresh: NodeMap = {
                     let mut inner = s.lock();
-                    inner.nodes.values_mut().map(|st| (st.key.clone(), st.load())).collect()
+                    inner.nodes.values_mut().map(|st| (st.key.clone(), st.load(None, &mut Vec::new()))).collect()
                 };
                 proptest::prop_assert_eq!(&*snap.nodes, &fresh);
                 // Every node the same `Arc` as before: no new map either (no copy, and the

@@ -248,6 +248,148 @@ impl Rings {
     }
 }
 
+/// The quantiles each window gives per resource: p50, p90, p95 and p99.
+pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
+
+/// A window's statistics are reported past its mean and spread (quantiles, the hour's max)
+/// only when its samples cover at least this share of it: Koordinator's rule (an aggregate
+/// needs half of its window).
+pub const MIN_COVERAGE: f64 = 0.5;
+
+impl Rings {
+    /// The share of `window` (ending at the newest row) its rows cover: from the oldest row in
+    /// it to the newest, plus the mean interval between them (each row stands for one
+    /// interval), over the window's length; 0 with fewer than two rows, at most 1.
+    pub fn coverage(&self, window: Duration) -> f64 {
+        let Some(&end) = self.times.back() else {
+            return 0.0;
+        };
+        let window_ms = window.as_millis() as f64;
+        let start = f64::from(end) - window_ms;
+        let n = self
+            .times
+            .iter()
+            .rev()
+            .take_while(|&&t| f64::from(t) > start)
+            .count();
+        if n < 2 || window_ms <= 0.0 {
+            return 0.0;
+        }
+        let oldest = self.times[self.times.len() - n];
+        let span = f64::from(end - oldest);
+        (span * n as f64 / (n - 1) as f64 / window_ms).min(1.0)
+    }
+
+    /// `r`'s [`QUANTILES`] over the samples [`Rings::stat`] uses, interpolated between the
+    /// closest ranks as Prometheus' `quantile_over_time` does; `None` when `r` has none.
+    /// `scratch` is reused between calls (no allocation per node).
+    pub fn quantiles(
+        &self,
+        r: Resource,
+        window: Duration,
+        scratch: &mut Vec<f64>,
+    ) -> Option<[f64; 4]> {
+        let c = self.column(r)?;
+        let end = self.values_of(c).rev().find(|(_, v)| !v.is_nan())?.0;
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let start = i64::from(end).saturating_sub(window_ms);
+        scratch.clear();
+        scratch.extend(
+            self.values_of(c)
+                .filter(|&(t, v)| i64::from(t) > start && !v.is_nan())
+                .map(|(_, v)| v),
+        );
+        if scratch.is_empty() {
+            return None;
+        }
+        scratch.sort_unstable_by(f64::total_cmp);
+        Some(QUANTILES.map(|q| quantile_of_sorted(scratch, q)))
+    }
+}
+
+/// The `q` quantile of sorted `xs` (not empty), linearly interpolated between ranks.
+fn quantile_of_sorted(xs: &[f64], q: f64) -> f64 {
+    let rank = q * (xs.len() - 1) as f64;
+    let lower = rank.floor() as usize;
+    let upper = (lower + 1).min(xs.len() - 1);
+    let weight = rank - lower as f64;
+    xs[lower] * (1.0 - weight) + xs[upper] * weight
+}
+
+/// The hour's maximum of a node's CPU and memory: the largest sample of each five-minute slot
+/// of wall time (aligned to the Unix epoch), twelve slots; the max over the hour is the
+/// largest of the slots up to an hour behind the newest one, so it stands for the last 55 to
+/// 60 minutes. 200 bytes a node, against 4,800 for an hour of 15-second rows.
+#[derive(Debug, Clone)]
+pub struct HourMax {
+    /// The newest slot's index (Unix time / 5 minutes); `i64::MIN`: no sample yet.
+    newest: i64,
+    /// Per resource (CPU, memory), each slot's largest sample (NaN: none).
+    slots: [[f64; HOUR_SLOTS]; 2],
+}
+
+const HOUR_SLOTS: usize = 12;
+const SLOT_MS: i64 = 5 * 60 * 1000;
+
+impl Default for HourMax {
+    fn default() -> Self {
+        HourMax {
+            newest: i64::MIN,
+            slots: [[f64::NAN; HOUR_SLOTS]; 2],
+        }
+    }
+}
+
+impl HourMax {
+    fn row(r: Resource) -> Option<usize> {
+        match r {
+            Resource::Cpu => Some(0),
+            Resource::Memory => Some(1),
+            _ => None,
+        }
+    }
+
+    /// Adds `r`'s sample at `t` (Unix seconds); resources other than CPU and memory, and
+    /// samples an hour or more behind the newest slot, are not kept. Whether the max changed.
+    pub fn push(&mut self, r: Resource, t: f64, value: f64) -> bool {
+        let Some(row) = Self::row(r) else {
+            return false;
+        };
+        if !t.is_finite() || value.is_nan() {
+            return false;
+        }
+        let idx = ((t * 1000.0).round() as i64).div_euclid(SLOT_MS);
+        if self.newest == i64::MIN {
+            self.newest = idx;
+        }
+        if idx > self.newest {
+            let gap = (idx - self.newest).min(HOUR_SLOTS as i64);
+            for k in 0..gap {
+                let slot = (idx - k).rem_euclid(HOUR_SLOTS as i64) as usize;
+                self.slots.iter_mut().for_each(|s| s[slot] = f64::NAN);
+            }
+            self.newest = idx;
+        } else if idx <= self.newest - HOUR_SLOTS as i64 {
+            return false;
+        }
+        let cell = &mut self.slots[row][idx.rem_euclid(HOUR_SLOTS as i64) as usize];
+        if cell.is_nan() || value > *cell {
+            *cell = value;
+            return true;
+        }
+        false
+    }
+
+    /// `r`'s largest sample of the hour, and the share of the hour's slots that have one.
+    pub fn max(&self, r: Resource) -> Option<(f64, f64)> {
+        let row = Self::row(r)?;
+        let filled = self.slots[row].iter().filter(|v| !v.is_nan());
+        let n = filled.clone().count();
+        let max = filled.copied().reduce(f64::max)?;
+        Some((max, n as f64 / HOUR_SLOTS as f64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +401,83 @@ mod tests {
 
     fn rings() -> Rings {
         Rings::new(Duration::from_secs(15 * 60), DEFAULT_CAP)
+    }
+
+    #[test]
+    fn coverage_is_the_share_of_the_window_its_rows_span() {
+        let mut r = rings();
+        assert_eq!(r.coverage(Duration::from_secs(300)), 0.0);
+        r.push(CPU, 1000.0, 0.1);
+        assert_eq!(
+            r.coverage(Duration::from_secs(300)),
+            0.0,
+            "one row spans nothing"
+        );
+        // Rows every 15 s for 2.5 minutes: 10 rows spanning 135 s, standing for 150 s.
+        for i in 1..10 {
+            r.push(CPU, 1000.0 + 15.0 * i as f64, 0.1);
+        }
+        assert!((r.coverage(Duration::from_secs(300)) - 0.5).abs() < 1e-12);
+        assert!((r.coverage(Duration::from_secs(900)) - 150.0 / 900.0).abs() < 1e-12);
+        assert_eq!(
+            r.coverage(Duration::from_secs(60)),
+            1.0,
+            "at most the whole window"
+        );
+    }
+
+    #[test]
+    fn quantiles_interpolate_between_ranks_as_prometheus_does() {
+        let mut r = rings();
+        let mut scratch = Vec::new();
+        assert_eq!(
+            r.quantiles(CPU, Duration::from_secs(900), &mut scratch),
+            None
+        );
+        // 1..=11 in shuffled order: p50 6, p90 10, p95 10.5, p99 10.9.
+        for (i, v) in [7.0, 1.0, 11.0, 3.0, 5.0, 2.0, 9.0, 4.0, 10.0, 6.0, 8.0]
+            .into_iter()
+            .enumerate()
+        {
+            r.push(CPU, 1000.0 + i as f64 * 10.0, v);
+        }
+        let q = r
+            .quantiles(CPU, Duration::from_secs(900), &mut scratch)
+            .unwrap();
+        let want = [6.0, 10.0, 10.5, 10.9];
+        for (got, want) in q.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{q:?}");
+        }
+        // The 30 s window holds the last three samples (t = 80, 90, 100 s): 9, 4... sorted 6, 8, 10.
+        let q = r
+            .quantiles(CPU, Duration::from_secs(30), &mut scratch)
+            .unwrap();
+        assert_eq!(q[0], 8.0);
+    }
+
+    #[test]
+    fn the_hour_max_keeps_twelve_five_minute_slots() {
+        let mut h = HourMax::default();
+        assert_eq!(h.max(CPU), None);
+        assert!(!h.push(Resource::DiskIo, 0.0, 1.0), "CPU and memory only");
+        let t0 = 1_700_000_100.0; // inside a slot
+        assert!(h.push(CPU, t0, 0.9));
+        assert!(!h.push(CPU, t0 + 10.0, 0.5), "smaller: the slot keeps 0.9");
+        for k in 1..12 {
+            h.push(CPU, t0 + 300.0 * k as f64, 0.2);
+        }
+        assert_eq!(h.max(CPU), Some((0.9, 1.0)));
+        // One slot later the first one leaves the hour.
+        h.push(CPU, t0 + 300.0 * 12.0, 0.2);
+        assert_eq!(h.max(CPU), Some((0.2, 1.0)));
+        assert!(
+            !h.push(CPU, t0, 1.0),
+            "an hour behind the newest slot: dropped"
+        );
+        // A jump of two hours empties every slot but the new one.
+        h.push(CPU, t0 + 7200.0 * 2.0, 0.3);
+        assert_eq!(h.max(CPU), Some((0.3, 1.0 / 12.0)));
+        assert_eq!(h.max(MEM), None);
     }
 
     #[test]

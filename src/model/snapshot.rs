@@ -37,6 +37,12 @@ pub struct WindowStats {
     pub stats: ResourceMap<Stat>,
     /// Aggregated by the backend (Prometheus, SignalFx), in the order they were recorded.
     pub backend: Vec<BackendStat>,
+    /// The share of the window (0-1) the hub's samples in it cover (0 for a window the
+    /// backend aggregated itself, whose samples the hub does not see).
+    pub coverage: f64,
+    /// p50, p90, p95 and p99 of CPU and memory over the window, present only when `coverage`
+    /// is at least one half.
+    pub quantiles: ResourceMap<[f64; 4]>,
 }
 
 /// The estimated use of the pods bound to a node that its newest sample cannot show yet
@@ -82,6 +88,13 @@ pub struct NodeLoad {
     /// One entry per window that holds at least one sample, longest first.
     pub windows: Vec<WindowStats>,
     pub capacity: Option<NodeCapacity>,
+    /// The largest CPU and memory sample of the last hour, present only when samples cover at
+    /// least half of the hour's five-minute slots.
+    pub hour_max: ResourceMap<f64>,
+    /// The share of the hour's five-minute slots (0-1) that hold a sample.
+    pub hour_coverage: f64,
+    /// The pods bound to the node whose use its newest sample cannot show yet; `None`: none.
+    pub bound: Option<Arc<BoundPods>>,
 }
 
 /// Health and counters of one source (fetcher or probe loop).

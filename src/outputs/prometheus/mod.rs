@@ -814,6 +814,9 @@ mod tests {
                 cpu_cores: 4.0,
                 memory_bytes: 8e9,
             }),
+            hour_max: Default::default(),
+            hour_coverage: 0.0,
+            bound: None,
         })
     }
 

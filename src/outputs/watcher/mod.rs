@@ -5,6 +5,7 @@
 //! keys in struct order, hosts under `data.NodeMetricsMap`, `tags` `{}`, `metadata`
 //! `{"dataCenter":""}`, floats as the shortest decimal with no exponent, integer times.
 
+mod extra;
 pub mod options;
 pub use options::EncodingOptions;
 
@@ -53,6 +54,41 @@ pub struct NodeMetrics {
     pub tags: Tags,
     #[serde(default)]
     pub metadata: Metadata,
+    /// Ours, after load-watcher's keys (its Go client skips unknown keys): the time of the
+    /// host's newest sample and each window's coverage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freshness: Option<Freshness>,
+    /// Ours: the estimated load of the pods bound since the newest sample (present when there
+    /// is one such pod at least).
+    #[serde(rename = "boundPods", default, skip_serializing_if = "Option::is_none")]
+    pub bound_pods: Option<BoundPodsEntry>,
+}
+
+/// A host's `freshness` key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Freshness {
+    /// Unix time (seconds) of the newest sample.
+    pub newest: i64,
+    /// Per window (`15m`, `10m`, `5m`, `1h`), the share of it that samples cover (0-1).
+    #[serde(default)]
+    pub coverage: BTreeMap<String, f64>,
+}
+
+/// A host's `boundPods` key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct BoundPodsEntry {
+    pub pods: u32,
+    #[serde(rename = "cpuCores")]
+    pub cpu_cores: f64,
+    #[serde(rename = "memoryBytes")]
+    pub memory_bytes: f64,
+    /// Percent of the node's CPU and memory (absent without a known capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<f64>,
+    /// Whether (some of) it is folded into this host's CPU and Memory values.
+    pub folded: bool,
 }
 
 /// load-watcher's `Tags` (always empty).
@@ -98,6 +134,15 @@ pub mod operators {
     pub const AVG: &str = "AVG";
     pub const STD: &str = "STD";
     pub const LATEST: &str = "Latest";
+    /// Ours, skipped by every plugin (they pick `AVG`, `STD` and `Latest` by name): the
+    /// served window's quantiles, and the hour's largest sample (rollup `1h`).
+    pub const P50: &str = "P50";
+    pub const P90: &str = "P90";
+    pub const P95: &str = "P95";
+    pub const P99: &str = "P99";
+    pub const MAX: &str = "MAX";
+    /// The quantile operators, in `crate::hub::window::QUANTILES` order.
+    pub const QUANTILES: [&str; 4] = [P50, P90, P95, P99];
 }
 
 /// The name in `source` for one of our source names.
@@ -126,6 +171,9 @@ pub struct WatcherBodies {
     nodes: Arc<NodeMap>,
     window: Window,
     opts: WatcherOptions,
+    /// The time hosts were found fresh at, and the answer's `window.end`.
+    now: SystemTime,
+    end: SystemTime,
     /// The body gzip-compressed, joined on the first request that accepts gzip: one piece,
     /// so an answer is one write with a `Content-Length`, as a static file's.
     all_gzip: std::sync::OnceLock<Bytes>,
@@ -219,10 +267,13 @@ impl WatcherBodies {
     pub fn host(&self, host: &str) -> Option<Bytes> {
         let (name, node) = self.nodes.get_key_value(host)?;
         node.windows.iter().find(|ws| ws.window == self.window)?;
+        if !is_fresh(node, self.now, self.opts) {
+            return None;
+        }
         let mut entry = String::with_capacity(640);
         push_json_string(&mut entry, name);
         entry.push(':');
-        node_entry(&mut entry, node, self.window, self.opts);
+        node_entry(&mut entry, node, self.window, self.opts, self.end);
         Some(Bytes::from(
             [&self.head[..], entry.as_bytes(), TAIL.as_bytes()].concat(),
         ))
@@ -291,12 +342,84 @@ pub fn served_window(snap: &Snapshot) -> Option<Window> {
 }
 
 /// How `/watcher` writes values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WatcherOptions {
     /// load-watcher multiplies every Prometheus value by 100, so bandwidth comes out as bytes/s
     /// × 100 and energy as joules × 100. Off (the default): CPU and Memory are percentages and
     /// every other type keeps its own unit. On: every value is × 100, as load-watcher.
     pub legacy_scaling: bool,
+    /// A host whose newest sample is older than this leaves the answer (`None`: never).
+    pub max_age: Option<Duration>,
+    /// Which estimated load of just-bound pods is added to the CPU and Memory values.
+    pub fold: Fold,
+}
+
+impl Default for WatcherOptions {
+    fn default() -> Self {
+        WatcherOptions {
+            legacy_scaling: false,
+            max_age: Some(DEFAULT_MAX_AGE),
+            fold: Fold::Off,
+        }
+    }
+}
+
+/// `--watcher-max-age`'s default: three missed scrapes of metrics-server at its own default
+/// resolution (60 s), twelve at the 15 s most installs use, and Koordinator's
+/// `nodeMetricExpirationSeconds`. Trimaran polls every 30 s, so a host that stopped leaves its
+/// scores within three and a half minutes.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(180);
+
+/// TargetLoadPacking adds the pods bound after `window.end` and those bound less than this
+/// before it (`metricsAgentReportingIntervalSeconds` in scheduler-plugins' `pkg/trimaran`).
+pub const TLP_REPORTING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What `--watcher-estimate-bound-pods` folds into the CPU and Memory values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fold {
+    /// Nothing: the estimate is served beside the values only (`boundPods`).
+    #[default]
+    Off,
+    /// Every pod the newest sample cannot show: for LoadVariationRiskBalancing,
+    /// LowRiskOverCommitment and Peaks, which add nothing for just-bound pods.
+    All,
+    /// Only the pods bound more than [`TLP_REPORTING_INTERVAL`] before the answer's
+    /// `window.end`: the ones TargetLoadPacking does not add itself.
+    BeforeWindowEnd,
+}
+
+impl Fold {
+    pub fn parse(s: &str) -> Option<Fold> {
+        match s {
+            "off" | "false" => Some(Fold::Off),
+            "all" | "true" => Some(Fold::All),
+            "before-window-end" => Some(Fold::BeforeWindowEnd),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fold::Off => "off",
+            Fold::All => "all",
+            Fold::BeforeWindowEnd => "before-window-end",
+        }
+    }
+
+    /// The bound pods folded: those bound before the returned time (`None`: all), or none.
+    fn cutoff(self, end: SystemTime) -> Option<Option<SystemTime>> {
+        match self {
+            Fold::Off => None,
+            Fold::All => Some(None),
+            Fold::BeforeWindowEnd => Some(end.checked_sub(TLP_REPORTING_INTERVAL)),
+        }
+    }
+}
+
+/// Whether `node`'s newest sample is recent enough at `now` to be served.
+pub fn is_fresh(node: &NodeLoad, now: SystemTime, opts: WatcherOptions) -> bool {
+    opts.max_age
+        .is_none_or(|max| now.duration_since(node.latest_at).unwrap_or_default() <= max)
 }
 
 /// What `/watcher` made of the previous tick's nodes: a block of entries is written and
@@ -306,6 +429,8 @@ pub struct WatcherOptions {
 #[derive(Debug, Default)]
 pub struct WatcherCache {
     whole: Option<Whole>,
+    /// Hosts with data left out as stale at the last choice (logged when it changes).
+    pub stale_hosts: usize,
     /// Host entries written so far (a test hook: 0 more on a tick without change, the
     /// entries of one block when one node changed).
     pub entries_rendered: u64,
@@ -320,6 +445,10 @@ struct Whole {
     nodes: Arc<NodeMap>,
     window: Window,
     opts: WatcherOptions,
+    /// The snapshot time its hosts were found fresh at.
+    now: SystemTime,
+    /// When the first of its hosts turns stale (then the hosts are chosen again).
+    next_stale_at: SystemTime,
     end: SystemTime,
     source: String,
     blocks: Arc<Vec<Arc<Block>>>,
@@ -346,11 +475,12 @@ pub fn render_cached(
         .take()
         .filter(|w| w.window == window && w.opts == opts);
     let w = match previous {
-        Some(w) if Arc::ptr_eq(&w.nodes, &snap.nodes) => w,
-        previous => whole(snap, window, opts, previous, cache)?,
+        Some(w) if Arc::ptr_eq(&w.nodes, &snap.nodes) && snap.generated_at < w.next_stale_at => w,
+        previous => whole(snap, window, opts, previous, cache),
     };
-    // The data stands for the time of the oldest newest-sample: a consumer (TargetLoadPacking)
-    // adds every pod bound after `end` on top, so an `end` later than the data would hide load.
+    // The data stands for the time of the oldest newest-sample among the hosts served: a
+    // consumer (TargetLoadPacking) adds every pod bound after `end` on top, so an `end` later
+    // than the data would hide load; a stale host is not served, so it cannot move `end`.
     let end_s = unix_seconds(w.end).floor() as i64;
     let start_s = end_s - window.duration().as_secs() as i64;
     let timestamp = (unix_seconds(snap.generated_at).floor() as i64).max(end_s);
@@ -369,6 +499,8 @@ pub fn render_cached(
         nodes: w.nodes.clone(),
         window,
         opts,
+        now: w.now,
+        end: w.end,
         all_gzip: std::sync::OnceLock::new(),
         gzips: std::sync::atomic::AtomicU64::new(0),
         all_plain: std::sync::OnceLock::new(),
@@ -394,12 +526,27 @@ fn whole(
     opts: WatcherOptions,
     previous: Option<Whole>,
     cache: &mut WatcherCache,
-) -> Option<Whole> {
+) -> Whole {
+    let now = snap.generated_at;
+    let mut stale: Vec<&str> = Vec::new();
+    let mut next_stale_at = now + Duration::from_secs(365 * 86_400);
     let nodes: Vec<Member<'_>> = snap
         .nodes
         .iter()
         .filter(|(_, n)| has_window(n, window))
+        .filter(|(name, n)| {
+            let fresh = is_fresh(n, now, opts);
+            match opts.max_age {
+                Some(max) if fresh => next_stale_at = next_stale_at.min(n.latest_at + max),
+                _ if !fresh => stale.push(name),
+                _ => {}
+            }
+            fresh
+        })
         .collect();
+    log_stale(cache, &stale, opts);
+    // With every host stale the answer is an empty map, not an error: Trimaran's collector
+    // keeps its previous answer on an error, and would score on the stale data forever.
     let end = nodes
         .iter()
         .filter_map(|(_, n)| {
@@ -408,7 +555,8 @@ fn whole(
                 .find(|ws| ws.window == window)
                 .map(|ws| ws.end)
         })
-        .min()?;
+        .min()
+        .unwrap_or(now);
     let source = nodes
         .first()
         .map(|(_, n)| wire_source_name(&n.source))
@@ -433,14 +581,14 @@ fn whole(
         from = i + 1;
         let reused = old
             .get(&**members[0].0)
-            .filter(|b| b.leads == leads && same_block(previous.as_ref(), window, b, members));
+            .filter(|b| b.leads == leads && same_block(previous.as_ref(), window, end, b, members));
         if let Some(b) = reused {
             blocks.push(Arc::clone(b));
             continue;
         }
         cache.entries_rendered += members.len() as u64;
         cache.blocks_rendered += 1;
-        let entries = block_entries(&mut plain, members, leads, window, opts);
+        let entries = block_entries(&mut plain, members, leads, (window, end), opts);
         blocks.push(Arc::new(Block {
             first: members[0].0.clone(),
             len: members.len(),
@@ -450,26 +598,52 @@ fn whole(
     }
     drop(old);
     drop(previous);
-    Some(Whole {
+    Whole {
         nodes: snap.nodes.clone(),
         window,
         opts,
+        now,
+        next_stale_at,
         end,
         source,
         blocks: Arc::new(blocks),
-    })
+    }
+}
+
+/// Logs when the hosts left out as stale change: how many, a few of their names, and why.
+fn log_stale(cache: &mut WatcherCache, stale: &[&str], opts: WatcherOptions) {
+    let (before, now) = (cache.stale_hosts, stale.len());
+    cache.stale_hosts = now;
+    let max_age = opts.max_age.unwrap_or_default();
+    if now > before {
+        let examples = stale.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+        tracing::warn!(
+            stale_hosts = now,
+            examples = %examples,
+            max_age = ?max_age,
+            "/watcher: hosts left out, their newest usage sample is older than --watcher-max-age \
+             (is the usage backend scraping them? kube_prober_node_usage_age_seconds shows the ages)"
+        );
+    } else if now < before {
+        tracing::info!(stale_hosts = now, "/watcher: stale hosts back or gone");
+    }
 }
 
 /// Whether `block` (of the previous part) holds exactly `members`, with the same loads.
 fn same_block(
     previous: Option<&Whole>,
     window: Window,
+    end: SystemTime,
     block: &Block,
     members: &[Member<'_>],
 ) -> bool {
     let Some(prev) = previous else {
         return false;
     };
+    // What is folded depends on `end` only in the mode that folds by it.
+    if prev.opts.fold == Fold::BeforeWindowEnd && prev.end != end {
+        return false;
+    }
     block.len == members.len()
         && prev
             .nodes
@@ -477,7 +651,7 @@ fn same_block(
                 std::ops::Bound::Included(&*block.first),
                 std::ops::Bound::Unbounded,
             ))
-            .filter(|(_, n)| has_window(n, window))
+            .filter(|(_, n)| has_window(n, window) && is_fresh(n, prev.now, prev.opts))
             .take(block.len)
             .zip(members)
             .all(|((name, load), (new_name, new_load))| {
@@ -491,7 +665,7 @@ fn block_entries<'p>(
     plain: &'p mut String,
     members: &[Member<'_>],
     leads: bool,
-    window: Window,
+    (window, end): (Window, SystemTime),
     opts: WatcherOptions,
 ) -> &'p str {
     plain.clear();
@@ -501,14 +675,14 @@ fn block_entries<'p>(
         }
         push_json_string(plain, name);
         plain.push(':');
-        node_entry(plain, node, window, opts);
+        node_entry(plain, node, window, opts, end);
     }
     plain
 }
 
 /// Appends one `{"name":..,"type":..,"operator":..,"rollup":..,"value":..}`; a non-finite
 /// value is never written.
-fn push_metric(out: &mut String, first: &mut bool, m: [&str; 4], value: f64) {
+pub(super) fn push_metric(out: &mut String, first: &mut bool, m: [&str; 4], value: f64) {
     if !value.is_finite() {
         return;
     }
@@ -528,42 +702,39 @@ fn push_metric(out: &mut String, first: &mut bool, m: [&str; 4], value: f64) {
     let _ = write!(out, ",\"value\":{value}}}");
 }
 
-/// `{"metrics":[...],"tags":{},"metadata":{"dataCenter":""}}` for one node.
+/// `{"metrics":[...],"tags":{},"metadata":{"dataCenter":""},"freshness":{..}}` for one node,
+/// and `"boundPods":{..}` when pods are bound to it that its newest sample cannot show.
 ///
 /// Hub-computed values first: per type (CPU, then Memory) Latest, AVG, STD. TargetLoadPacking
 /// takes the last CPU metric that is AVG or Latest, so it scores on the window's mean;
 /// LoadVariationRiskBalancing takes AVG (over Latest) and STD. Then backend-aggregated values as
-/// load-watcher lists them: every AVG, then every STD.
-fn node_entry(out: &mut String, node: &NodeLoad, window: Window, opts: WatcherOptions) {
+/// load-watcher lists them: every AVG, then every STD. Last, ours, which every plugin skips by
+/// operator: the served window's P50-P99 and the hour's MAX. A folded estimate (see [`Fold`])
+/// is added to every CPU and Memory level (not to STD), at most up to 100 %.
+fn node_entry(
+    out: &mut String,
+    node: &NodeLoad,
+    window: Window,
+    opts: WatcherOptions,
+    end: SystemTime,
+) {
     out.push_str("{\"metrics\":[");
     let stats = node.windows.iter().find(|ws| ws.window == window);
+    let folded = extra::folded(node, opts.fold, end);
+    let level =
+        |r: Resource, v: f64| (v * 100.0 + folded.get(&r).copied().unwrap_or(0.0)).min(100.0);
     let mut first = true;
     let rollup = window.as_str();
-    for (resource, kind) in [
-        (Resource::Cpu, kinds::CPU),
-        (Resource::Memory, kinds::MEMORY),
-    ] {
+    for (resource, kind) in extra::RATIOS {
         if let Some(&v) = node.latest.get(&resource) {
-            push_metric(
-                out,
-                &mut first,
-                ["", kind, operators::LATEST, ""],
-                v * 100.0,
-            );
+            let m = ["", kind, operators::LATEST, ""];
+            push_metric(out, &mut first, m, level(resource, v));
         }
         if let Some(s) = stats.and_then(|ws| ws.stats.get(&resource)) {
-            push_metric(
-                out,
-                &mut first,
-                ["", kind, operators::AVG, rollup],
-                s.avg * 100.0,
-            );
-            push_metric(
-                out,
-                &mut first,
-                ["", kind, operators::STD, rollup],
-                s.std * 100.0,
-            );
+            let m = ["", kind, operators::AVG, rollup];
+            push_metric(out, &mut first, m, level(resource, s.avg));
+            let m = ["", kind, operators::STD, rollup];
+            push_metric(out, &mut first, m, s.std * 100.0);
         }
     }
     let backend = stats.map(|ws| ws.backend.as_slice()).unwrap_or_default();
@@ -576,14 +747,22 @@ fn node_entry(out: &mut String, node: &NodeLoad, window: Window, opts: WatcherOp
                 1.0
             };
             let m = [v.name.as_str(), v.kind.as_wire(), op.as_wire(), rollup];
-            push_metric(out, &mut first, m, v.value * scale);
+            let value = match (op, v.resource) {
+                (Operator::Avg, Some(r)) if v.kind.is_ratio() => level(r, v.value),
+                _ => v.value * scale,
+            };
+            push_metric(out, &mut first, m, value);
         }
     }
-    out.push_str("],\"tags\":{},\"metadata\":{\"dataCenter\":\"\"}}");
+    extra::push_quantiles(out, &mut first, node, stats, &level);
+    out.push_str("],\"tags\":{},\"metadata\":{\"dataCenter\":\"\"}");
+    extra::push_freshness(out, node);
+    extra::push_bound(out, node, opts.fold, end);
+    out.push('}');
 }
 
 /// A JSON string literal; escapes `"`, `\` and control characters.
-fn push_json_string(out: &mut String, s: &str) {
+pub(super) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -705,6 +884,8 @@ mod tests {
                 },
             )]),
             backend: Vec::new(),
+            coverage: 1.0,
+            quantiles: Default::default(),
         };
         let mut node = NodeLoad {
             node: "n".into(),
@@ -713,6 +894,9 @@ mod tests {
             latest: Default::default(),
             windows: vec![ws(Window::FiveMinutes)],
             capacity: None,
+            hour_max: Default::default(),
+            hour_coverage: 0.0,
+            bound: None,
         };
         Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node.clone()));
         assert_eq!(served_window(&snap), None);
@@ -774,9 +958,14 @@ mod tests {
                         (Resource::Memory, stat(1.0 - cpu)),
                     ]),
                     backend: Vec::new(),
+                    coverage: 1.0,
+                    quantiles: Default::default(),
                 })
                 .collect(),
             capacity: None,
+            hour_max: Default::default(),
+            hour_coverage: 0.0,
+            bound: None,
         })
     }
 
@@ -814,7 +1003,7 @@ mod tests {
             first = false;
             push_json_string(&mut out, name);
             out.push(':');
-            node_entry(&mut out, node, bodies.window, bodies.opts);
+            node_entry(&mut out, node, bodies.window, bodies.opts, bodies.end);
         }
         out.push_str(TAIL);
         out.into_bytes()
@@ -881,7 +1070,7 @@ mod tests {
             let mut entry = String::new();
             push_json_string(&mut entry, name);
             entry.push(':');
-            node_entry(&mut entry, node, bodies.window, bodies.opts);
+            node_entry(&mut entry, node, bodies.window, bodies.opts, bodies.end);
             expected.extend_from_slice(entry.as_bytes());
             expected.extend_from_slice(TAIL.as_bytes());
             assert_eq!(one, expected);
@@ -970,6 +1159,7 @@ mod tests {
         let b2 = cache.blocks_rendered;
         let legacy = WatcherOptions {
             legacy_scaling: true,
+            ..WatcherOptions::default()
         };
         let scaled = render_cached(&snap, legacy, &mut cache).unwrap();
         assert_eq!(scaled.blocks_shared_with(&moved).0, 0);

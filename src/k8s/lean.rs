@@ -145,11 +145,99 @@ pub struct PodStatus {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodCondition {
     #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     pub type_: String,
     #[serde(default, deserialize_with = "null_as_default")]
     pub status: String,
+    /// When the condition last changed status (reason, message and probe times are skipped).
+    #[serde(default, deserialize_with = "transition_time")]
+    pub last_transition_time: TransitionTime,
+}
+
+/// A condition's `lastTransitionTime`, read in place (no string is kept): whole seconds since
+/// the Unix epoch, as the API server writes it. A value that is not an RFC 3339 time is kept
+/// apart from a missing one, so the reader can count it; it never fails the pod's decode (one
+/// bad pod must not stall the watch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TransitionTime {
+    /// Missing or `null`.
+    #[default]
+    Absent,
+    /// Seconds since the Unix epoch.
+    At(i64),
+    /// Present but not a time.
+    Unreadable,
+}
+
+impl TransitionTime {
+    /// The time (`None` when absent); an error when unreadable or out of `SystemTime`'s range.
+    pub fn get(self) -> Result<Option<std::time::SystemTime>, &'static str> {
+        use std::time::{Duration, UNIX_EPOCH};
+        match self {
+            TransitionTime::Absent => Ok(None),
+            TransitionTime::Unreadable => Err("lastTransitionTime is not a time"),
+            TransitionTime::At(s) => {
+                let d = Duration::from_secs(s.unsigned_abs());
+                let t = if s >= 0 {
+                    UNIX_EPOCH.checked_add(d)
+                } else {
+                    UNIX_EPOCH.checked_sub(d)
+                };
+                t.map(Some).ok_or("lastTransitionTime is out of range")
+            }
+        }
+    }
+}
+
+/// Reads a [`TransitionTime`] from a string (parsed where it lies), `null`, or anything else
+/// (skipped, [`TransitionTime::Unreadable`]).
+fn transition_time<'de, D: Deserializer<'de>>(d: D) -> Result<TransitionTime, D::Error> {
+    use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = TransitionTime;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a time")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<TransitionTime, E> {
+            Ok(s.parse::<k8s_openapi::jiff::Timestamp>()
+                .map_or(TransitionTime::Unreadable, |t| {
+                    TransitionTime::At(t.as_second())
+                }))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<TransitionTime, E> {
+            Ok(TransitionTime::Absent)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<TransitionTime, E> {
+            Ok(TransitionTime::Absent)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<TransitionTime, D2::Error> {
+            d.deserialize_any(V)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<TransitionTime, E> {
+            Ok(TransitionTime::Unreadable)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<TransitionTime, E> {
+            Ok(TransitionTime::Unreadable)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<TransitionTime, E> {
+            Ok(TransitionTime::Unreadable)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<TransitionTime, E> {
+            Ok(TransitionTime::Unreadable)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<TransitionTime, A::Error> {
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(TransitionTime::Unreadable)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<TransitionTime, A::Error> {
+            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(TransitionTime::Unreadable)
+        }
+    }
+    d.deserialize_option(V)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -546,6 +634,51 @@ mod tests {
                 .exit_code,
             137
         );
+    }
+
+    /// A condition's `lastTransitionTime` reads as seconds, absent when missing or `null`, and
+    /// unreadable (never a decode error) when it is not a time.
+    #[test]
+    fn condition_times_read_in_place_and_bad_ones_are_marked() {
+        let p: LeanPod = serde_json::from_value(serde_json::json!({"status": {"conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:10Z",
+                "lastProbeTime": null, "reason": "x", "message": "y"},
+            {"type": "Ready", "status": "True", "lastTransitionTime": null},
+            {"type": "Initialized", "status": "True"},
+            {"type": "A", "status": "True", "lastTransitionTime": "yesterday"},
+            {"type": "B", "status": "True", "lastTransitionTime": 5},
+            {"type": "C", "status": "True", "lastTransitionTime": {"x": [1]}},
+            {"type": "D", "status": "True", "lastTransitionTime": "2026-01-01T00:00:10.5+01:00"},
+        ]}}))
+        .unwrap();
+        let times: Vec<_> = p
+            .status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .iter()
+            .map(|c| c.last_transition_time)
+            .collect();
+        use TransitionTime::*;
+        assert_eq!(
+            times,
+            [
+                At(1_767_225_610),
+                Absent,
+                Absent,
+                Unreadable,
+                Unreadable,
+                Unreadable,
+                At(1_767_222_010)
+            ]
+        );
+        let t = At(1_767_225_610).get().unwrap().unwrap();
+        assert_eq!(
+            t,
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_610)
+        );
+        assert_eq!(Absent.get(), Ok(None));
+        assert!(Unreadable.get().is_err());
     }
 
     #[test]

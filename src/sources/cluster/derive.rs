@@ -37,6 +37,8 @@ pub struct DeriveConfig {
     pub zone_labels: Vec<String>,
     /// Addon markers, first match wins.
     pub addon_keys: Vec<AddonKeys>,
+    /// How the pod watcher estimates the load of just-bound pods (see [`super::estimate`]).
+    pub estimate: super::estimate::EstimateConfig,
 }
 
 impl Default for DeriveConfig {
@@ -58,6 +60,7 @@ impl Default for DeriveConfig {
                 name: "components.gke.io/component-name".into(),
                 version: "components.gke.io/component-version".into(),
             }],
+            estimate: Default::default(),
         }
     }
 }

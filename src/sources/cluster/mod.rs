@@ -1,11 +1,13 @@
 //! The cluster role's Kubernetes source: the watchers of nodes, pods and workloads
 //! (`watchers`), the pure derivation of facts from API objects (`derive`), their per-node
-//! aggregation (`aggregate`) and the live shard of a StatefulSet (`shard`).
+//! aggregation (`aggregate`), the bindings of just-bound pods and their estimated load
+//! (`estimate`) and the live shard of a StatefulSet (`shard`).
 //!
 //! May import: [`crate::shared`], [`crate::model`], [`crate::hub`], [`crate::k8s`].
 
 pub mod aggregate;
 pub mod derive;
+pub mod estimate;
 pub mod options;
 pub mod shard;
 pub mod watchers;

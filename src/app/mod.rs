@@ -457,6 +457,7 @@ fn spawn_watchers(
         scope,
         derive: DeriveConfig {
             addon_keys: cfg.addon_keys.clone(),
+            estimate: cfg.estimate,
             ..DeriveConfig::default()
         },
         interval: cfg.tick_interval,

@@ -31,7 +31,8 @@ use crate::shared::options::{Merge, check_keys, field_names};
 use crate::shared::suggest::did_you_mean;
 use crate::shared::telemetry::{LogFormat, LogOptions};
 use crate::sources::cluster::derive::AddonKeys;
-use crate::sources::cluster::options::{ScopeOptions, ShardMode, WorkloadOptions};
+use crate::sources::cluster::estimate::EstimateConfig;
+use crate::sources::cluster::options::{EstimateOptions, ScopeOptions, ShardMode, WorkloadOptions};
 use crate::sources::cluster::watchers::PodScope;
 use crate::sources::probe::options::{ProbeOptions, ProbesConfig};
 use crate::sources::task::options::{KubeletOptions, TaskOptions, TaskSettings};
@@ -93,6 +94,7 @@ compose! {
     limit: LimitOptions,
     kubelet: KubeletOptions,
     scope: ScopeOptions,
+    estimate: EstimateOptions,
     select: SelectOptions,
 }
 
@@ -233,6 +235,8 @@ pub struct Config {
     /// Cluster role: which pods the pod watcher follows.
     pub pod_scope: PodScope,
     pub shard: ShardMode,
+    /// How the pod watcher estimates the load of just-bound pods.
+    pub estimate: EstimateConfig,
     /// Families `--metric-allowlist`/`--metric-denylist` leave out.
     pub excluded_families: BTreeSet<String>,
 }
@@ -258,6 +262,7 @@ impl Config {
         let probes = o.probes.resolve()?;
         let task = o.task.resolve(o.kubelet)?;
         let (pod_scope, shard) = o.scope.resolve()?;
+        let estimate = o.estimate.resolve()?;
         let excluded_families = o.select.resolve()?;
         let (workload_namespaces, addon_keys) = o.workloads.resolve()?;
         let i = o.instance.resolve()?;
@@ -288,6 +293,7 @@ impl Config {
             max_response_bytes,
             pod_scope,
             shard,
+            estimate,
             excluded_families,
         })
     }

@@ -1,12 +1,18 @@
 //! The cluster source's options: which namespaces hold addons and how they are marked
 //! ([`WorkloadOptions`]), which pods are watched and which shard this instance is
-//! ([`ScopeOptions`]).
+//! ([`ScopeOptions`]), how the load of just-bound pods is estimated ([`EstimateOptions`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
 
 use super::derive::{AddonKeys, DeriveConfig};
+use super::estimate::EstimateConfig;
 use super::watchers::PodScope;
 use crate::model::Shard;
 use crate::shared::error::Result;
-use crate::shared::options::{csv, invalid, is_namespace_name};
+use crate::shared::options::{csv, duration, invalid, is_namespace_name};
+use crate::shared::quantity::parse_quantity;
 
 /// The addon candidates: namespaces and markers.
 #[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
@@ -209,4 +215,259 @@ fn statefulset_shard(name: String) -> Result<ShardMode> {
         statefulset,
         ordinal,
     })
+}
+
+/// How the load of pods bound since the node's last usage sample is estimated (Koordinator's
+/// default estimator): per resource, max(request, limit) × the factor, at most the limit; a pod
+/// with neither counts the default.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
+#[serde(default)]
+pub struct EstimateOptions {
+    /// The estimated load of a just-bound pod (Koordinator's estimator): this share of
+    /// max(CPU request, CPU limit), at most the limit; above 0 and at most 1. [default: 0.85]
+    #[arg(long, env = "KUBE_PROBER_ESTIMATE_CPU_FACTOR", value_name = "FACTOR")]
+    #[serde(deserialize_with = "number_as_text")]
+    pub estimate_cpu_factor: Option<String>,
+
+    /// The same for memory: this share of max(memory request, memory limit). [default: 0.70]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_ESTIMATE_MEMORY_FACTOR",
+        value_name = "FACTOR"
+    )]
+    #[serde(deserialize_with = "number_as_text")]
+    pub estimate_memory_factor: Option<String>,
+
+    /// CPU counted for a just-bound pod with neither CPU request nor limit (cores or a
+    /// quantity such as 250m). [default: 250m]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_ESTIMATE_DEFAULT_CPU",
+        value_name = "QUANTITY"
+    )]
+    #[serde(deserialize_with = "number_as_text")]
+    pub estimate_default_cpu: Option<String>,
+
+    /// Memory counted for a just-bound pod with neither memory request nor limit (bytes or a
+    /// quantity such as 200Mi). [default: 200Mi]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_ESTIMATE_DEFAULT_MEMORY",
+        value_name = "QUANTITY"
+    )]
+    #[serde(deserialize_with = "number_as_text")]
+    pub estimate_default_memory: Option<String>,
+
+    /// After a just-bound pod turns Ready, how long until its use shows in its node's usage
+    /// samples (one metrics-server resolution). [default: 60s]
+    #[arg(long, env = "KUBE_PROBER_ESTIMATE_RAMP_UP", value_name = "DURATION")]
+    pub estimate_ramp_up: Option<String>,
+
+    /// How long after binding a pod that never turns Ready is counted with its estimate;
+    /// after that its node's samples are taken to show what it uses. [default: 5m]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_ESTIMATE_LONGEST_WAIT",
+        value_name = "DURATION"
+    )]
+    pub estimate_longest_wait: Option<String>,
+}
+
+crate::merge_options!(EstimateOptions {
+    estimate_cpu_factor,
+    estimate_memory_factor,
+    estimate_default_cpu,
+    estimate_default_memory,
+    estimate_ramp_up,
+    estimate_longest_wait
+});
+
+/// A number or a text in the config file (`estimate_cpu_factor: 0.85`, `..._memory: 200Mi`),
+/// kept as the text a flag would give, so flag and file share one parser and one message.
+fn number_as_text<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(f64),
+        Text(String),
+    }
+    Ok(Option::<NumberOrText>::deserialize(d)?.map(|v| match v {
+        NumberOrText::Number(n) => n.to_string(),
+        NumberOrText::Text(s) => s,
+    }))
+}
+
+impl EstimateOptions {
+    /// The estimator's settings, defaults applied, each value checked.
+    pub fn resolve(self) -> Result<EstimateConfig> {
+        let d = EstimateConfig::default();
+        let secs = Duration::from_secs;
+        let span = |option, v: Option<String>, default: Duration| {
+            v.map_or(Ok(default), |v| {
+                duration(option, &v, Duration::ZERO, secs(3600))
+            })
+        };
+        Ok(EstimateConfig {
+            cpu_factor: factor(
+                "--estimate-cpu-factor",
+                self.estimate_cpu_factor,
+                d.cpu_factor,
+            )?,
+            memory_factor: factor(
+                "--estimate-memory-factor",
+                self.estimate_memory_factor,
+                d.memory_factor,
+            )?,
+            default_cpu_cores: amount(
+                "--estimate-default-cpu",
+                self.estimate_default_cpu,
+                d.default_cpu_cores,
+            )?,
+            default_memory_bytes: amount(
+                "--estimate-default-memory",
+                self.estimate_default_memory,
+                d.default_memory_bytes,
+            )?,
+            ramp_up: span("--estimate-ramp-up", self.estimate_ramp_up, d.ramp_up)?,
+            longest_wait: span(
+                "--estimate-longest-wait",
+                self.estimate_longest_wait,
+                d.longest_wait,
+            )?,
+        })
+    }
+}
+
+/// A scaling factor: above 0 (0 would count nothing: leave the estimate's consumer off
+/// instead) and at most 1 (a pod is not expected to use more than it asks for or is allowed).
+fn factor(option: &'static str, v: Option<String>, default: f64) -> Result<f64> {
+    let Some(v) = v else {
+        return Ok(default);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(invalid(
+            option,
+            &v,
+            "expected a number above 0 and at most 1, e.g. 0.85",
+        )),
+    }
+}
+
+/// A Kubernetes quantity, 0 or more and finite.
+fn amount(option: &'static str, v: Option<String>, default: f64) -> Result<f64> {
+    let Some(v) = v else {
+        return Ok(default);
+    };
+    match parse_quantity(v.trim()) {
+        Ok(q) if q.is_finite() && q >= 0.0 => Ok(q),
+        Ok(_) => Err(invalid(option, &v, "must be 0 or more")),
+        Err(e) => Err(invalid(
+            option,
+            &v,
+            format!("{e} (expected e.g. 250m, 200Mi)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(f: impl FnOnce(&mut EstimateOptions)) -> EstimateOptions {
+        let mut o = EstimateOptions::default();
+        f(&mut o);
+        o
+    }
+
+    #[test]
+    fn estimate_defaults_are_koordinators() {
+        let c = EstimateOptions::default().resolve().unwrap();
+        assert_eq!(c, EstimateConfig::default());
+        assert_eq!((c.cpu_factor, c.memory_factor), (0.85, 0.70));
+        assert_eq!(
+            (c.default_cpu_cores, c.default_memory_bytes),
+            (0.25, 209_715_200.0)
+        );
+        assert_eq!(
+            (c.ramp_up, c.longest_wait),
+            (Duration::from_secs(60), Duration::from_secs(300))
+        );
+    }
+
+    #[test]
+    fn estimate_options_parse_and_name_the_flag_when_bad() {
+        let c = opts(|o| {
+            o.estimate_cpu_factor = Some("1".into());
+            o.estimate_memory_factor = Some(" 0.5 ".into());
+            o.estimate_default_cpu = Some("100m".into());
+            o.estimate_default_memory = Some("1Gi".into());
+            o.estimate_ramp_up = Some("30s".into());
+            o.estimate_longest_wait = Some("0s".into());
+        })
+        .resolve()
+        .unwrap();
+        assert_eq!((c.cpu_factor, c.memory_factor), (1.0, 0.5));
+        assert_eq!(
+            (c.default_cpu_cores, c.default_memory_bytes),
+            (0.1, 1_073_741_824.0)
+        );
+        assert_eq!(
+            (c.ramp_up, c.longest_wait),
+            (Duration::from_secs(30), Duration::ZERO)
+        );
+        type Set = fn(&mut EstimateOptions);
+        let bad: [(Set, &str); 8] = [
+            (
+                |o| o.estimate_cpu_factor = Some("0".into()),
+                "--estimate-cpu-factor",
+            ),
+            (
+                |o| o.estimate_cpu_factor = Some("1.5".into()),
+                "--estimate-cpu-factor",
+            ),
+            (
+                |o| o.estimate_memory_factor = Some("NaN".into()),
+                "--estimate-memory-factor",
+            ),
+            (
+                |o| o.estimate_memory_factor = Some("70%".into()),
+                "--estimate-memory-factor",
+            ),
+            (
+                |o| o.estimate_default_cpu = Some("-1".into()),
+                "--estimate-default-cpu",
+            ),
+            (
+                |o| o.estimate_default_memory = Some("lots".into()),
+                "--estimate-default-memory",
+            ),
+            (
+                |o| o.estimate_ramp_up = Some("2h".into()),
+                "--estimate-ramp-up",
+            ),
+            (
+                |o| o.estimate_longest_wait = Some("soon".into()),
+                "--estimate-longest-wait",
+            ),
+        ];
+        for (set, flag) in bad {
+            let e = opts(set).resolve().unwrap_err().to_string();
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+    }
+
+    #[test]
+    fn estimate_options_read_numbers_and_text_from_the_file() {
+        let o: EstimateOptions = serde_yaml_ng::from_str(
+            "estimate_cpu_factor: 0.9\nestimate_default_memory: 209715200\nestimate_default_cpu: 250m\n",
+        )
+        .unwrap();
+        let c = o.resolve().unwrap();
+        assert_eq!(c.cpu_factor, 0.9);
+        assert_eq!(c.default_memory_bytes, 209_715_200.0);
+        assert_eq!(c.default_cpu_cores, 0.25);
+    }
 }

@@ -818,3 +818,270 @@ fn fetch_usage(store: &Store, names: &[String], k: u64) {
     }
     store.record_fetch_end("metrics_server", true, 2);
 }
+
+/// A hub that keeps everything in a [`Store`] and, besides, every binding call in order.
+mod recording {
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    use kube_prober::hub::{
+        ClusterRecorder, DropReason, NodeRecorder, ProbeRecorder, Provider, SinkRecorder,
+        SourceRecorder, Store, TaskRecorder,
+    };
+    use kube_prober::model::{BackendWindow, Binding, NodeCapacity, UsageSample};
+
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Call {
+        Record(Binding),
+        Forget(String),
+    }
+
+    #[derive(Default)]
+    pub struct Recording {
+        pub store: Arc<Store>,
+        pub calls: Mutex<Vec<Call>>,
+    }
+
+    impl Call {
+        /// The binding recorded (a forget panics).
+        pub fn recorded(&self) -> &Binding {
+            match self {
+                Call::Record(b) => b,
+                Call::Forget(p) => panic!("{p} forgotten, not recorded"),
+            }
+        }
+    }
+
+    impl Recording {
+        pub fn calls(&self) -> Vec<Call> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        /// The calls about pod `key`.
+        pub fn calls_of(&self, key: &str) -> Vec<Call> {
+            self.calls()
+                .into_iter()
+                .filter(|c| match c {
+                    Call::Record(b) => &*b.pod == key,
+                    Call::Forget(p) => p == key,
+                })
+                .collect()
+        }
+    }
+
+    impl NodeRecorder for Recording {
+        fn record_node_usage(&self, source: &str, sample: UsageSample) {
+            self.store.record_node_usage(source, sample)
+        }
+        fn record_node_window(&self, source: &str, window: BackendWindow) {
+            self.store.record_node_window(source, window)
+        }
+        fn record_node_capacity(&self, node: &str, capacity: NodeCapacity) {
+            self.store.record_node_capacity(node, capacity)
+        }
+        fn forget_node(&self, node: &str) {
+            self.store.forget_node(node)
+        }
+        fn record_dropped(&self, source: &str, node: &str, what: &str, reason: DropReason) {
+            self.store.record_dropped(source, node, what, reason)
+        }
+        fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32) {
+            self.store
+                .record_fetch_end(source, successful, expire_after)
+        }
+        fn record_binding(&self, binding: Binding) {
+            self.calls.lock().unwrap().push(Call::Record(binding));
+        }
+        fn forget_binding(&self, pod: &str) {
+            self.calls.lock().unwrap().push(Call::Forget(pod.into()));
+        }
+    }
+
+    impl Provider for Recording {
+        fn cluster(&self) -> &dyn ClusterRecorder {
+            &*self.store
+        }
+        fn node(&self) -> &dyn NodeRecorder {
+            self
+        }
+        fn probe(&self) -> &dyn ProbeRecorder {
+            &*self.store
+        }
+        fn source(&self) -> &dyn SourceRecorder {
+            &*self.store
+        }
+        fn sink(&self) -> &dyn SinkRecorder {
+            &*self.store
+        }
+        fn task(&self) -> &dyn TaskRecorder {
+            &*self.store
+        }
+    }
+
+    pub fn now_s() -> u64 {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+}
+
+/// A pod asking for 500m CPU and 100 MiB, limited to 1 CPU, on `node`, with the conditions
+/// (type, time in Unix seconds) given as True.
+fn bound_pod(name: &str, node: &str, conditions: &[(&str, u64)]) -> Pod {
+    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let q = |kv: &[(&str, &str)]| {
+        Some(
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        )
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: q(&[("cpu", "500m"), ("memory", "100Mi")]),
+                    limits: q(&[("cpu", "1")]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|(ty, at)| PodCondition {
+                        type_: ty.to_string(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(
+                            k8s_openapi::jiff::Timestamp::from_second(*at as i64).unwrap(),
+                        )),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Polls until the calls about `key` satisfy `ok` (bounded).
+async fn until_calls(
+    hub: &recording::Recording,
+    key: &str,
+    what: &str,
+    ok: impl Fn(&[recording::Call]) -> bool,
+) -> Vec<recording::Call> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let calls = hub.calls_of(key);
+        if ok(&calls) {
+            return calls;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}; calls: {:?}",
+            hub.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The pod watch tells the hub of just-bound pods: a scheduled pod is recorded with its
+/// PodScheduled time, shows from that time plus the longest wait until Ready and from Ready
+/// plus the ramp-up after, with Koordinator's estimate; an unchanged pod makes no call; a pod
+/// created bound counts from when it was first seen; a deleted pod and a pod a relist no
+/// longer lists are forgotten; a pod bound long ago is never recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn just_bound_pods_are_recorded_with_their_estimate_and_forgotten() {
+    use recording::{Call, Recording, now_s};
+    let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    // No bookmarks: the relist below needs the 410 (see `cluster_scope_follows_every_change`).
+    let api = apiserver::start_with(apiserver::Options {
+        bookmark_interval: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    api.upsert(&node("n1", "True"));
+    let scheduled = now_s() - 10;
+    api.upsert(&bound_pod("web", "n1", &[("PodScheduled", scheduled)]));
+    // Bound and ready an hour ago: over, never recorded.
+    let old = now_s() - 3600;
+    api.upsert(&bound_pod(
+        "old",
+        "n1",
+        &[("PodScheduled", old), ("Ready", old + 5)],
+    ));
+    let hub = Arc::new(Recording::default());
+    let cancel = CancellationToken::new();
+    let (_stores, tasks) = spawn(api.client(), all_pods(), hub.clone(), cancel.clone());
+
+    // Not ready: bound + 5 minutes; 1 CPU limit × 0.85, 100 MiB × 0.7.
+    let calls = until_calls(&hub, "default/web", "web recorded", |c| !c.is_empty()).await;
+    let b = calls[0].recorded();
+    assert_eq!((&*b.pod, &*b.node), ("default/web", "n1"));
+    assert_eq!(b.bound_at, t(scheduled));
+    assert_eq!(b.shows_from, t(scheduled + 300));
+    assert_eq!((b.cpu_cores, b.memory_bytes), (0.85, 73_400_320.0));
+
+    // Ready: from ready + 60 s.
+    let ready = now_s();
+    api.upsert(&bound_pod(
+        "web",
+        "n1",
+        &[("PodScheduled", scheduled), ("Ready", ready)],
+    ));
+    let calls = until_calls(&hub, "default/web", "web ready", |c| c.len() == 2).await;
+    let b = calls[1].recorded();
+    assert_eq!((b.bound_at, b.shows_from), (t(scheduled), t(ready + 60)));
+
+    // The same pod again (only its resourceVersion moves): no call. A pod created bound
+    // (no PodScheduled condition), written after it, shows the event was handled.
+    api.upsert(&bound_pod(
+        "web",
+        "n1",
+        &[("PodScheduled", scheduled), ("Ready", ready)],
+    ));
+    let before = SystemTime::now() - Duration::from_secs(1);
+    api.upsert(&bound_pod("kwok", "n1", &[]));
+    let calls = until_calls(&hub, "default/kwok", "kwok recorded", |c| !c.is_empty()).await;
+    let after = SystemTime::now();
+    let k = calls[0].recorded();
+    assert!(before <= k.bound_at && k.bound_at <= after, "{k:?}");
+    assert_eq!(k.shows_from, k.bound_at + Duration::from_secs(300));
+    assert_eq!(hub.calls_of("default/web").len(), 2, "{:?}", hub.calls());
+    assert!(hub.calls_of("default/old").is_empty(), "{:?}", hub.calls());
+
+    // Deleted: forgotten.
+    api.delete::<Pod>("default", "web");
+    until_calls(&hub, "default/web", "web forgotten", |c| {
+        c.last() == Some(&Call::Forget("default/web".into()))
+    })
+    .await;
+
+    // Deleted while the watch was gone, then a 410 relist: forgotten at the list's end.
+    api.compact();
+    api.drop_watches();
+    api.delete::<Pod>("default", "kwok");
+    until_calls(
+        &hub,
+        "default/kwok",
+        "kwok forgotten after the relist",
+        |c| c.last() == Some(&Call::Forget("default/kwok".into())),
+    )
+    .await;
+    assert_eq!(hub.calls_of("default/kwok").len(), 2, "{:?}", hub.calls());
+    stop(cancel, tasks).await;
+}

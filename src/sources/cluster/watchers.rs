@@ -21,11 +21,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::aggregate::{PodAggregates, PodRecord};
 use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
-use crate::hub::{Provider, RunOutcome};
+use super::estimate::{OVER_AFTER, binding_of};
+use crate::hub::{DropReason, Provider, RunOutcome};
 use crate::k8s::backoff::{ReflectorBackoff, paced};
 use crate::k8s::lean::PodFollower;
 use crate::k8s::lean::{LeanNode, LeanPod};
-use crate::model::{ClusterState, PodFacts};
+use crate::model::{Binding, ClusterState, PodFacts};
 
 /// Which pods the cluster role watches (`--pod-scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -771,6 +772,8 @@ fn index_pods(
         interner: Interner::default(),
         key_buf: String::new(),
         listing: Instant::now(),
+        bindings: Default::default(),
+        next_sweep: SystemTime::UNIX_EPOCH,
     };
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -811,6 +814,12 @@ struct PodIndexer {
     key_buf: String,
     /// When the current list began.
     listing: Instant,
+    /// The bindings the hub holds from this watch, by pod key (the binding's own `pod`): only
+    /// pods that are bindings now (see [`binding_of`]), so an unchanged pod costs no hub
+    /// call, and pods whose binding is over leave at the next sweep.
+    bindings: std::collections::HashMap<Arc<str>, Binding>,
+    /// When [`PodIndexer::sweep_bindings`] next looks for bindings that are over.
+    next_sweep: SystemTime,
 }
 
 impl PodIndexer {
@@ -843,6 +852,7 @@ impl PodIndexer {
                 self.tasks.iter().for_each(|t| t.delete(&p));
                 self.write_key(&p);
                 self.lock().remove(&self.key_buf);
+                self.forget_binding();
                 self.changes.fetch_add(1, Ordering::Release);
             }
         }
@@ -851,8 +861,26 @@ impl PodIndexer {
     /// A list is complete: the pods it did not list go, and the list counts as a run.
     fn end_list(&mut self) {
         self.book.on_listed();
-        let gone = self.lock().end_relist();
-        tracing::debug!(gone, "pods not in the list removed");
+        let mut table = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let gone = table.end_relist();
+        // The bindings of the pods the list did not name go with them.
+        let mut unlisted = Vec::new();
+        self.bindings.retain(|k, _| {
+            let listed = table.map.contains_key(&**k);
+            if !listed {
+                unlisted.push(k.clone());
+            }
+            listed
+        });
+        drop(table);
+        unlisted
+            .iter()
+            .for_each(|k| self.provider.node().forget_binding(k));
+        tracing::debug!(
+            gone,
+            bindings_gone = unlisted.len(),
+            "pods not in the list removed"
+        );
         self.changes.fetch_add(1, Ordering::Release);
         self.tasks.iter().for_each(|t| t.end_relist());
         let _ = self.synced.send(true);
@@ -864,14 +892,86 @@ impl PodIndexer {
         );
     }
 
-    /// Puts the pod's record (`None` for a pod that could not be read) under its key.
+    /// Puts the pod's record (`None` for a pod that could not be read) under its key, and
+    /// tells the hub when its binding changed.
     fn insert(&mut self, p: &LeanPod) {
-        let f = pod_facts(p, &self.derive)
-            .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
-            .ok()
-            .map(|f| self.interner.record(f));
         self.write_key(p);
-        self.lock().insert(&self.key_buf, f);
+        let facts = pod_facts(p, &self.derive)
+            .map_err(|e| tracing::warn!(reason = "bad_pod", error = %e, "pod skipped"))
+            .ok();
+        match &facts {
+            Some(f) => self.follow_binding(p, f),
+            None => self.forget_binding(),
+        }
+        let rec = facts.map(|f| self.interner.record(f));
+        self.lock().insert(&self.key_buf, rec);
+    }
+
+    /// Records the binding of the pod under `key_buf` when it is new or changed, forgets it
+    /// when the pod is no binding any more; an unchanged pod makes no hub call. A pod whose
+    /// binding time cannot be read is a logged, counted skip (`record_dropped`).
+    fn follow_binding(&mut self, p: &LeanPod, f: &PodFacts) {
+        let now = SystemTime::now();
+        self.sweep_bindings(now);
+        let held = self.bindings.get(self.key_buf.as_str());
+        // A pod without a PodScheduled time counts from when it was first seen bound.
+        let seen = held.map_or(now, |b| b.bound_at);
+        match binding_of(p, f, &self.key_buf, seen, now, &self.derive.estimate) {
+            Ok(Some(mut b)) => {
+                if held == Some(&b) {
+                    return;
+                }
+                b.node = self.interner.get(&b.node);
+                if let Some(h) = held {
+                    b.pod = h.pod.clone();
+                }
+                self.bindings.insert(b.pod.clone(), b.clone());
+                self.provider.node().record_binding(b);
+            }
+            Ok(None) => self.forget_binding(),
+            Err(e) => {
+                let node = f.node.as_deref().unwrap_or_default();
+                tracing::warn!(reason = "unparsable", pod = %self.key_buf, node, error = %e, "pod's binding skipped");
+                self.provider.node().record_dropped(
+                    Self::SOURCE,
+                    node,
+                    "binding",
+                    DropReason::Unparsable,
+                );
+                self.forget_binding();
+            }
+        }
+    }
+
+    /// Forgets the binding of the pod under `key_buf`, if it had one.
+    fn forget_binding(&mut self) {
+        if self.bindings.remove(self.key_buf.as_str()).is_some() {
+            self.provider.node().forget_binding(&self.key_buf);
+        }
+    }
+
+    /// At most once a minute: the bindings over by now (no event came to say so) leave the
+    /// map and the hub, so the map holds only current bindings and ones over since the sweep
+    /// before.
+    fn sweep_bindings(&mut self, now: SystemTime) {
+        if now < self.next_sweep && self.next_sweep <= now + BINDING_SWEEP {
+            return;
+        }
+        self.next_sweep = now + BINDING_SWEEP;
+        let provider = &self.provider;
+        self.bindings.retain(|k, b| {
+            let over = b
+                .shows_from
+                .checked_add(OVER_AFTER)
+                .is_some_and(|t| t < now);
+            if over {
+                provider.node().forget_binding(k);
+            }
+            !over
+        });
+        if self.bindings.capacity() > 4 * self.bindings.len().max(256) {
+            self.bindings.shrink_to_fit();
+        }
     }
 
     /// `namespace/name`, written into `key_buf`.
@@ -883,6 +983,9 @@ impl PodIndexer {
         out.push_str(p.metadata.name.as_deref().unwrap_or_default());
     }
 }
+
+/// How often the pod watcher looks for bindings that are over.
+const BINDING_SWEEP: Duration = Duration::from_secs(60);
 
 /// Starts the reflectors and the derive loop; returns the stores and the tasks.
 pub fn spawn(
@@ -1316,6 +1419,162 @@ mod tests {
                 assert_eq!(got, want, "{scope:?} step {step}");
             }
         }
+    }
+
+    /// A hub that keeps everything in a [`crate::hub::Store`] and, besides, the binding calls.
+    #[derive(Default)]
+    struct Bindings {
+        store: crate::hub::Store,
+        calls: std::sync::Mutex<Vec<(String, Option<Binding>)>>,
+    }
+
+    impl crate::hub::NodeRecorder for Bindings {
+        fn record_node_usage(&self, source: &str, sample: crate::model::UsageSample) {
+            self.store.record_node_usage(source, sample)
+        }
+        fn record_node_window(&self, source: &str, window: crate::model::BackendWindow) {
+            self.store.record_node_window(source, window)
+        }
+        fn record_node_capacity(&self, node: &str, capacity: crate::model::NodeCapacity) {
+            self.store.record_node_capacity(node, capacity)
+        }
+        fn forget_node(&self, node: &str) {
+            self.store.forget_node(node)
+        }
+        fn record_dropped(&self, source: &str, node: &str, what: &str, reason: DropReason) {
+            self.store.record_dropped(source, node, what, reason)
+        }
+        fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32) {
+            self.store
+                .record_fetch_end(source, successful, expire_after)
+        }
+        fn record_binding(&self, b: Binding) {
+            let call = (b.pod.to_string(), Some(b));
+            self.calls.lock().unwrap().push(call);
+        }
+        fn forget_binding(&self, pod: &str) {
+            self.calls.lock().unwrap().push((pod.into(), None));
+        }
+    }
+
+    impl Provider for Bindings {
+        fn cluster(&self) -> &dyn crate::hub::ClusterRecorder {
+            &self.store
+        }
+        fn node(&self) -> &dyn crate::hub::NodeRecorder {
+            self
+        }
+        fn probe(&self) -> &dyn crate::hub::ProbeRecorder {
+            &self.store
+        }
+        fn source(&self) -> &dyn crate::hub::SourceRecorder {
+            &self.store
+        }
+        fn sink(&self) -> &dyn crate::hub::SinkRecorder {
+            &self.store
+        }
+        fn task(&self) -> &dyn crate::hub::TaskRecorder {
+            &self.store
+        }
+    }
+
+    impl Bindings {
+        /// The calls so far, as (pod, recorded or forgotten), emptied.
+        fn take(&self) -> Vec<(String, bool)> {
+            let calls = std::mem::take(&mut *self.calls.lock().unwrap());
+            calls.into_iter().map(|(p, b)| (p, b.is_some())).collect()
+        }
+    }
+
+    fn indexer(hub: Arc<Bindings>) -> PodIndexer {
+        let provider: Arc<dyn Provider> = hub;
+        PodIndexer {
+            live: Default::default(),
+            synced: tokio::sync::watch::channel(false).0,
+            book: WatchBook::new(PodIndexer::SOURCE, "pods", provider.clone()),
+            derive: DeriveConfig::default(),
+            provider,
+            changes: Default::default(),
+            tasks: None,
+            interner: Interner::default(),
+            key_buf: String::new(),
+            listing: Instant::now(),
+            bindings: Default::default(),
+            next_sweep: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// A pod on node `n1`; `scheduled`: its PodScheduled time (seconds before now), if any;
+    /// `phase` its phase.
+    fn lean_pod(name: &str, scheduled: Option<u64>, phase: &str) -> LeanPod {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let conds: Vec<_> = scheduled
+            .map(|ago| {
+                let at = k8s_openapi::jiff::Timestamp::from_second((now - ago) as i64).unwrap();
+                serde_json::json!({"type": "PodScheduled", "status": "True",
+                    "lastTransitionTime": at.to_string()})
+            })
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"nodeName": "n1", "containers": [{}]},
+            "status": {"phase": phase, "conditions": conds},
+        }))
+        .unwrap()
+    }
+
+    /// The hub hears of a binding only when it changes; finished, deleted and unlisted pods
+    /// are forgotten once; a sweep forgets bindings that are over; the map holds only
+    /// bindings; a bad condition time is a counted skip.
+    #[test]
+    fn the_pod_watch_tells_the_hub_of_bindings_only_when_they_change() {
+        let hub = Arc::new(Bindings::default());
+        let mut ix = indexer(hub.clone());
+        let yes = |p: &str| (format!("ns/{p}"), true);
+        let no = |p: &str| (format!("ns/{p}"), false);
+        ix.on_event(Event::Init);
+        ix.on_event(Event::InitApply(lean_pod("a", Some(10), "Running")));
+        ix.on_event(Event::InitApply(lean_pod("b", None, "Pending")));
+        // Bound two hours ago and never ready: over, nothing said.
+        ix.on_event(Event::InitApply(lean_pod("old", Some(7200), "Running")));
+        ix.on_event(Event::InitDone);
+        assert_eq!(hub.take(), [yes("a"), yes("b")]);
+        // Unchanged (b keeps the time it was first seen): nothing.
+        ix.on_event(Event::Apply(lean_pod("a", Some(10), "Running")));
+        ix.on_event(Event::Apply(lean_pod("b", None, "Pending")));
+        assert_eq!(hub.take(), []);
+        // Finished: forgotten, once.
+        ix.on_event(Event::Apply(lean_pod("a", Some(10), "Succeeded")));
+        ix.on_event(Event::Apply(lean_pod("a", Some(10), "Succeeded")));
+        ix.on_event(Event::Delete(lean_pod("a", Some(10), "Succeeded")));
+        assert_eq!(hub.take(), [no("a")]);
+        // A relist that does not name b: b is forgotten at its end.
+        ix.on_event(Event::Apply(lean_pod("c", Some(20), "Running")));
+        ix.on_event(Event::Init);
+        ix.on_event(Event::InitApply(lean_pod("c", Some(20), "Running")));
+        ix.on_event(Event::InitDone);
+        assert_eq!(hub.take(), [yes("c"), no("b")]);
+        assert_eq!(ix.bindings.len(), 1);
+        // An unreadable PodScheduled time: forgotten and counted.
+        let mut bad = lean_pod("c", Some(20), "Running");
+        bad.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time =
+            crate::k8s::lean::TransitionTime::Unreadable;
+        ix.on_event(Event::Apply(bad));
+        assert_eq!(hub.take(), [no("c")]);
+        let snap = hub.store.snapshot(SystemTime::now());
+        assert_eq!(snap.sources[PodIndexer::SOURCE].dropped["unparsable"], 1);
+        // A sweep an hour on forgets what is over by then.
+        ix.on_event(Event::Apply(lean_pod("d", Some(0), "Pending")));
+        assert_eq!(hub.take(), [yes("d")]);
+        ix.sweep_bindings(SystemTime::now() + Duration::from_secs(60));
+        assert_eq!(hub.take(), []);
+        ix.sweep_bindings(SystemTime::now() + Duration::from_secs(3600));
+        assert_eq!(hub.take(), [no("d")]);
+        assert!(ix.bindings.is_empty());
     }
 
     #[test]

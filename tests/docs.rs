@@ -873,6 +873,10 @@ mod counts {
         let mut usage = src("host", None, true);
         usage.errors.insert("io".into(), 1);
         usage.dropped.insert("negative".into(), 2);
+        usage.usage_match = Some(kube_prober::model::UsageMatch {
+            nodes_without_usage: 1,
+            series_without_node: 2,
+        });
         let mut nodes_w = src("watch_nodes", Some("nodes"), true);
         nodes_w.relists.insert("expired".into(), 1);
         nodes_w.watch_restarts.insert("closed".into(), 4);
@@ -882,6 +886,7 @@ mod counts {
             snap.sources.insert(s.name.clone(), s);
         }
         v.insert("sources", 3.0);
+        v.insert("checked_sources", 1.0);
         v.insert("succeeded_sources", 2.0);
         v.insert("source_error_reasons", 1.0);
         v.insert("dropped_reasons", 1.0);

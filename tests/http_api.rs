@@ -352,6 +352,28 @@ mod load_watcher {
         pub metrics: Vec<Metric>,
         pub tags: Tags,
         pub metadata: Metadata,
+        /// Ours (load-watcher's Go client skips unknown keys: tests/watcher_backend.rs and
+        /// tests/real_trimaran.rs prove it with the real one); strict here too.
+        pub freshness: Freshness,
+        #[serde(rename = "boundPods", default)]
+        pub bound_pods: Option<BoundPods>,
+    }
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct Freshness {
+        pub newest: i64,
+        pub coverage: HashMap<String, f64>,
+    }
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(non_snake_case, dead_code)]
+    pub struct BoundPods {
+        pub pods: u32,
+        pub cpuCores: f64,
+        pub memoryBytes: f64,
+        pub cpu: Option<f64>,
+        pub memory: Option<f64>,
+        pub folded: bool,
     }
     #[derive(Deserialize, Debug)]
     #[serde(deny_unknown_fields)]

@@ -26,7 +26,10 @@ fn watcher_from(samples: &[(&str, Resource, &[f64])]) -> WatcherMetrics {
             );
         }
     }
-    let snap = store.snapshot(SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 3600));
+    // A minute after the last sample: fresh (`--watcher-max-age` leaves out older hosts).
+    let newest = samples.iter().map(|s| s.2.len()).max().unwrap_or(1) as u64;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 60 * newest);
+    let snap = store.snapshot(at);
     let bodies = kube_prober::watcher::render(&snap, Default::default()).expect("data");
     serde_json::from_slice(&bodies.all()).expect("decodes")
 }

@@ -130,6 +130,7 @@ fn legacy_scaling_multiplies_every_type_by_100_as_load_watcher() {
         &store,
         WatcherOptions {
             legacy_scaling: true,
+            ..WatcherOptions::default()
         },
     )
     .unwrap();

@@ -661,6 +661,7 @@ fn start_selection(
 ) -> Result<Option<JoinHandle<()>>> {
     use crate::sources::cluster::options::ShardMode;
     store.set_excluded_families(cfg.excluded_families.clone());
+    store.set_stale_after(cfg.watcher.max_age);
     if cfg.shard != ShardMode::Off && role != Role::Cluster {
         return Err(Error::Config {
             option: "--shard",

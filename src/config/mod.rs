@@ -797,7 +797,10 @@ mod tests {
         use crate::model::Shard;
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.shard, ShardMode::Off);
-        assert!(c.excluded_families.is_empty());
+        let opt_in = crate::outputs::names::OPT_IN
+            .iter()
+            .map(|f| f.name.to_string());
+        assert_eq!(c.excluded_families, opt_in.collect());
         let cli = |shard: Option<&str>, total: Option<&str>| {
             flags(|o| {
                 o.scope.shard = shard.map(str::to_string);
@@ -814,7 +817,10 @@ mod tests {
         assert_eq!(c.shard, ShardMode::Static(Shard { index: 1, total: 4 }));
         assert_eq!(
             c.excluded_families.iter().collect::<Vec<_>>(),
-            ["kube_prober_node_condition"]
+            [
+                "kube_prober_node_condition",
+                "kube_prober_node_usage_quantile_ratio"
+            ]
         );
         // One shard of one is no sharding.
         let c = Config::resolve(cli(Some("0"), Some("1")), FileConfig::default()).unwrap();

@@ -203,6 +203,14 @@ impl Store {
         self.lock().last_tick_duration = took;
     }
 
+    /// `--watcher-max-age`, for the outputs' count of stale nodes (set once at start).
+    pub fn set_stale_after(&self, stale_after: Option<Duration>) {
+        let mut inner = self.lock();
+        let mut sel = (*inner.selection).clone();
+        sel.stale_after = stale_after;
+        inner.selection = Arc::new(sel);
+    }
+
     /// The families the metric allow/denylist leaves out of every output (set once at start).
     pub fn set_excluded_families(&self, excluded: std::collections::BTreeSet<String>) {
         let mut inner = self.lock();
@@ -382,11 +390,11 @@ fn node_load(
             .filter_map(|&w| window_stats(st, w, scratch)),
     );
     let mut hour_max = ResourceMap::new();
-    let mut hour_coverage: f64 = 0.0;
+    let mut hour_coverage: f32 = 0.0;
     for r in [Resource::Cpu, Resource::Memory] {
         if let Some((max, coverage)) = st.hour.max(r) {
             hour_coverage = hour_coverage.max(coverage);
-            if coverage >= MIN_COVERAGE {
+            if f64::from(coverage) >= MIN_COVERAGE {
                 hour_max.insert(r, max);
             }
         }
@@ -435,7 +443,7 @@ fn window_stats(st: &NodeState, w: Window, scratch: &mut Vec<f64>) -> Option<Win
         end,
         stats,
         backend,
-        coverage,
+        coverage: coverage as f32,
         quantiles,
     })
 }
@@ -772,6 +780,12 @@ impl SourceRecorder for Store {
         let mut inner = self.lock();
         let st = Self::source_mut(&mut inner, source);
         *st.watch_restarts.entry(reason.to_string()).or_default() += 1;
+    }
+
+    fn record_usage_match(&self, source: &str, m: crate::model::UsageMatch) {
+        let mut inner = self.lock();
+        let status = Self::source_mut(&mut inner, source);
+        status.usage_match = Some(m);
     }
 
     fn record_relist(&self, source: &str, reason: &str) {

@@ -19,4 +19,6 @@ pub struct Selection {
     pub shard: Option<Shard>,
     /// Family names (without `_total`) that the allowlist or the denylist leaves out.
     pub excluded_families: BTreeSet<String>,
+    /// `--watcher-max-age`: a node whose newest sample is older is stale (`None`: never).
+    pub stale_after: Option<std::time::Duration>,
 }

@@ -39,10 +39,11 @@ pub struct WindowStats {
     pub backend: Vec<BackendStat>,
     /// The share of the window (0-1) the hub's samples in it cover (0 for a window the
     /// backend aggregated itself, whose samples the hub does not see).
-    pub coverage: f64,
+    pub coverage: f32,
     /// p50, p90, p95 and p99 of CPU and memory over the window, present only when `coverage`
-    /// is at least one half.
-    pub quantiles: ResourceMap<[f64; 4]>,
+    /// is at least one half. Held to seven digits (`f32`): 48 bytes a window instead of 88,
+    /// at 65,000 nodes and two snapshots alive about 15 MiB less.
+    pub quantiles: ResourceMap<[f32; 4]>,
 }
 
 /// The estimated use of the pods bound to a node that its newest sample cannot show yet
@@ -90,9 +91,9 @@ pub struct NodeLoad {
     pub capacity: Option<NodeCapacity>,
     /// The largest CPU and memory sample of the last hour, present only when samples cover at
     /// least half of the hour's five-minute slots.
-    pub hour_max: ResourceMap<f64>,
+    pub hour_max: ResourceMap<f32>,
     /// The share of the hour's five-minute slots (0-1) that hold a sample.
-    pub hour_coverage: f64,
+    pub hour_coverage: f32,
     /// The pods bound to the node whose use its newest sample cannot show yet; `None`: none.
     pub bound: Option<Arc<BoundPods>>,
 }
@@ -110,6 +111,8 @@ pub struct SourceStatus {
     pub dropped: BTreeMap<String, u64>,
     /// Nodes that left the hub because this source stopped reporting them.
     pub expired: u64,
+    /// The backend's self-check of its latest fetch (Prometheus in the cluster role).
+    pub usage_match: Option<crate::model::UsageMatch>,
     pub last_duration: Duration,
     pub last_success: Option<SystemTime>,
     /// Whether the newest run succeeded.

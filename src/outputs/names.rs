@@ -100,6 +100,47 @@ pub const NODE_USAGE_TIMESTAMP: Family = gauge(
     "Unix time of the newest usage sample of the node.",
     Some("seconds"),
 );
+pub const NODE_USAGE_QUANTILE: Family = gauge(
+    "kube_prober_node_usage_quantile_ratio",
+    "CPU and memory percentiles (50, 90, 95, 99) over each trailing window, and the largest sample of the last hour (window=\"1h\", percentile=\"100\"), reported when samples cover at least half of the window. Off unless --metric-allowlist names it: 26 series a node.",
+    Some("ratio"),
+);
+pub const NODE_BOUND_PODS: Family = gauge(
+    "kube_prober_node_bound_pods",
+    "Pods bound to the node whose use its newest usage sample cannot show yet (bound since, or still ramping up).",
+    None,
+);
+pub const NODE_BOUND_PODS_CPU: Family = gauge(
+    "kube_prober_node_bound_pods_cpu_cores",
+    "Estimated CPU use of the node's bound pods that its newest usage sample cannot show yet.",
+    Some("cores"),
+);
+pub const NODE_BOUND_PODS_MEMORY: Family = gauge(
+    "kube_prober_node_bound_pods_memory_bytes",
+    "Estimated memory use of the node's bound pods that its newest usage sample cannot show yet.",
+    Some("bytes"),
+);
+pub const NODE_USAGE_AGE: Family = gauge(
+    "kube_prober_node_usage_age_seconds",
+    "Age of the nodes' newest usage samples at the tick: percentiles 50, 90 and 99 and the oldest (percentile=\"100\") over the nodes with usage.",
+    Some("seconds"),
+);
+pub const WATCHER_STALE_HOSTS: Family = gauge(
+    "kube_prober_watcher_stale_hosts",
+    "Nodes with usage whose newest sample is older than --watcher-max-age: left out of /watcher.",
+    None,
+);
+pub const USAGE_UNMATCHED: Family = gauge(
+    "kube_prober_usage_unmatched",
+    "The usage backend's self-check at its latest fetch: the cluster's nodes without usage (what=\"nodes_without_usage\") and the series whose node label names no node (what=\"series_without_node\").",
+    None,
+);
+/// The bounds of [`NODE_USAGE_AGE`], seconds.
+pub const USAGE_AGE_BUCKETS: [f64; 9] =
+    [15.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 1800.0, 3600.0];
+/// Families emitted only when `--metric-allowlist` names them (their series grow with the
+/// nodes many times over).
+pub const OPT_IN: &[Family] = &[NODE_USAGE_QUANTILE];
 pub const NODE_CPU_CAPACITY: Family = gauge(
     "kube_prober_node_cpu_capacity_cores",
     "CPU cores the node has.",
@@ -661,6 +702,12 @@ pub const ALL: &[Family] = &[
     NODE_BACKEND_VALUE,
     NODE_USAGE_SAMPLES,
     NODE_USAGE_TIMESTAMP,
+    NODE_USAGE_QUANTILE,
+    NODE_BOUND_PODS,
+    NODE_BOUND_PODS_CPU,
+    NODE_BOUND_PODS_MEMORY,
+    NODE_USAGE_AGE,
+    WATCHER_STALE_HOSTS,
     NODE_CPU_CAPACITY,
     NODE_MEMORY_CAPACITY,
     NODE_ALLOCATABLE_CPU,
@@ -751,6 +798,7 @@ pub const ALL: &[Family] = &[
     SOURCE_NO_DATA,
     SOURCE_DROPPED_VALUES,
     SOURCE_EXPIRED_NODES,
+    USAGE_UNMATCHED,
     SOURCE_LAST_RUN_DURATION,
     SOURCE_LAST_SUCCESS,
     WATCH_RESTARTS,

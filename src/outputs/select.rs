@@ -184,7 +184,7 @@ pub fn excluded_families(
         }
         (Some(a), None) => (a, true),
         (None, Some(d)) => (d, false),
-        (None, None) => return Ok(BTreeSet::new()),
+        (None, None) => return Ok(opt_in().collect()),
     };
     let patterns = compile(list)?;
     if patterns.is_empty() {
@@ -199,10 +199,19 @@ pub fn excluded_families(
             "pattern `{p}` matches no metric family (names in docs/metrics.md)"
         ));
     }
-    Ok(all_families()
+    let mut out: BTreeSet<String> = all_families()
         .filter(|f| patterns.iter().any(|(_, r)| matches(f, r)) != keep_matches)
         .map(|f| f.name.to_string())
-        .collect())
+        .collect();
+    if !keep_matches {
+        out.extend(opt_in());
+    }
+    Ok(out)
+}
+
+/// The opt-in families' names: left out unless the allowlist names them.
+fn opt_in() -> impl Iterator<Item = String> {
+    names::OPT_IN.iter().map(|f| f.name.to_string())
 }
 
 /// `--metric-allowlist` and `--metric-denylist`: which families are emitted.
@@ -273,6 +282,7 @@ mod tests {
         Selection {
             shard: shard.map(|(index, total)| Shard { index, total }),
             excluded_families: BTreeSet::new(),
+            stale_after: None,
         }
     }
 
@@ -336,14 +346,19 @@ mod tests {
             ex,
             BTreeSet::from([
                 "kube_prober_ticks".to_string(),
-                "kube_prober_leader".to_string()
-            ])
+                "kube_prober_leader".to_string(),
+                names::NODE_USAGE_QUANTILE.name.to_string(),
+            ]),
+            "the denied ones, and the opt-in ones the allowlist did not name"
         );
         let err = excluded_families(Some("a"), Some("b")).unwrap_err();
         assert!(err.contains("exclusive"), "{err}");
         let err = excluded_families(Some("kube_prober_(node"), None).unwrap_err();
         assert!(err.contains("not a regular expression"), "{err}");
-        assert!(excluded_families(None, None).unwrap().is_empty());
+        let opt_in = BTreeSet::from([names::NODE_USAGE_QUANTILE.name.to_string()]);
+        assert_eq!(excluded_families(None, None).unwrap(), opt_in);
+        let named = excluded_families(Some("kube_prober_node_usage_.*"), None).unwrap();
+        assert!(!named.contains(names::NODE_USAGE_QUANTILE.name));
         assert!(excluded_families(Some(" , "), None).is_err());
     }
 

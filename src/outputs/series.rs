@@ -39,6 +39,9 @@ pub trait Visitor {
 pub fn is_instance_level(family: &Family) -> bool {
     let n = family.name;
     n == names::BUILD_INFO.name
+        // What this replica's usage data is worth: every replica serves `/watcher` whole.
+        || n == names::NODE_USAGE_AGE.name
+        || n == names::WATCHER_STALE_HOSTS.name
         || n.starts_with("kube_prober_probe_")
         || n.starts_with("kube_prober_source_")
         || n.starts_with("kube_prober_sink_")
@@ -102,6 +105,10 @@ impl Keyed for NodeUsage {
         &names::NODE_BACKEND_VALUE,
         &names::NODE_USAGE_SAMPLES,
         &names::NODE_USAGE_TIMESTAMP,
+        &names::NODE_USAGE_QUANTILE,
+        &names::NODE_BOUND_PODS,
+        &names::NODE_BOUND_PODS_CPU,
+        &names::NODE_BOUND_PODS_MEMORY,
     ];
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodeLoad)>) {
@@ -173,10 +180,17 @@ impl Keyed for NodeUsage {
                     }
                 }
             }
-            _ => out.push((
+            7 => out.push((
                 vec![("node", name), ("source", &*n.source)],
                 unix_seconds(n.latest_at),
             )),
+            8 => quantile_rows(name, n, out),
+            _ => {
+                let (cpu, memory) = n.bound.as_ref().map_or((0.0, 0.0), |b| b.sum(None));
+                let pods = n.bound.as_ref().map_or(0, |b| b.pods.len());
+                let v = [pods as f64, cpu, memory][family.saturating_sub(9).min(2)];
+                out.push((vec![("node", name)], v));
+            }
         }
     }
 
@@ -187,6 +201,65 @@ impl Keyed for NodeUsage {
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
         std::sync::Arc::ptr_eq(&a.nodes, &b.nodes)
     }
+}
+
+/// Percentile labels, in `crate::hub::window::QUANTILES` order (`quantile` is a summary's
+/// label: Prometheus' lint refuses it on a gauge).
+const QUANTILE_LABELS: [&str; 4] = ["50", "90", "95", "99"];
+
+/// A node's CPU and memory quantiles per window, and the hour's max as quantile 1.
+fn quantile_rows<'a>(name: &'a str, n: &'a NodeLoad, out: &mut Vec<Row<'a>>) {
+    for r in [Resource::Cpu, Resource::Memory] {
+        for ws in &n.windows {
+            let Some(q) = ws.quantiles.get(&r) else {
+                continue;
+            };
+            for (label, v) in QUANTILE_LABELS.iter().zip(q) {
+                let labels = vec![
+                    ("node", name),
+                    ("resource", r.as_str()),
+                    ("window", ws.window.as_str()),
+                    ("percentile", *label),
+                ];
+                out.push((labels, f64::from(*v)));
+            }
+        }
+        if let Some(&max) = n.hour_max.get(&r) {
+            let labels = vec![
+                ("node", name),
+                ("resource", r.as_str()),
+                ("window", "1h"),
+                ("percentile", "100"),
+            ];
+            out.push((labels, f64::from(max)));
+        }
+    }
+}
+
+/// How old the nodes' newest samples are at the tick, and how many are stale for `/watcher`.
+fn visit_freshness<V: Visitor>(w: &mut V, snap: &Snapshot) {
+    let mut ages: Vec<f64> = snap
+        .nodes
+        .values()
+        .map(|n| {
+            let age = snap.generated_at.duration_since(n.latest_at);
+            age.unwrap_or_default().as_secs_f64()
+        })
+        .collect();
+    let stale = snap.selection.stale_after.map_or(0, |max| {
+        ages.iter().filter(|&&a| a > max.as_secs_f64()).count()
+    });
+    let mut rows = Vec::new();
+    if !ages.is_empty() {
+        for (label, q) in [("50", 0.5), ("90", 0.9), ("99", 0.99), ("100", 1.0)] {
+            // Nearest rank: an age some node really has.
+            let rank = ((q * ages.len() as f64).ceil() as usize).clamp(1, ages.len()) - 1;
+            let (_, v, _) = ages.select_nth_unstable_by(rank, f64::total_cmp);
+            rows.push((vec![("percentile", label)], *v));
+        }
+    }
+    w.family(&names::NODE_USAGE_AGE, &rows);
+    w.family(&names::WATCHER_STALE_HOSTS, &[(vec![], stale as f64)]);
 }
 
 /// A node's capacity: the usage source's, else the Node object's.
@@ -413,6 +486,8 @@ pub enum Step {
     /// Build and cluster info.
     Info,
     Usage(usize),
+    /// The ages of the nodes' newest samples, and the stale ones.
+    Freshness,
     Capacity(usize),
     /// `NodeFactsRows` families 0 and 1 come before the cluster counts, 2.. after them.
     Facts(usize),
@@ -434,6 +509,7 @@ pub enum Step {
 pub fn steps(has_cluster: bool) -> Vec<Step> {
     let mut s = vec![Step::Info];
     s.extend((0..NodeUsage::FAMILIES.len()).map(Step::Usage));
+    s.push(Step::Freshness);
     s.extend((0..NodeCapacities::FAMILIES.len()).map(Step::Capacity));
     if has_cluster {
         s.extend([Step::Facts(0), Step::Facts(1), Step::ClusterCounts]);
@@ -519,6 +595,7 @@ pub fn visit_step<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
             visit_task_perf(w, snap.task_perf.as_deref());
         }
         Step::Platform => visit_platform(w, snap.platform.as_deref()),
+        Step::Freshness => visit_freshness(w, snap),
         Step::Instance => visit_instance(w, snap),
         Step::Usage(_) | Step::Capacity(_) | Step::Facts(_) | Step::Addons(_) | Step::Pods(_) => {}
     }
@@ -764,6 +841,19 @@ fn visit_sources<V: Visitor>(w: &mut V, snap: &Snapshot) {
         &names::SOURCE_EXPIRED_NODES,
         &per_source(|s| Some(s.expired as f64)),
     );
+    let unmatched: Vec<_> = snap
+        .sources
+        .values()
+        .filter_map(|s| s.usage_match.map(|m| (s.name.as_str(), m)))
+        .flat_map(|(source, m)| {
+            [
+                ("nodes_without_usage", m.nodes_without_usage),
+                ("series_without_node", m.series_without_node),
+            ]
+            .map(|(what, n)| (vec![("source", source), ("what", what)], n as f64))
+        })
+        .collect();
+    w.family(&names::USAGE_UNMATCHED, &unmatched);
     w.family(
         &names::SOURCE_LAST_RUN_DURATION,
         &per_source(|s| Some(s.last_duration.as_secs_f64())),

@@ -526,6 +526,7 @@ mod tests {
         s.selection = Arc::new(Selection {
             shard: None,
             excluded_families: ["kube_prober_node_condition".to_string()].into(),
+            stale_after: None,
         });
         let d = drafts(&s, None, true);
         assert!(d.iter().all(|x| x.suffix != "node/condition"));

@@ -135,6 +135,37 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         G,
     ),
     m(
+        &names::NODE_USAGE_QUANTILE,
+        "kube_prober.node.usage.quantile",
+        "1",
+        G,
+    ),
+    m(
+        &names::NODE_BOUND_PODS,
+        "kube_prober.node.bound_pods",
+        "{pod}",
+        G,
+    ),
+    m(
+        &names::NODE_BOUND_PODS_CPU,
+        "kube_prober.node.bound_pods.cpu",
+        "{cpu}",
+        G,
+    ),
+    m(
+        &names::NODE_BOUND_PODS_MEMORY,
+        "kube_prober.node.bound_pods.memory",
+        "By",
+        G,
+    ),
+    m(&names::NODE_USAGE_AGE, "kube_prober.node.usage.age", "s", G),
+    m(
+        &names::WATCHER_STALE_HOSTS,
+        "kube_prober.watcher.stale_hosts",
+        "{node}",
+        G,
+    ),
+    m(
         &names::NODE_CPU_CAPACITY,
         "kube_prober.node.cpu.capacity",
         "{cpu}",
@@ -609,6 +640,12 @@ pub const OTLP_METRICS: &[OtelMetric] = &[
         "kube_prober.source.expired_nodes",
         "{node}",
         C,
+    ),
+    m(
+        &names::USAGE_UNMATCHED,
+        "kube_prober.usage.unmatched",
+        "1",
+        G,
     ),
     m(
         &names::SOURCE_LAST_RUN_DURATION,

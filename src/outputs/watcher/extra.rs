@@ -47,23 +47,21 @@ pub(super) fn push_quantiles(
             && let Some(q) = ws.quantiles.get(&resource)
         {
             for (op, v) in operators::QUANTILES.iter().zip(q) {
-                push_metric(
-                    out,
-                    first,
-                    ["", kind, op, ws.window.as_str()],
-                    level(resource, *v),
-                );
+                let m = ["", kind, op, ws.window.as_str()];
+                push_metric(out, first, m, digits(level(resource, f64::from(*v))));
             }
         }
         if let Some(&max) = node.hour_max.get(&resource) {
-            push_metric(
-                out,
-                first,
-                ["", kind, operators::MAX, "1h"],
-                level(resource, max),
-            );
+            let m = ["", kind, operators::MAX, "1h"];
+            push_metric(out, first, m, digits(level(resource, f64::from(max))));
         }
     }
+}
+
+/// A percent held to seven digits (`f32`), written with four decimals (not the float's
+/// noise: 30.000001192092896 for 0.3).
+fn digits(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
 }
 
 /// A share (0-1) with three decimals, as written.
@@ -80,10 +78,10 @@ pub(super) fn push_freshness(out: &mut String, node: &NodeLoad) {
             .windows
             .iter()
             .find(|ws| ws.window == w)
-            .map_or(0.0, |ws| ws.coverage);
+            .map_or(0.0, |ws| f64::from(ws.coverage));
         let _ = write!(out, "\"{}\":{},", w.as_str(), share(c));
     }
-    let _ = write!(out, "\"1h\":{}}}}}", share(node.hour_coverage));
+    let _ = write!(out, "\"1h\":{}}}}}", share(f64::from(node.hour_coverage)));
 }
 
 /// `,"boundPods":{..}` when pods are bound to the node that its newest sample cannot show.

@@ -97,6 +97,8 @@ pub struct Fetched {
     /// Samples the fetcher recorded into the hub itself as it decoded them
     /// ([`UsageFetcher::fetch_into`]), not in `samples`.
     pub streamed: u64,
+    /// How the backend's series met the cluster's Nodes, when the fetcher checked it.
+    pub usage_match: Option<crate::model::UsageMatch>,
 }
 
 /// One value a fetcher could not use, for [`crate::hub::NodeRecorder::record_dropped`].
@@ -194,6 +196,9 @@ pub async fn run_once_expiring<F: UsageFetcher>(
         provider
             .node()
             .record_dropped(name, &d.node, &d.what, d.reason);
+    }
+    if let Some(m) = fetched.usage_match {
+        provider.source().record_usage_match(name, m);
     }
     provider
         .node()

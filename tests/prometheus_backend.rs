@@ -6,14 +6,19 @@ mod fake_prom;
 #[path = "support/prom.rs"]
 mod prom;
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use fake_prom::{Behaviour, FakePrometheus};
-use kube_prober::hub::{RunOutcome, Store};
+use kube_prober::hub::{
+    ClusterRecorder, DropReason, NodeRecorder, ProbeRecorder, Provider, RunOutcome, SinkRecorder,
+    SourceRecorder, Store, TaskRecorder,
+};
+use kube_prober::model::{BackendWindow, NodeCapacity, UsageMatch, UsageSample};
 use kube_prober::outputs::published::Published;
 use kube_prober::sources::usage::http::HttpConfig;
-use kube_prober::sources::usage::prometheus::{PrometheusConfig, PrometheusFetcher};
+use kube_prober::sources::usage::prometheus::{ClusterNodes, PrometheusConfig, PrometheusFetcher};
 use kube_prober::sources::usage::run_once;
 use kube_prober::watcher::{Metric, WatcherMetrics};
 
@@ -50,8 +55,21 @@ async fn every_metric_window_and_operator_is_queried_and_served() {
     let mut f = PrometheusFetcher::new(config(&fake.url)).unwrap();
     assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
     let reqs = fake.requests();
-    assert_eq!(reqs.len(), 3 * 17 * 2, "3 windows x 17 metrics x AVG/STD");
+    assert_eq!(
+        reqs.len(),
+        2 + 3 * 17 * 2,
+        "each node's newest sample (raw series, rule), then 3 windows x 17 metrics x AVG/STD"
+    );
     assert!(reqs.iter().all(|(m, _)| m == "POST"));
+    assert!(reqs.iter().any(|(_, q)| q
+        == r#"max by (instance) (timestamp(node_cpu_seconds_total{mode=~"idle|iowait"}))"#));
+    assert!(
+        reqs.iter()
+            .any(|(_, q)| q == "max by (instance) (timestamp(instance:node_cpu:ratio))")
+    );
+    // Once the raw series have dated the nodes, the rule's newest samples are not asked for.
+    assert_eq!(round(&mut f, &store).await, RunOutcome::Ok);
+    assert_eq!(fake.requests().len() - reqs.len(), 1 + 3 * 17 * 2);
     assert!(
         reqs.iter()
             .any(|(_, q)| q == "stddev_over_time(instance:node_cpu:ratio[10m])")
@@ -85,7 +103,7 @@ async fn a_refused_post_falls_back_to_get_and_stays_there() {
     let reqs = fake.requests();
     let posts = reqs.iter().filter(|(m, _)| m == "POST").count();
     assert_eq!(posts, 1, "one refused POST, then GET only");
-    assert_eq!(reqs.len(), 1 + 102);
+    assert_eq!(reqs.len(), 1 + 2 + 102);
     let w = decode(&published(&store));
     assert_eq!(
         find(&w.data.node_metrics_map["n1"].metrics, CPU, "AVG")
@@ -310,8 +328,10 @@ async fn instance_addresses_map_to_node_names() {
     ]))
     .await;
     let store = Store::new();
-    let addresses =
-        std::collections::HashMap::from([("10.0.0.5".to_string(), "worker-5".to_string())]);
+    let addresses = ClusterNodes {
+        names: HashSet::new(),
+        by_address: HashMap::from([("10.0.0.5".to_string(), "worker-5".to_string())]),
+    };
     let mut f = PrometheusFetcher::new(config(&fake.url))
         .unwrap()
         .with_node_addresses(Arc::new(move || addresses.clone()));
@@ -324,4 +344,277 @@ async fn instance_addresses_map_to_node_names() {
         ["10.0.0.99", "worker-5"],
         "unknown addresses stay as they are"
     );
+}
+
+/// A provider that keeps what the fetcher records of each node's windows (node, end) and its
+/// self-checks, and hands everything on to a [`Store`].
+struct Recorder {
+    store: Store,
+    windows: Mutex<Vec<(String, SystemTime)>>,
+    matches: Mutex<Vec<UsageMatch>>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        Recorder {
+            store: Store::new(),
+            windows: Mutex::new(Vec::new()),
+            matches: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The windows recorded since the last call.
+    fn take_windows(&self) -> Vec<(String, SystemTime)> {
+        std::mem::take(&mut *self.windows.lock().unwrap())
+    }
+
+    fn last_match(&self) -> Option<UsageMatch> {
+        self.matches.lock().unwrap().last().copied()
+    }
+}
+
+impl NodeRecorder for Recorder {
+    fn record_node_usage(&self, source: &str, sample: UsageSample) {
+        self.store.record_node_usage(source, sample)
+    }
+    fn record_node_window(&self, source: &str, window: BackendWindow) {
+        self.windows
+            .lock()
+            .unwrap()
+            .push((window.node.clone(), window.end));
+        self.store.record_node_window(source, window)
+    }
+    fn record_node_capacity(&self, node: &str, capacity: NodeCapacity) {
+        self.store.record_node_capacity(node, capacity)
+    }
+    fn forget_node(&self, node: &str) {
+        self.store.forget_node(node)
+    }
+    fn record_dropped(&self, source: &str, node: &str, what: &str, reason: DropReason) {
+        self.store.record_dropped(source, node, what, reason)
+    }
+    fn record_fetch_end(&self, source: &str, successful: bool, expire_after: u32) {
+        self.store
+            .record_fetch_end(source, successful, expire_after)
+    }
+}
+
+impl SourceRecorder for Recorder {
+    fn register_source(&self, source: &str) {
+        self.store.register_source(source)
+    }
+    fn record_source_run(
+        &self,
+        source: &str,
+        finished_at: SystemTime,
+        duration: Duration,
+        outcome: RunOutcome,
+    ) {
+        self.store
+            .record_source_run(source, finished_at, duration, outcome)
+    }
+    fn record_usage_match(&self, source: &str, m: UsageMatch) {
+        assert_eq!(source, "prometheus");
+        self.matches.lock().unwrap().push(m);
+    }
+}
+
+impl Provider for Recorder {
+    fn cluster(&self) -> &dyn ClusterRecorder {
+        self.store.cluster()
+    }
+    fn node(&self) -> &dyn NodeRecorder {
+        self
+    }
+    fn probe(&self) -> &dyn ProbeRecorder {
+        self.store.probe()
+    }
+    fn source(&self) -> &dyn SourceRecorder {
+        self
+    }
+    fn sink(&self) -> &dyn SinkRecorder {
+        self.store.sink()
+    }
+    fn task(&self) -> &dyn TaskRecorder {
+        self.store.task()
+    }
+}
+
+#[tokio::test]
+async fn a_failed_freshness_query_keeps_the_values_dated_by_the_query_time() {
+    let fake = FakePrometheus::start(Behaviour::FailMatching(
+        "timestamp(".into(),
+        vec![("n1:9100".into(), 0.5)],
+    ))
+    .await;
+    let rec = Recorder::new();
+    let mut f = PrometheusFetcher::new(config(&fake.url)).unwrap();
+    let before = SystemTime::now();
+    let outcome = run_once(&mut f, &rec, Duration::from_secs(20)).await;
+    let after = SystemTime::now();
+    let RunOutcome::Failed { reason, message } = outcome else {
+        panic!("the failed query is an error of the round: {outcome:?}");
+    };
+    assert_eq!(reason, "http");
+    assert!(message.contains("timestamp("), "{message}");
+    let windows = rec.take_windows();
+    assert_eq!(windows.len(), 3, "the values are kept: {windows:?}");
+    assert!(
+        windows
+            .iter()
+            .all(|(n, end)| n == "n1" && (before..=after).contains(end)),
+        "{windows:?}"
+    );
+    let m = &decode(&published(&rec.store)).data.node_metrics_map["n1"].metrics;
+    assert_eq!(find(m, CPU, "AVG").unwrap().value, 50.0);
+    // No Nodes' names (not the cluster role): no self-check.
+    assert_eq!(rec.last_match(), None);
+}
+
+/// The node (port cut) of a real node_exporter's instance label.
+fn host_of(instance: &str) -> String {
+    instance.split(':').next().unwrap_or(instance).to_string()
+}
+
+/// Runs rounds into `rec` until every one of `nodes` has CPU and Memory AVG on /watcher
+/// (Prometheus needs a few scrapes); returns each node's metrics.
+async fn rounds_until_nodes(
+    f: &mut PrometheusFetcher,
+    rec: &Recorder,
+    nodes: &[&str],
+) -> HashMap<String, Vec<Metric>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        run_once(f, rec, Duration::from_secs(20)).await;
+        if let Some(w) = published(&rec.store).watcher.as_ref() {
+            let w: WatcherMetrics = serde_json::from_slice(&w.all()).unwrap();
+            let has = |n: &&str| {
+                w.data.node_metrics_map.get(*n).is_some_and(|m| {
+                    find(&m.metrics, CPU, "AVG").is_some() && find(&m.metrics, MEM, "AVG").is_some()
+                })
+            };
+            if nodes.iter().all(has) {
+                return nodes
+                    .iter()
+                    .map(|n| (n.to_string(), w.data.node_metrics_map[*n].metrics.clone()))
+                    .collect();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no CPU and Memory for all of {nodes:?} within 60 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_prometheus_raw_series_name_ip_and_hostname_instances_and_the_rest_is_counted() {
+    // No recording rules: node_exporter's raw series only. One exporter, scraped as three
+    // targets: `127.0.0.1:PORT` (an InternalIP), `worker-b.example:9100` (a Hostname) and
+    // `10.9.9.9:9100` (no Node's).
+    let prom = tokio::task::spawn_blocking(|| {
+        prom::RealPrometheus::start_with(false, &["worker-b.example:9100", "10.9.9.9:9100"])
+    })
+    .await
+    .unwrap();
+    let ip = host_of(&prom.node_exporter_instance);
+    let nodes = ClusterNodes {
+        names: ["node-a", "node-b", "node-c"].map(String::from).into(),
+        by_address: HashMap::from([
+            (ip.clone(), "node-a".to_string()),
+            ("worker-b.example".to_string(), "node-b".to_string()),
+            ("node-c.example".to_string(), "node-c".to_string()),
+        ]),
+    };
+    let rec = Recorder::new();
+    let mut cfg = config(&prom.url);
+    cfg.fallback_resolution = Duration::from_secs(1);
+    let mut f = PrometheusFetcher::new(cfg)
+        .unwrap()
+        .with_node_addresses(Arc::new(move || nodes.clone()));
+    let m = rounds_until_nodes(&mut f, &rec, &["node-a", "node-b"]).await;
+    let want = meminfo_utilisation() * 100.0;
+    for node in ["node-a", "node-b"] {
+        let cpu = find(&m[node], CPU, "AVG").unwrap().value;
+        assert!((0.0..=100.0).contains(&cpu), "{node}: cpu {cpu}");
+        let mem = find(&m[node], MEM, "AVG").unwrap().value;
+        assert!(
+            (mem - want).abs() < 5.0,
+            "{node}: memory {mem} % vs /proc/meminfo {want} %"
+        );
+    }
+    // The round that served both: node-c got nothing, 10.9.9.9 named no Node.
+    assert_eq!(
+        rec.last_match(),
+        Some(UsageMatch {
+            nodes_without_usage: 1,
+            series_without_node: 1
+        })
+    );
+    let served: Vec<String> = {
+        let w = decode(&published(&rec.store));
+        let mut k: Vec<String> = w.data.node_metrics_map.keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(served, ["10.9.9.9", "node-a", "node-b"]);
+    // Each window ends at its node's newest sample: a moment ago, never later than now.
+    let now = SystemTime::now();
+    let windows = rec.take_windows();
+    assert!(!windows.is_empty());
+    for (node, end) in windows {
+        let age = now
+            .duration_since(end)
+            .unwrap_or_else(|_| panic!("{node}: end after now"));
+        assert!(age < Duration::from_secs(60), "{node}: {age:?} old");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_prometheus_a_stopped_target_is_never_newer_than_its_last_sample() {
+    let prom = tokio::task::spawn_blocking(|| prom::RealPrometheus::start(true))
+        .await
+        .unwrap();
+    let node = host_of(&prom.node_exporter_instance);
+    let rec = Recorder::new();
+    let mut f = PrometheusFetcher::new(config(&prom.url)).unwrap();
+    rounds_until_nodes(&mut f, &rec, &[node.as_str()]).await;
+    let fresh = rec.take_windows();
+    assert!(fresh.iter().any(|(n, _)| *n == node), "{fresh:?}");
+
+    let stopped = tokio::task::spawn_blocking(move || {
+        prom.stop_node_exporter();
+        (prom, SystemTime::now())
+    });
+    let (prom, stopped) = stopped.await.unwrap();
+    // Until Prometheus marks the series stale (its next scrape, 1 s), the node is dated by its
+    // last sample, before the stop; then it is not current at all, though
+    // avg_over_time(...[15m]) still answers with its values.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        run_once(&mut f, &rec, Duration::from_secs(20)).await;
+        let windows = rec.take_windows();
+        for (n, end) in &windows {
+            assert!(
+                *end <= stopped,
+                "{n}: window ends {:?} after the target stopped",
+                end.duration_since(stopped).unwrap_or_default()
+            );
+        }
+        if !windows.iter().any(|(n, _)| *n == node) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{node} still recorded 30 s after its target stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let still = tokio::task::spawn_blocking(move || {
+        prom.query("avg_over_time(instance:node_cpu:ratio[15m])")
+    })
+    .await
+    .unwrap();
+    assert!(!still.is_empty(), "Prometheus still answers the values");
 }

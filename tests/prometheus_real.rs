@@ -258,3 +258,19 @@ fn recording_rules_compute_exact_values_under_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// docs/configuration.md shows users the recording rules these tests check, word for word.
+#[test]
+fn the_documented_recording_rules_are_the_tested_ones() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
+    let start = doc
+        .find("```yaml\ngroups:\n  - name: kube-prober-load-watcher\n")
+        .expect("docs/configuration.md shows the recording rules in a ```yaml block")
+        + "```yaml\n".len();
+    let len = doc[start..].find("```").expect("the block ends");
+    assert_eq!(&doc[start..start + len], RECORDING_RULES);
+}

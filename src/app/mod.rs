@@ -32,7 +32,7 @@ use crate::sources::probe::{self, Probe};
 use crate::sources::usage::MetricsProvider;
 use crate::sources::usage::http::{HttpConfig, Token};
 use crate::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
-use crate::sources::usage::prometheus::{PrometheusConfig, PrometheusFetcher};
+use crate::sources::usage::prometheus::{ClusterNodes, PrometheusConfig, PrometheusFetcher};
 use crate::sources::usage::signalfx::{SignalFxConfig, SignalFxFetcher};
 use crate::sources::usage::{self, Schedule, host};
 
@@ -1067,8 +1067,23 @@ fn prometheus_fetcher(
         pc.metrics = m.clone();
     }
     let mut f = PrometheusFetcher::new(pc)?;
-    if let Some((stores, _)) = node_stores {
-        f = f.with_node_addresses(Arc::new(move || stores.node_addresses()));
+    if let Some((stores, cluster)) = node_stores {
+        let listed = stores.clone();
+        f = f
+            .with_node_addresses(Arc::new(move || ClusterNodes {
+                // Every Node only in the cluster role: there the series are checked against them.
+                names: match cluster {
+                    true => stores
+                        .nodes
+                        .state()
+                        .iter()
+                        .filter_map(|n| n.metadata.name.clone())
+                        .collect(),
+                    false => Default::default(),
+                },
+                by_address: stores.node_addresses(),
+            }))
+            .with_nodes_listed(Box::pin(async move { listed.nodes_listed().await }));
     }
     Ok(f)
 }

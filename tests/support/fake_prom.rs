@@ -1,5 +1,7 @@
 //! A stand-in Prometheus HTTP API (`/api/v1/query`) on 127.0.0.1 for fault tests: it answers
-//! like Prometheus does (JSON vectors and error bodies) and can be told to misbehave.
+//! like Prometheus does (JSON vectors and error bodies) and can be told to misbehave. A query of
+//! `timestamp(...)` (each node's newest sample) is answered, for the same instances, with the
+//! query's own `time`: every series is fresh.
 #![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
@@ -88,6 +90,17 @@ impl FakePrometheus {
     }
 }
 
+/// `series` as they answer `promql` at `time`: a `timestamp(...)` query gets `time` for each.
+fn answer(promql: &str, time: Option<f64>, series: &[(String, f64)]) -> String {
+    match time {
+        Some(t) if promql.contains("timestamp(") => {
+            let dated: Vec<(String, f64)> = series.iter().map(|(i, _)| (i.clone(), t)).collect();
+            vector(&dated)
+        }
+        _ => vector(series),
+    }
+}
+
 fn vector(series: &[(String, f64)]) -> String {
     let result: Vec<String> = series
         .iter()
@@ -116,10 +129,13 @@ async fn query(
     } else {
         q.unwrap_or_default()
     };
-    let promql = form_urlencoded::parse(params.as_bytes())
-        .find(|(k, _)| k == "query")
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default();
+    let param = |name: &str| {
+        form_urlencoded::parse(params.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    let promql = param("query").unwrap_or_default();
+    let time = param("time").and_then(|t| t.parse::<f64>().ok());
     st.log
         .lock()
         .unwrap()
@@ -127,12 +143,12 @@ async fn query(
         .push((method.clone(), promql.clone()));
     let b = st.behaviour.lock().unwrap().clone();
     match b {
-        Behaviour::Answer(s) => json(StatusCode::OK, vector(&s)),
+        Behaviour::Answer(s) => json(StatusCode::OK, answer(&promql, time, &s)),
         Behaviour::NoPost(s) => {
             if method == Method::POST {
                 (StatusCode::METHOD_NOT_ALLOWED, "").into_response()
             } else {
-                json(StatusCode::OK, vector(&s))
+                json(StatusCode::OK, answer(&promql, time, &s))
             }
         }
         Behaviour::FailMatching(needle, s) => {
@@ -142,7 +158,7 @@ async fn query(
                     r#"{"status":"error","errorType":"internal","error":"injected"}"#.into(),
                 )
             } else {
-                json(StatusCode::OK, vector(&s))
+                json(StatusCode::OK, answer(&promql, time, &s))
             }
         }
         Behaviour::Malformed => json(StatusCode::OK, "{\"status\":\"success\",\"data\":".into()),

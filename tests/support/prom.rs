@@ -88,6 +88,13 @@ impl RealPrometheus {
     /// and waits (at most 30 s each) until node_exporter serves /metrics and Prometheus answers
     /// /-/ready. Panics, with the children's stderr, when either does not come up.
     pub fn start(rules: bool) -> RealPrometheus {
+        RealPrometheus::start_with(rules, &[])
+    }
+
+    /// As [`RealPrometheus::start`], and for each of `instances` one more job scraping the same
+    /// node_exporter with its `instance` label set to that value (`worker-b.example:9100`), as
+    /// if it were another node's exporter.
+    pub fn start_with(rules: bool, instances: &[&str]) -> RealPrometheus {
         let node_exporter_bin = binary("prometheus-node-exporter");
         let prometheus_bin = binary("prometheus");
         let dir = tempfile::Builder::new()
@@ -129,6 +136,11 @@ impl RealPrometheus {
         config.push_str(&format!(
             "scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['{node_exporter_instance}']\n"
         ));
+        for (i, instance) in instances.iter().enumerate() {
+            config.push_str(&format!(
+                "  - job_name: node-{i}\n    static_configs:\n      - targets: ['{node_exporter_instance}']\n    relabel_configs:\n      - target_label: instance\n        replacement: '{instance}'\n"
+            ));
+        }
         std::fs::write(&config_path, config).expect("writing prometheus.yml");
 
         let (prometheus, prometheus_addr) = spawn_listening(
@@ -200,6 +212,18 @@ impl RealPrometheus {
         let url = format!("{}/api/v1/query", self.url);
         let (status, body) = http_get(&self.client, &url, &[("query", query)])?;
         parse_query_response(status, &body)
+    }
+
+    /// Stops node_exporter (killed and reaped): Prometheus' next scrape of it fails and marks
+    /// its series stale.
+    pub fn stop_node_exporter(&self) {
+        let mut child = self
+            .node_exporter
+            .child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// The tails of both children's stderr, for panic messages.

@@ -4,11 +4,14 @@
 //! Better than load-watcher: a failed query loses only its own metric; metric names are
 //! configurable; when a recording rule is missing (load-watcher #51, scheduler-plugins #702) the
 //! metric falls back to an expression over node_exporter's raw series, evaluated as a subquery;
-//! the `instance` label (configurable) is mapped to a node name by cutting its port.
+//! the `instance` label (configurable) is mapped to a node name by cutting its port and, in the
+//! cluster role, by the Nodes' addresses. Each node's values are dated by its newest sample
+//! (`timestamp()` of its series), so a node whose series went stale does not look current; and
+//! each round checks how the series met the cluster's Nodes (a [`UsageMatch`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{self, StreamExt};
@@ -16,10 +19,11 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::http::{self, HttpBackend};
+use super::metrics_server::{NODE_LIST_WAIT, NodesListed};
 use super::{Dropped, Fetched, UsageFetcher};
 use crate::hub::DropReason;
 use crate::model::{
-    BackendValue, BackendWindow, MetricType, Operator, Resource, Window, unix_seconds,
+    BackendValue, BackendWindow, MetricType, Operator, Resource, UsageMatch, Window, unix_seconds,
 };
 use crate::shared::error::{Error, Result};
 
@@ -161,9 +165,72 @@ enum Mode {
 /// Rounds between retries of a missing rule.
 const REPROBE_EVERY: u32 = 10;
 
-/// Gives, once per round, a map from node addresses (InternalIP, hostname) to node names, so
-/// `instance` values that are addresses become the node names Trimaran looks up.
-pub type NodeAddresses = Arc<dyn Fn() -> HashMap<String, String> + Send + Sync>;
+/// The cluster's Nodes as the node watcher holds them, asked for once per round.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterNodes {
+    /// Every Node's name. Filled in the cluster role only: empty, the self-check is not made.
+    pub names: HashSet<String>,
+    /// Node addresses (InternalIP, ExternalIP, Hostname) to node names.
+    pub by_address: HashMap<String, String>,
+}
+
+impl ClusterNodes {
+    /// The node an `instance` value (its port cut) stands for: the Node with that address, else
+    /// the value itself.
+    fn node_of(&self, instance: &str) -> String {
+        self.by_address
+            .get(instance)
+            .cloned()
+            .unwrap_or_else(|| instance.to_string())
+    }
+
+    /// Whether an `instance` value (its port cut) names a Node, by name or address.
+    fn knows(&self, instance: &str) -> bool {
+        self.names.contains(instance) || self.by_address.contains_key(instance)
+    }
+}
+
+/// Gives, once per round, the cluster's Nodes, so `instance` values that are addresses become
+/// the node names Trimaran looks up and the series can be checked against the Nodes.
+pub type NodeAddresses = Arc<dyn Fn() -> ClusterNodes + Send + Sync>;
+
+/// Where a metric's values came from in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Its recording rule (load-watcher's setup).
+    Rule,
+    /// Its fallback expression over node_exporter's raw series.
+    Raw,
+    /// Neither answered with a series.
+    Nothing,
+}
+
+/// Each node's newest sample, as a round's dating queries found it.
+enum Dating {
+    /// `(instance, newest sample time in Unix seconds)`; an instance absent is not current.
+    Dated(Vec<(String, f64)>),
+    /// The dating queries failed: the round's values are dated by the query time.
+    Failed(Error),
+    /// No metric to date by.
+    Undated,
+    /// The dating queries have found no node yet in this process (a selector that matches
+    /// nothing here would otherwise hide every node): the values are dated by the query time.
+    NoneYet,
+}
+
+/// What a round's answers named, for the self-check.
+#[derive(Debug, Default)]
+struct Round {
+    /// Some query was answered (even with nothing).
+    answered: bool,
+    /// Every `instance` value (port cut) the answers named.
+    instances: HashSet<String>,
+    /// Nodes with values but no sample within Prometheus' lookback: not recorded.
+    undated: BTreeSet<String>,
+}
+
+/// Names shown in a log line for a list of nodes or series.
+const EXAMPLES: usize = 5;
 
 pub struct PrometheusFetcher {
     cfg: PrometheusConfig,
@@ -171,8 +238,25 @@ pub struct PrometheusFetcher {
     modes: Vec<Mode>,
     use_get: AtomicBool,
     addresses: Option<NodeAddresses>,
+    /// Taken by the first fetch: the node watcher's first list (in a mutex only to keep the
+    /// fetcher `Sync`, as its queries borrow it across awaits).
+    nodes_listed: std::sync::Mutex<Option<NodesListed>>,
     /// `(node, metric)` of sample values this round that were not numbers.
     unparsable: std::sync::Mutex<Vec<(String, String)>>,
+    /// The most series without the node label in one answer this round.
+    unlabelled: AtomicUsize,
+    /// Where each metric's values came from, as last logged.
+    origins: Vec<Option<Origin>>,
+    /// The dating queries failed last round (logged once until they answer again).
+    dating_failed: bool,
+    /// The raw series have dated nodes: from now on they alone do.
+    raw_dated: bool,
+    /// Some node has been dated: from now on a node without a date is not current.
+    ever_dated: bool,
+    /// Values were dated by the query time as no node had been dated yet (logged once).
+    none_yet_logged: bool,
+    /// The last self-check, logged again only when it changes.
+    last_match: Option<UsageMatch>,
 }
 
 /// One query of a round.
@@ -295,6 +379,130 @@ pub fn parse_vector(
     Ok((out, unlabelled, unparsable))
 }
 
+/// The first series selector a PromQL expression reads, with its matchers:
+/// `node_cpu_seconds_total{mode=~"idle|iowait"}` of the CPU fallback. Names followed by `(`
+/// (functions), aggregations and other keywords, the label lists of `by`, `without`, `on`, `ignoring`,
+/// `group_left` and `group_right`, numbers and durations, strings, ranges and matchers without
+/// a name are skipped.
+pub fn first_selector(expr: &str) -> Option<String> {
+    // Operators, and the aggregations, which may take `by (...)` before their `(`.
+    const KEYWORDS: [&str; 22] = [
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "atan2",
+        "inf",
+        "nan",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+        "group",
+        "limitk",
+        "limit_ratio",
+    ];
+    const LISTS: [&str; 6] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    let b = expr.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' | b'\'' | b'`' => i = skip_string(b, i),
+            b'[' => i = skip_past(b, i, b']'),
+            b'{' => i = skip_past(b, i, b'}'),
+            b'0'..=b'9' | b'.' => {
+                while i < b.len() && (word(b[i]) || b[i] == b'.') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' || c == b':' => {
+                let start = i;
+                while i < b.len() && word(b[i]) {
+                    i += 1;
+                }
+                let name = &expr[start..i];
+                let lower = name.to_ascii_lowercase();
+                let j = i + b[i..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_whitespace())
+                    .count();
+                let next = b.get(j).copied();
+                if LISTS.contains(&lower.as_str()) {
+                    if next == Some(b'(') {
+                        i = skip_past(b, j, b')');
+                    }
+                } else if next == Some(b'(') || KEYWORDS.contains(&lower.as_str()) {
+                    // a function, an aggregation or an operator
+                } else if next == Some(b'{') {
+                    let end = skip_past(b, j, b'}');
+                    return Some(format!("{name}{}", &expr[j..end]));
+                } else {
+                    return Some(name.to_string());
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The index just past the string starting at `b[start]` (a quote), escapes skipped.
+fn skip_string(b: &[u8], start: usize) -> usize {
+    let quote = b[start];
+    let mut i = start + 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if quote != b'`' => i += 2,
+            c if c == quote => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// The index just past the first `close` after `b[start]`, strings skipped.
+fn skip_past(b: &[u8], start: usize, close: u8) -> usize {
+    let mut i = start + 1;
+    while i < b.len() {
+        match b[i] {
+            b'"' | b'\'' | b'`' => i = skip_string(b, i),
+            c if c == close => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// The first few of `names`, then how many more.
+fn examples<'a>(names: impl IntoIterator<Item = &'a String>, total: usize) -> String {
+    let mut s = names
+        .into_iter()
+        .take(EXAMPLES)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if total > EXAMPLES {
+        s.push_str(&format!(" (+{} more)", total - EXAMPLES));
+    }
+    s
+}
+
 impl PrometheusFetcher {
     pub fn new(cfg: PrometheusConfig) -> Result<Self> {
         let http = HttpBackend::new(cfg.http.clone())?;
@@ -305,13 +513,29 @@ impl PrometheusFetcher {
             modes,
             use_get: AtomicBool::new(false),
             addresses: None,
+            nodes_listed: std::sync::Mutex::new(None),
             unparsable: std::sync::Mutex::new(Vec::new()),
+            unlabelled: AtomicUsize::new(0),
+            origins: Vec::new(),
+            dating_failed: false,
+            raw_dated: false,
+            ever_dated: false,
+            none_yet_logged: false,
+            last_match: None,
         })
     }
 
-    /// Maps `instance` values that are node addresses to node names (cluster role).
+    /// Maps `instance` values that are node addresses to node names and, where the Nodes'
+    /// names are given (cluster role), checks every round how the series met them.
     pub fn with_node_addresses(mut self, addresses: NodeAddresses) -> Self {
         self.addresses = Some(addresses);
+        self
+    }
+
+    /// The first fetch waits up to [`NODE_LIST_WAIT`] for `listed` (the node watcher's first
+    /// list), so that its `instance` addresses are named as nodes from the first round on.
+    pub fn with_nodes_listed(mut self, listed: NodesListed) -> Self {
+        self.nodes_listed = std::sync::Mutex::new(Some(listed));
         self
     }
 
@@ -382,6 +606,7 @@ impl PrometheusFetcher {
                     held.extend(unparsable.into_iter().map(|n| (n, promql.to_string())));
                 }
                 if unlabelled > 0 {
+                    self.unlabelled.fetch_max(unlabelled, Ordering::Relaxed);
                     tracing::debug!(promql, unlabelled, label = %self.cfg.node_label, "series without the node label skipped");
                 }
                 Ok(v)
@@ -473,15 +698,10 @@ impl PrometheusFetcher {
                 q.metric == m && q.fallback && r.as_ref().is_ok_and(|v| !v.is_empty())
             });
             *mode = match *mode {
-                _ if fell_back => {
-                    if *mode == Mode::Rule {
-                        tracing::warn!(rule = %self.cfg.metrics[m].name, "recording rule returned nothing; using the fallback expression over node_exporter series");
-                    }
-                    match *mode {
-                        Mode::Fallback { rounds } => Mode::Fallback { rounds: rounds + 1 },
-                        Mode::Rule => Mode::Fallback { rounds: 0 },
-                    }
-                }
+                _ if fell_back => match *mode {
+                    Mode::Fallback { rounds } => Mode::Fallback { rounds: rounds + 1 },
+                    Mode::Rule => Mode::Fallback { rounds: 0 },
+                },
                 Mode::Fallback { .. } if try_rule[m] && !empty_rule[m] => Mode::Rule,
                 Mode::Fallback { rounds } => Mode::Fallback { rounds: rounds + 1 },
                 Mode::Rule => Mode::Rule,
@@ -489,13 +709,185 @@ impl PrometheusFetcher {
         }
     }
 
-    /// Fold: one value per node, window, metric and operator (the largest when a rule has
-    /// several series per node, e.g. one per disk: the busiest device); instances named by
-    /// their node where the address is known; the series whose instance did not parse as
-    /// dropped.
-    fn fold(&self, results: Answers, now: SystemTime) -> Fetched {
-        let mut fetched = Fetched::default();
-        let by_address = self.addresses.as_ref().map(|f| f()).unwrap_or_default();
+    /// Where each metric's values came from this round; `None` where every query of it failed.
+    fn origins(&self, results: &Answers) -> Vec<Option<Origin>> {
+        let mut out = vec![None; self.cfg.metrics.len()];
+        for (q, r) in results {
+            let Ok(v) = r else { continue };
+            let this = match (v.is_empty(), q.fallback) {
+                (true, _) => Origin::Nothing,
+                (false, true) => Origin::Raw,
+                (false, false) => Origin::Rule,
+            };
+            let slot = &mut out[q.metric];
+            if matches!(slot, None | Some(Origin::Nothing)) {
+                *slot = Some(this);
+            }
+        }
+        out
+    }
+
+    /// Logs which metrics come from recording rules and which from node_exporter's raw series:
+    /// after the first round that answered, and whenever that changes.
+    fn log_origins(&mut self, now: Vec<Option<Origin>>) {
+        if self.origins.len() != now.len() {
+            self.origins = vec![None; now.len()];
+        }
+        let mut changed = false;
+        for (held, new) in self.origins.iter_mut().zip(now) {
+            if let Some(n) = new
+                && *held != Some(n)
+            {
+                *held = Some(n);
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let names = |o: Origin| {
+            let n: Vec<&str> = self
+                .origins
+                .iter()
+                .zip(&self.cfg.metrics)
+                .filter(|(held, _)| **held == Some(o))
+                .map(|(_, m)| m.name.as_str())
+                .collect();
+            if n.is_empty() {
+                "none".to_string()
+            } else {
+                n.join(", ")
+            }
+        };
+        tracing::info!(
+            recording_rules = %names(Origin::Rule),
+            node_exporter_raw_series = %names(Origin::Raw),
+            no_series = %names(Origin::Nothing),
+            "Prometheus metrics by origin (a metric whose recording rule answers nothing is \
+             computed from node_exporter's raw series; its rule is tried again every {REPROBE_EVERY} rounds)"
+        );
+    }
+
+    /// The metric whose series date a node's values: the CPU one (what TargetLoadPacking
+    /// reads), else the first.
+    fn dating_metric(&self) -> Option<&PromMetric> {
+        let m = &self.cfg.metrics;
+        m.iter()
+            .find(|x| x.resource == Some(Resource::Cpu))
+            .or_else(|| m.first())
+    }
+
+    /// The dating queries: each node's newest sample of the raw series the dating metric's
+    /// fallback reads (when it has one), then, until those raw series have answered once, of
+    /// its rule.
+    fn dating_queries(&self) -> (Option<String>, Option<String>) {
+        let Some(m) = self.dating_metric() else {
+            return (None, None);
+        };
+        let label = &self.cfg.node_label;
+        let newest = |selector: &str| format!("max by ({label}) (timestamp({selector}))");
+        let raw = m
+            .fallback
+            .as_deref()
+            .and_then(first_selector)
+            .map(|s| newest(&s));
+        let rule = (!(self.raw_dated && raw.is_some())).then(|| newest(&m.name));
+        (raw, rule)
+    }
+
+    /// The answers of the dating queries at `time`: raw, rule.
+    async fn date(
+        &self,
+        time: f64,
+    ) -> (
+        Option<Result<Vec<(String, f64)>>>,
+        Option<Result<Vec<(String, f64)>>>,
+    ) {
+        let (raw, rule) = self.dating_queries();
+        let one = |q: Option<String>| async move {
+            match q {
+                Some(q) => Some(self.query(&q, time).await),
+                None => None,
+            }
+        };
+        if self.cfg.concurrency > 1 {
+            tokio::join!(one(raw), one(rule))
+        } else {
+            (one(raw).await, one(rule).await)
+        }
+    }
+
+    /// Each node's newest sample: from the raw series once this Prometheus has them (a target
+    /// that stops being scraped leaves them at once, with a staleness marker; all of them gone
+    /// means no node is current), else from the rule (which outlives its inputs by its own rate
+    /// window: a Prometheus without node_exporter's series, e.g. a federated one). Beyond
+    /// Prometheus' lookback (5 m) a series has no newest sample: its node is not current.
+    fn dating(
+        &mut self,
+        raw: Option<Result<Vec<(String, f64)>>>,
+        rule: Option<Result<Vec<(String, f64)>>>,
+    ) -> Dating {
+        let d = match (raw, rule) {
+            (Some(Ok(raw)), _) if self.raw_dated || !raw.is_empty() => {
+                self.raw_dated = true;
+                Dating::Dated(raw)
+            }
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Dating::Failed(e),
+            (_, Some(Ok(rule))) => Dating::Dated(rule),
+            (_, None) => Dating::Undated,
+        };
+        match d {
+            Dating::Dated(v) if v.is_empty() && !self.ever_dated => Dating::NoneYet,
+            Dating::Dated(v) => {
+                self.ever_dated = true;
+                Dating::Dated(v)
+            }
+            other => other,
+        }
+    }
+
+    /// The newest sample per node (the newest of its instances, never after `now`; a time that
+    /// is not a positive number dates nothing), or `None` to date by `now`, with the error of
+    /// failed dating queries (logged when they start and stop failing).
+    fn node_dates(
+        &mut self,
+        dating: Dating,
+        nodes: &ClusterNodes,
+        now: SystemTime,
+    ) -> (Option<HashMap<String, SystemTime>>, Option<Error>) {
+        let failed = matches!(dating, Dating::Failed(_));
+        if failed != self.dating_failed {
+            self.dating_failed = failed;
+            match &dating {
+                Dating::Failed(e) => {
+                    tracing::warn!(error = %e, "the query of each node's newest sample failed; values are dated by the query time until it answers")
+                }
+                _ => tracing::info!("the query of each node's newest sample answers again"),
+            }
+        }
+        let dated = match dating {
+            Dating::Dated(d) => d,
+            Dating::Failed(e) => return (None, Some(e)),
+            Dating::Undated | Dating::NoneYet => return (None, None),
+        };
+        let mut dates: HashMap<String, SystemTime> = HashMap::new();
+        for (instance, secs) in dated {
+            if !(secs.is_finite() && secs > 0.0) {
+                tracing::debug!(instance, secs, "a newest-sample time that is not a time");
+                continue;
+            }
+            let t = SystemTime::UNIX_EPOCH
+                .checked_add(Duration::from_secs_f64(secs))
+                .unwrap_or(now)
+                .min(now);
+            let slot = dates.entry(nodes.node_of(&instance)).or_insert(t);
+            *slot = (*slot).max(t);
+        }
+        (Some(dates), None)
+    }
+
+    /// Moves this round's values that were not numbers into `fetched` as dropped.
+    fn drop_unparsable(&self, fetched: &mut Fetched, nodes: &ClusterNodes) {
         let unparsable = std::mem::take(
             &mut *self
                 .unparsable
@@ -504,50 +896,81 @@ impl PrometheusFetcher {
         );
         for (instance, promql) in unparsable {
             fetched.dropped.push(Dropped {
-                node: by_address.get(&instance).cloned().unwrap_or(instance),
+                node: nodes.node_of(&instance),
                 what: promql,
                 reason: DropReason::Unparsable,
             });
         }
+    }
+
+    /// Fold: one value per node, window, metric and operator (the largest when a rule has
+    /// several series per node, e.g. one per disk: the busiest device); instances named by
+    /// their node where the address is known; the series whose instance did not parse as
+    /// dropped. Each node's windows end at its newest sample (`dates`; `None`: at `now`); a
+    /// node without one is left out.
+    fn fold(
+        &self,
+        results: Answers,
+        nodes: &ClusterNodes,
+        dates: Option<&HashMap<String, SystemTime>>,
+        now: SystemTime,
+    ) -> (Fetched, Round) {
+        let mut fetched = Fetched::default();
+        self.drop_unparsable(&mut fetched, nodes);
+        let mut round = Round::default();
         let mut folded: BTreeMap<(String, Window), BTreeMap<(usize, Operator), f64>> =
             BTreeMap::new();
         for (q, r) in results {
-            match r {
-                Ok(values) => {
-                    for (instance, v) in values {
-                        let node = by_address.get(&instance).cloned().unwrap_or(instance);
-                        let slot = folded
-                            .entry((node, q.window))
-                            .or_default()
-                            .entry((q.metric, q.op))
-                            .or_insert(v);
-                        if v > *slot || slot.is_nan() {
-                            *slot = v;
-                        }
-                    }
+            let values = match r {
+                Ok(values) => values,
+                Err(e) => {
+                    fetched.errors.push(e);
+                    continue;
                 }
-                Err(e) => fetched.errors.push(e),
+            };
+            round.answered = true;
+            for (instance, v) in values {
+                let node = nodes.node_of(&instance);
+                if !round.instances.contains(&instance) {
+                    round.instances.insert(instance);
+                }
+                let slot = folded
+                    .entry((node, q.window))
+                    .or_default()
+                    .entry((q.metric, q.op))
+                    .or_insert(v);
+                if v > *slot || slot.is_nan() {
+                    *slot = v;
+                }
             }
         }
         for ((node, window), values) in folded {
-            fetched.windows.push(self.window(node, window, values, now));
+            let end = match dates.map(|d| d.get(&node)) {
+                None => now,
+                Some(Some(t)) => *t,
+                Some(None) => {
+                    round.undated.insert(node);
+                    continue;
+                }
+            };
+            fetched.windows.push(self.window(node, window, values, end));
         }
-        fetched
+        (fetched, round)
     }
 
-    /// One node's values of one window as the backend gives them.
+    /// One node's values of one window as the backend gives them, ending at `end`.
     fn window(
         &self,
         node: String,
         window: Window,
         values: BTreeMap<(usize, Operator), f64>,
-        now: SystemTime,
+        end: SystemTime,
     ) -> BackendWindow {
         BackendWindow {
             node,
             window,
-            start: now.checked_sub(window.duration()).unwrap_or(now),
-            end: now,
+            start: end.checked_sub(window.duration()).unwrap_or(end),
+            end,
             values: values
                 .into_iter()
                 .map(|((m, op), value)| BackendValue {
@@ -560,6 +983,95 @@ impl PrometheusFetcher {
                 .collect(),
         }
     }
+
+    /// The self-check of a round (cluster role, once some query answered): the Nodes that got
+    /// no usage and the series whose node label named no Node; logged on the first round and
+    /// whenever the counts change.
+    fn check(
+        &mut self,
+        nodes: &ClusterNodes,
+        windows: &[BackendWindow],
+        round: &Round,
+        unlabelled: usize,
+    ) -> Option<UsageMatch> {
+        if nodes.names.is_empty() || !round.answered {
+            return None;
+        }
+        let served: HashSet<&str> = windows.iter().map(|w| w.node.as_str()).collect();
+        let mut without_usage: Vec<&String> = nodes
+            .names
+            .iter()
+            .filter(|n| !served.contains(n.as_str()))
+            .collect();
+        without_usage.sort();
+        let mut without_node: Vec<&String> =
+            round.instances.iter().filter(|i| !nodes.knows(i)).collect();
+        without_node.sort();
+        let m = UsageMatch {
+            nodes_without_usage: without_usage.len() as u64,
+            series_without_node: without_node.len() as u64,
+        };
+        if self.last_match != Some(m) {
+            self.last_match = Some(m);
+            self.log_check(nodes, &without_usage, &without_node, round, unlabelled);
+        }
+        Some(m)
+    }
+
+    /// The self-check's log line: counts, a few names, and what to look at.
+    fn log_check(
+        &self,
+        nodes: &ClusterNodes,
+        without_usage: &[&String],
+        without_node: &[&String],
+        round: &Round,
+        unlabelled: usize,
+    ) {
+        let label = &self.cfg.node_label;
+        if without_usage.is_empty() && without_node.is_empty() {
+            tracing::info!(
+                nodes = nodes.names.len(),
+                "every Node got usage from Prometheus and every series named a Node"
+            );
+            return;
+        }
+        let mut hints = Vec::new();
+        if !without_node.is_empty() {
+            let mut known: Vec<&String> = nodes.by_address.keys().collect();
+            known.sort();
+            hints.push(format!(
+                "the `{label}` label, its port cut, must be a Node's name or one of its addresses \
+                 (InternalIP, ExternalIP, Hostname; known here e.g.: {}); relabel the targets to \
+                 the node name, or name the label that holds it with --prometheus-node-label",
+                examples(known.iter().copied(), known.len())
+            ));
+        }
+        let stale = round.undated.len();
+        if stale > 0 {
+            hints.push(format!(
+                "{stale} node(s) had values but no sample within Prometheus' 5 m lookback (target \
+                 down or stale): not served as current (e.g. {})",
+                examples(&round.undated, stale)
+            ));
+        }
+        if unlabelled > 0 {
+            hints.push(format!(
+                "up to {unlabelled} series in one answer had no `{label}` label"
+            ));
+        }
+        if hints.is_empty() {
+            hints.push("no series names these Nodes: is node_exporter scraped on them?".into());
+        }
+        tracing::warn!(
+            nodes = nodes.names.len(),
+            nodes_without_usage = without_usage.len(),
+            nodes_without_usage_examples = %examples(without_usage.iter().copied(), without_usage.len()),
+            series_without_node = without_node.len(),
+            series_without_node_examples = %examples(without_node.iter().copied(), without_node.len()),
+            hint = %hints.join("; "),
+            "Prometheus series and the cluster's Nodes do not match"
+        );
+    }
 }
 
 impl UsageFetcher for PrometheusFetcher {
@@ -567,13 +1079,45 @@ impl UsageFetcher for PrometheusFetcher {
         "prometheus"
     }
 
+    async fn before_first_fetch(&mut self) {
+        let held = self
+            .nodes_listed
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(listed) = held.take() else {
+            return;
+        };
+        if !matches!(tokio::time::timeout(NODE_LIST_WAIT, listed).await, Ok(true)) {
+            tracing::info!(
+                waited = ?NODE_LIST_WAIT,
+                "the Node watcher has no list yet; Prometheus instances are named as they come \
+                 until it has"
+            );
+        }
+    }
+
     async fn fetch(&mut self) -> Fetched {
         let now = SystemTime::now();
         let time = unix_seconds(now);
         let try_rule = self.rule_round();
+        let (raw, rule) = self.date(time).await;
+        let dating = self.dating(raw, rule);
+        let none_yet = matches!(dating, Dating::NoneYet);
         let (results, empty_rule) = self.ask(&try_rule, time).await;
         self.update_modes(&results, &try_rule, &empty_rule);
-        self.fold(results, now)
+        let origins = self.origins(&results);
+        self.log_origins(origins);
+        let nodes = self.addresses.as_ref().map(|f| f()).unwrap_or_default();
+        let (dates, dating_error) = self.node_dates(dating, &nodes, now);
+        let (mut fetched, round) = self.fold(results, &nodes, dates.as_ref(), now);
+        fetched.errors.extend(dating_error);
+        if none_yet && !fetched.windows.is_empty() && !self.none_yet_logged {
+            self.none_yet_logged = true;
+            tracing::warn!(queries = ?self.dating_queries(), "no node's newest sample was found; values are dated by the query time until one is");
+        }
+        let unlabelled = self.unlabelled.swap(0, Ordering::Relaxed);
+        fetched.usage_match = self.check(&nodes, &fetched.windows, &round, unlabelled);
+        fetched
     }
 }
 
@@ -605,8 +1149,7 @@ mod tests {
 
     #[test]
     fn promql_forms() {
-        let f = PrometheusFetcher::new(PrometheusConfig::new(http::HttpConfig::new("http://p")))
-            .unwrap();
+        let f = fetcher();
         let q = |metric, op, fallback| Query {
             window: Window::FifteenMinutes,
             metric,
@@ -623,6 +1166,156 @@ mod tests {
         );
         assert_eq!(promql_duration(Duration::from_millis(1500)), "1500ms");
         assert_eq!(promql_duration(Duration::from_secs(30)), "30s");
+    }
+
+    #[test]
+    fn first_selector_finds_the_series_an_expression_reads() {
+        let found: Vec<Option<String>> = default_metrics()
+            .iter()
+            .filter_map(|m| m.fallback.as_deref())
+            .map(first_selector)
+            .collect();
+        let want = [
+            r#"node_cpu_seconds_total{mode=~"idle|iowait"}"#,
+            "node_memory_MemAvailable_bytes",
+            r#"node_network_transmit_bytes_total{device!="lo"}"#,
+            r#"node_network_transmit_drop_total{device!="lo"}"#,
+            r#"node_network_receive_bytes_total{device!="lo"}"#,
+            r#"node_network_receive_drop_total{device!="lo"}"#,
+            "node_disk_io_time_seconds_total",
+        ];
+        assert_eq!(found, want.map(|w| Some(w.to_string())));
+        let one = |e: &str| first_selector(e);
+        assert_eq!(
+            one("sum by (instance) (rate(x_total[5m] offset 5m)) > bool 0").as_deref(),
+            Some("x_total")
+        );
+        assert_eq!(
+            one(r#"label_replace(up{job="a}"}, "dst", "$1", "src", "(.*)")"#).as_deref(),
+            Some(r#"up{job="a}"}"#)
+        );
+        assert_eq!(
+            one("2e3 * AVG without(cpu) (a) / ON(instance) group_left(node) b").as_deref(),
+            Some("a")
+        );
+        assert_eq!(one("1 + Inf"), None);
+        assert_eq!(one(r#"{__name__="x"}"#), None);
+        assert_eq!(one(r#"count("unclosed"#), None);
+    }
+
+    fn fetcher() -> PrometheusFetcher {
+        PrometheusFetcher::new(PrometheusConfig::new(http::HttpConfig::new("http://p"))).unwrap()
+    }
+
+    #[test]
+    fn nodes_are_dated_by_the_raw_series_of_the_cpu_metric_else_its_rule() {
+        let raw = r#"max by (instance) (timestamp(node_cpu_seconds_total{mode=~"idle|iowait"}))"#;
+        let rule = "max by (instance) (timestamp(instance:node_cpu:ratio))";
+        let mut f = fetcher();
+        assert_eq!(
+            f.dating_queries(),
+            (Some(raw.to_string()), Some(rule.to_string()))
+        );
+        let (a, b) = ("a".to_string(), "b".to_string());
+        // Nothing dated yet in this process: the values are dated by the query time.
+        let d = f.dating(Some(Ok(vec![])), Some(Ok(vec![])));
+        assert!(matches!(d, Dating::NoneYet));
+        // No raw series: the rule dates.
+        let d = f.dating(Some(Ok(vec![])), Some(Ok(vec![(a.clone(), 1.0)])));
+        assert!(matches!(d, Dating::Dated(v) if v == [(a.clone(), 1.0)]));
+        // Raw series: they date, and from then on they alone, even when none is left.
+        let d = f.dating(
+            Some(Ok(vec![(b.clone(), 2.0)])),
+            Some(Ok(vec![(a.clone(), 1.0)])),
+        );
+        assert!(matches!(d, Dating::Dated(v) if v == [(b.clone(), 2.0)]));
+        assert_eq!(f.dating_queries(), (Some(raw.to_string()), None));
+        // Once a node has been dated, a node without a date is not current.
+        let d = f.dating(Some(Ok(vec![])), None);
+        assert!(matches!(d, Dating::Dated(v) if v.is_empty()));
+        let failed = Error::Http {
+            what: "q".into(),
+            reason: "down".into(),
+        };
+        assert!(matches!(
+            f.dating(Some(Err(failed)), None),
+            Dating::Failed(_)
+        ));
+        let mut cfg = PrometheusConfig::new(http::HttpConfig::new("http://p"));
+        cfg.node_label = "node".into();
+        cfg.metrics = vec![metric("my_memory", MetricType::Memory, None)];
+        let f = PrometheusFetcher::new(cfg).unwrap();
+        assert_eq!(
+            f.dating_queries(),
+            (
+                None,
+                Some("max by (node) (timestamp(my_memory))".to_string())
+            )
+        );
+    }
+
+    #[test]
+    fn windows_end_at_each_nodes_newest_sample_and_the_check_counts_what_did_not_meet() {
+        let mut f = fetcher();
+        let nodes = ClusterNodes {
+            names: ["a", "b", "c"].map(String::from).into(),
+            by_address: [("10.0.0.1".to_string(), "a".to_string())].into(),
+        };
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let now = at(1000);
+        let dated = vec![
+            ("10.0.0.1".to_string(), 990.0),
+            ("b".to_string(), 2000.0),
+            ("9.9.9.9".to_string(), f64::NAN),
+        ];
+        let (dates, err) = f.node_dates(Dating::Dated(dated), &nodes, now);
+        assert!(err.is_none());
+        let q = Query {
+            window: Window::FiveMinutes,
+            metric: 0,
+            op: Operator::Avg,
+            fallback: false,
+        };
+        let values = vec![
+            ("10.0.0.1".to_string(), 0.5),
+            ("b".to_string(), 0.25),
+            ("9.9.9.9".to_string(), 0.125),
+        ];
+        let (fetched, round) = f.fold(
+            vec![(q.clone(), Ok(values.clone()))],
+            &nodes,
+            dates.as_ref(),
+            now,
+        );
+        let ends: Vec<(&str, SystemTime, SystemTime)> = fetched
+            .windows
+            .iter()
+            .map(|w| (w.node.as_str(), w.start, w.end))
+            .collect();
+        // a by its address, at its newest sample; b never after now; 9.9.9.9 has no date.
+        assert_eq!(ends, [("a", at(690), at(990)), ("b", at(700), at(1000))]);
+        assert_eq!(round.undated, BTreeSet::from(["9.9.9.9".to_string()]));
+        let m = f.check(&nodes, &fetched.windows, &round, 0);
+        assert_eq!(
+            m,
+            Some(UsageMatch {
+                nodes_without_usage: 1,
+                series_without_node: 1
+            })
+        );
+        // A failed dating query dates the values by the query time and is an error of the round.
+        let failed = Error::Http {
+            what: "q".into(),
+            reason: "down".into(),
+        };
+        let (dates, err) = f.node_dates(Dating::Failed(failed), &nodes, now);
+        assert!(dates.is_none() && err.is_some());
+        let (fetched, _) = f.fold(vec![(q, Ok(values))], &nodes, None, now);
+        assert!(fetched.windows.iter().all(|w| w.end == now));
+        assert_eq!(fetched.windows.len(), 3);
+        // Without the Nodes' names (not the cluster role) nothing is checked.
+        let (_, round) = f.fold(Vec::new(), &ClusterNodes::default(), None, now);
+        assert_eq!(f.check(&ClusterNodes::default(), &[], &round, 0), None);
     }
 
     #[test]

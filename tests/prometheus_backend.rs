@@ -416,6 +416,7 @@ impl SourceRecorder for Recorder {
     fn record_usage_match(&self, source: &str, m: UsageMatch) {
         assert_eq!(source, "prometheus");
         self.matches.lock().unwrap().push(m);
+        self.store.record_usage_match(source, m)
     }
 }
 
@@ -559,6 +560,17 @@ async fn real_prometheus_raw_series_name_ip_and_hostname_instances_and_the_rest_
         k
     };
     assert_eq!(served, ["10.9.9.9", "node-a", "node-b"]);
+    let text: Vec<u8> = published(&rec.store)
+        .metrics_text
+        .into_plain()
+        .flatten()
+        .collect();
+    let text = String::from_utf8(text).unwrap();
+    for what in ["nodes_without_usage", "series_without_node"] {
+        let line =
+            format!("kube_prober_usage_unmatched{{source=\"prometheus\",what=\"{what}\"}} 1\n");
+        assert!(text.contains(&line), "/metrics lacks {line}");
+    }
     // Each window ends at its node's newest sample: a moment ago, never later than now.
     let now = SystemTime::now();
     let windows = rec.take_windows();

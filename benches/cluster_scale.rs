@@ -16,6 +16,8 @@
 //! - `EXTRA_ARGS`: more kube-prober flags, split on whitespace (e.g.
 //!   `EXTRA_ARGS="--pod-scope workloads"`); `SHARD_OF=N` runs kube-prober as shard 0 of N
 //!   (`--shard 0 --total-shards N`);
+//! - `KUBE_PROBER_BIN`: the kube-prober binary to run instead of this build's (a before/after
+//!   of two commits in the same setup);
 //! - `KUBE_PROBER_ENV`: more environment for the kube-prober child only, `K=V` pairs split on
 //!   whitespace (e.g. heaptrack's `LD_PRELOAD=/usr/lib/heaptrack/libheaptrack_preload.so
 //!   DUMP_HEAPTRACK_OUTPUT=/tmp/kp.heaptrack` for a heap profile of the run; the CPU figures of
@@ -430,7 +432,10 @@ fn start_kube_prober(
     kubeconfig: &std::path::Path,
     args: &[String],
 ) -> Result<(Guard, String), String> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+    // `KUBE_PROBER_BIN`: another build (an older commit's) for a before/after in one setup.
+    let bin = std::env::var_os("KUBE_PROBER_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-prober").into());
+    let mut cmd = Command::new(bin);
     for pair in std::env::var("KUBE_PROBER_ENV")
         .unwrap_or_default()
         .split_whitespace()

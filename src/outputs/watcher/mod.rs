@@ -517,20 +517,17 @@ fn has_window(n: &NodeLoad, window: Window) -> bool {
     n.windows.iter().any(|ws| ws.window == window)
 }
 
-/// The node-map part of a body: the blocks of entries, reusing the previous part's block
-/// (same window and options) where its nodes and their loads are the same, writing and
-/// deflating the others one at a time through one reused buffer and compressor.
-fn whole(
+/// The hosts served (those with the window whose newest sample is recent enough), the names
+/// of those left out as stale, and when the first served one turns stale.
+fn served(
     snap: &Snapshot,
     window: Window,
     opts: WatcherOptions,
-    previous: Option<Whole>,
-    cache: &mut WatcherCache,
-) -> Whole {
+) -> (Vec<Member<'_>>, Vec<&str>, SystemTime) {
     let now = snap.generated_at;
     let mut stale: Vec<&str> = Vec::new();
     let mut next_stale_at = now + Duration::from_secs(365 * 86_400);
-    let nodes: Vec<Member<'_>> = snap
+    let nodes = snap
         .nodes
         .iter()
         .filter(|(_, n)| has_window(n, window))
@@ -544,6 +541,21 @@ fn whole(
             fresh
         })
         .collect();
+    (nodes, stale, next_stale_at)
+}
+
+/// The node-map part of a body: the blocks of entries, reusing the previous part's block
+/// (same window and options) where its nodes and their loads are the same, writing and
+/// deflating the others one at a time through one reused buffer and compressor.
+fn whole(
+    snap: &Snapshot,
+    window: Window,
+    opts: WatcherOptions,
+    previous: Option<Whole>,
+    cache: &mut WatcherCache,
+) -> Whole {
+    let now = snap.generated_at;
+    let (nodes, stale, next_stale_at) = served(snap, window, opts);
     log_stale(cache, &stale, opts);
     // With every host stale the answer is an empty map, not an error: Trimaran's collector
     // keeps its previous answer on an error, and would score on the stale data forever.

@@ -3477,6 +3477,18 @@ impl ClusterState {
         }
         if let Some(status) = v.get_mut("status").and_then(Value::as_object_mut) {
             status.insert("phase".into(), "Pending".into());
+            // Scheduled now and not ready yet, as a new pod is: a just-bound pod for the
+            // estimate of bound pods (issue #34).
+            let now = api_time_text(SystemTime::now());
+            if let Some(cs) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+                for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                    let scheduled = c.get("type").and_then(Value::as_str) == Some("PodScheduled");
+                    if !scheduled {
+                        c.insert("status".into(), "False".into());
+                    }
+                    c.insert("lastTransitionTime".into(), now.clone().into());
+                }
+            }
             if let Some(cs) = status
                 .get_mut("containerStatuses")
                 .and_then(Value::as_array_mut)

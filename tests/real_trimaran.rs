@@ -24,6 +24,12 @@
 //!    are written for, which load-watcher gives only from Prometheus), so they still see its
 //!    recent load and its variation, and keep the pod on the steady node.
 //!
+//! The second test, on a control plane of its own (the tests of this file run one at a time),
+//! gives the same scheduler a burst of pods faster than metrics-server shows them and a node
+//! whose usage stops, beside two kube-probers (`--watcher-estimate-bound-pods` `all` and
+//! `before-window-end`, `--watcher-max-age=45s`) and load-watcher; its doc comment says what it
+//! holds kube-prober to, and it prints load-watcher's outcome beside kube-prober's.
+//!
 //! load-watcher listens on `:2020`, every address of the machine, because upstream gives no
 //! flag or variable to change it. Every use of that port by a test binary, from any checkout on
 //! the machine, is serialized with a file lock (`kube-prober-load-watcher-2020.lock` in the temp
@@ -628,6 +634,7 @@ async fn samples(kp: &Prober, node: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trimaran_places_pods_from_kube_prober_as_documented_and_as_with_load_watcher() {
+    let _serial = serial().await;
     let started = Instant::now();
     let cp = ControlPlane::start(Options {
         nodes: 0,
@@ -793,6 +800,777 @@ async fn trimaran_places_pods_from_kube_prober_as_documented_and_as_with_load_wa
     assert_eq!(kp.terminate(), 0);
     eprintln!(
         "Trimaran end to end in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---- a burst of pods and a node whose usage stops ----
+
+/// Namespace of the burst and stale scenarios.
+const BURST_NS: &str = "burst";
+/// Every node of the burst and stale scenarios has 8 cores and 32 GiB.
+const BIG_NODE_MILLIS: f64 = 8000.0;
+/// The five nodes of each arm, baseline CPU in millicores: 20, 15, 10 and 5 % and idle (1m: a
+/// node without pods has no NodeMetrics, so the idle node runs one pod using 1m).
+const BASELINE: [u32; 5] = [1600, 1200, 800, 400, 1];
+/// The nodes of the stale scenario: the one whose usage stops (60 %) and a steady one (10 %),
+/// so probe pods always prefer the steady one and never bring the stale one's usage back.
+const STALE: usize = 20;
+const STEADY: usize = 21;
+/// kube-prober's `--watcher-max-age` in the stale scenario.
+const MAX_AGE_S: i64 = 45;
+/// Trimaran's collector polls the watcher every 30 s.
+const POLL_S: i64 = 30;
+
+/// One arm of the burst: a plugin reading one watcher, on five nodes of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Arm {
+    plugin: Plugin,
+    watcher: Watcher,
+}
+
+const ARMS: [Arm; 4] = [
+    Arm {
+        plugin: Plugin::Lvrb,
+        watcher: Watcher::KubeProber,
+    },
+    Arm {
+        plugin: Plugin::Lvrb,
+        watcher: Watcher::LoadWatcher,
+    },
+    Arm {
+        plugin: Plugin::Tlp,
+        watcher: Watcher::KubeProber,
+    },
+    Arm {
+        plugin: Plugin::Tlp,
+        watcher: Watcher::LoadWatcher,
+    },
+];
+
+impl Arm {
+    /// Its scheduler profile and its nodes' group label.
+    fn name(self) -> String {
+        profile(self.plugin, self.watcher)
+    }
+
+    fn nodes(self) -> std::ops::Range<usize> {
+        let at = ARMS.iter().position(|a| *a == self).expect("an arm") * BASELINE.len();
+        at..at + BASELINE.len()
+    }
+
+    /// CPU of one burst pod (request and use), millicores: LoadVariationRiskBalancing puts
+    /// every pod of one poll on the same node, so its pods are small (2.5 % of a node) to keep
+    /// one poll's batch within reach of the balance it aims at; TargetLoadPacking counts its
+    /// own bindings and packs 6.25 % pods up to its target.
+    fn pod_millis(self) -> u32 {
+        match self.plugin {
+            Plugin::Tlp => 500,
+            _ => 200,
+        }
+    }
+
+    /// How many pods, and how far apart: both kinds of arm last 90 s, three polls.
+    fn pods(self) -> usize {
+        match self.plugin {
+            Plugin::Tlp => 20,
+            _ => 30,
+        }
+    }
+
+    fn spacing(self) -> Duration {
+        match self.plugin {
+            Plugin::Tlp => Duration::from_millis(4500),
+            _ => Duration::from_secs(3),
+        }
+    }
+}
+
+/// Four profiles: LoadVariationRiskBalancing reading the kube-prober that folds every bound pod
+/// (`all`), TargetLoadPacking reading the one that folds only pods bound over 60 s before
+/// `window.end` (`before-window-end`), each also reading load-watcher.
+fn burst_scheduler_config(cp: &ControlPlane, kp_all: &str, kp_before: &str) -> Value {
+    let profiles: Vec<Value> = ARMS
+        .iter()
+        .map(|arm| {
+            let address = match (arm.plugin, arm.watcher) {
+                (_, Watcher::LoadWatcher) => LOAD_WATCHER,
+                (Plugin::Tlp, Watcher::KubeProber) => kp_before,
+                (_, Watcher::KubeProber) => kp_all,
+            };
+            json!({
+                "schedulerName": arm.name(),
+                "plugins": {"score": {"disabled": [{"name": "*"}],
+                    "enabled": [{"name": arm.plugin.name()}]}},
+                "pluginConfig": [{"name": arm.plugin.name(), "args": arm.plugin.args(address)}],
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": false},
+        "clientConnection": {"kubeconfig": cp.admin_kubeconfig},
+        "profiles": profiles,
+    })
+}
+
+/// A pod bound to `node` using `millis` of CPU and 256 MiB, asking 1m (limit 1m): what
+/// TargetLoadPacking and kube-prober's estimator count for it stays 1m.
+fn baseline_pod(node: usize, millis: u32) -> Value {
+    let mut pod = control_plane::usage_pod(
+        BURST_NS,
+        &node_name(node),
+        0,
+        &format!("{millis}m"),
+        "256Mi",
+    );
+    pod["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "1m", "memory": "256Mi"}, "limits": {"cpu": "1m"}});
+    pod
+}
+
+/// The arms' nodes and the stale scenario's two, labelled by group, each with its baseline pod.
+fn create_burst_nodes(cp: &ControlPlane) {
+    cp.kubectl(&["create", "namespace", BURST_NS]);
+    cp.create_nodes(0..STEADY + 1, "8", "32Gi");
+    cp.wait_nodes_ready(STEADY + 1);
+    let mut docs = Vec::new();
+    for arm in ARMS {
+        for (i, millis) in arm.nodes().zip(BASELINE) {
+            cp.kubectl(&[
+                "label",
+                "node",
+                &node_name(i),
+                &format!("{GROUP}={}", arm.name()),
+            ]);
+            docs.push(baseline_pod(i, millis).to_string());
+        }
+    }
+    for (i, millis) in [(STALE, 4800), (STEADY, 800)] {
+        cp.kubectl(&["label", "node", &node_name(i), &format!("{GROUP}=stale")]);
+        docs.push(baseline_pod(i, millis).to_string());
+    }
+    cp.kubectl_stdin(&["create", "-f", "-"], Some(&docs.join("\n")));
+    cp.wait_pods_running(BURST_NS, docs.len());
+}
+
+/// `/watcher` of `url` as JSON (for the keys past load-watcher's: `freshness`, `boundPods`).
+async fn watcher_json(url: &str) -> Option<Value> {
+    let r = reqwest::Client::new()
+        .get(format!("{url}/watcher"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    if r.status() != 200 {
+        return None;
+    }
+    serde_json::from_str(&r.text().await.ok()?).ok()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+}
+
+/// A pod asking and using `millis` of CPU and 64 MiB (kwok's usage annotations), for `arm`'s
+/// profile on `arm`'s nodes, or (`group`) another group's.
+fn burst_pod(name: &str, arm: Arm, group: &str, millis: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": BURST_NS, "labels": {"app": "burst"},
+            "annotations": {"kwok.x-k8s.io/usage-cpu": format!("{millis}m"),
+                "kwok.x-k8s.io/usage-memory": "64Mi"}},
+        "spec": {
+            "schedulerName": arm.name(),
+            "nodeSelector": {GROUP: group},
+            "containers": [{"name": "c", "image": "usage",
+                "resources": {"requests": {"cpu": format!("{millis}m"), "memory": "64Mi"}}}],
+        },
+    })
+}
+
+/// One read of kube-prober's `/watcher` in the stale scenario.
+#[derive(Debug)]
+struct StaleRead {
+    /// When it was read, unix seconds.
+    at: f64,
+    /// The stale node is served, with its `freshness.newest`.
+    present: bool,
+    newest: Option<i64>,
+    end: i64,
+    /// The oldest `freshness.newest` of the hosts served.
+    oldest_newest: Option<i64>,
+}
+
+fn stale_read(v: &Value, node: &str, at: f64) -> StaleRead {
+    let hosts = v["data"]["NodeMetricsMap"].as_object();
+    let newest = |h: &Value| h["freshness"]["newest"].as_i64();
+    let stale = hosts.and_then(|h| h.get(node));
+    StaleRead {
+        at,
+        present: stale.is_some(),
+        newest: stale.and_then(newest),
+        end: v["window"]["end"].as_i64().expect("window.end"),
+        oldest_newest: hosts.and_then(|h| h.values().filter_map(newest).min()),
+    }
+}
+
+/// The stale node's usage pod deleted, so metrics-server omits the node from then on: reads
+/// kube-prober `kp`'s `/watcher` every second until the node leaves it, noting when it leaves
+/// load-watcher's and kube-prober `expiring`'s. kube-prober drops a host its backend stops
+/// reporting after two successful fetches without it (`--expire-after-fetches`, default 2,
+/// as `expiring` runs), which comes before any `--watcher-max-age`; `kp` runs with
+/// `--expire-after-fetches=0`, so it keeps the node's last sample as it would from a backend
+/// that goes on answering for a host with an old sample, and only `--watcher-max-age` removes
+/// it.
+async fn read_until_stale_node_leaves(
+    cp: &ControlPlane,
+    kp: &str,
+    expiring: &str,
+) -> (f64, Vec<StaleRead>) {
+    let stale = node_name(STALE);
+    let pod = format!("usage-{stale}-0");
+    cp.kubectl(&["delete", "pod", "-n", BURST_NS, &pod, "--wait=false"]);
+    let deleted = unix_now();
+    let mut reads: Vec<StaleRead> = Vec::new();
+    let (mut lw_left, mut expired) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = watcher_json(kp).await {
+            reads.push(stale_read(&v, &stale, unix_now()));
+        }
+        for (url, left) in [(LOAD_WATCHER, &mut lw_left), (expiring, &mut expired)] {
+            if left.is_none()
+                && watcher_body(url)
+                    .await
+                    .is_some_and(|w| !w.data.node_metrics_map.contains_key(&stale))
+            {
+                *left = Some(unix_now() - deleted);
+            }
+        }
+        if reads.last().is_some_and(|r| !r.present) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stale} still in kube-prober's /watcher 120 s after its usage stopped: {:?}",
+            reads.last()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let when = |left: Option<f64>| match left {
+        Some(s) => format!("{s:.0} s after"),
+        None => "not yet".into(),
+    };
+    eprintln!(
+        "stale: {stale} left kube-prober's /watcher {:.0} s after its usage pod was deleted \
+         (--expire-after-fetches=0, --watcher-max-age={MAX_AGE_S}s); the default expiry's {}; \
+         load-watcher's {}",
+        reads.last().map_or(0.0, |r| r.at - deleted),
+        when(expired),
+        when(lw_left)
+    );
+    (deleted, reads)
+}
+
+/// What the contract says of the reads: `window.end` is the oldest newest sample of the hosts
+/// served and never moves back; the stale node's newest sample freezes, it is served while that
+/// sample is younger than `--watcher-max-age` and gone once it is older (a 1 s tick and whole
+/// seconds either side), and once it is gone `window.end` is past its last sample.
+fn check_stale_reads(reads: &[StaleRead]) {
+    let stale = node_name(STALE);
+    let frozen = reads
+        .iter()
+        .filter_map(|r| r.newest)
+        .max()
+        .expect("the stale node was served with freshness.newest after its usage stopped");
+    for (i, r) in reads.iter().enumerate() {
+        assert_eq!(
+            Some(r.end),
+            r.oldest_newest,
+            "read {i}: window.end is not the oldest freshness.newest of the hosts: {r:?}"
+        );
+        if i > 0 {
+            assert!(
+                r.end >= reads[i - 1].end,
+                "window.end moved back: {:?} then {r:?}",
+                reads[i - 1]
+            );
+        }
+        let age = r.at - frozen as f64;
+        if r.present {
+            assert!(
+                age <= (MAX_AGE_S + 3) as f64,
+                "{stale} still served {age:.1} s after its newest sample: {r:?}"
+            );
+        } else {
+            assert!(
+                age >= (MAX_AGE_S - 1) as f64,
+                "{stale} dropped {age:.1} s after its newest sample, before --watcher-max-age: {r:?}"
+            );
+            assert!(
+                r.end > frozen,
+                "window.end {} not past the dropped node's last sample {frozen}",
+                r.end
+            );
+        }
+    }
+    let last = reads.last().expect("reads");
+    eprintln!(
+        "stale: kube-prober served {stale} until {:.0} s after its newest sample ({frozen}); \
+         window.end {} -> {} over {} reads",
+        last.at - frozen as f64,
+        reads[0].end,
+        last.end,
+        reads.len()
+    );
+}
+
+/// The node `name` (in the burst namespace) was bound to.
+fn wait_bound_in_burst(cp: &ControlPlane, sched: &Scheduler, name: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pod = cp.get_json(&["pod", "-n", BURST_NS, name]);
+        if let Some(node) = pod["spec"]["nodeName"].as_str() {
+            return node.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not bound within 60 s: {}\nscheduler log tail:\n{}",
+            pod["status"],
+            sched
+                .log()
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Probe pods for `watcher`'s LoadVariationRiskBalancing profile on the stale group, one at a
+/// time, until a cycle logs `Unable to find metrics for node` for the stale node (at most
+/// `secs`: the collector polls every 30 s). Returns the last cycle's lines naming the stale
+/// node and whether that line was among them; every probe must land on the steady node.
+fn probe_stale(
+    cp: &ControlPlane,
+    sched: &Scheduler,
+    watcher: Watcher,
+    secs: u64,
+) -> (bool, String) {
+    let arm = Arm {
+        plugin: Plugin::Lvrb,
+        watcher,
+    };
+    let stale = format!("nodeName=\"{}\"", node_name(STALE));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    for n in 0.. {
+        let name = format!("probe-{}-{n}", watcher.short());
+        let from = sched.log().len();
+        let mut pod = burst_pod(&name, arm, "stale", 1);
+        pod["metadata"]["labels"]["app"] = json!("probe");
+        cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod.to_string()));
+        let node = wait_bound_in_burst(cp, sched, &name);
+        assert_eq!(node, node_name(STEADY), "{name} left the steady node");
+        let cycle = sched.log()[from..].to_string();
+        let lines: Vec<&str> = cycle.lines().filter(|l| l.contains(&stale)).collect();
+        let found = lines
+            .iter()
+            .any(|l| l.contains("\"Unable to find metrics for node\""));
+        if found || Instant::now() >= deadline {
+            return (found, lines.join("\n"));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    unreachable!("the probe loop returns")
+}
+
+/// The stale scenario, on kube-prober `kp` (`--watcher-max-age=45s`, no expiry by fetches),
+/// kube-prober `expiring` (expiry after two fetches) and load-watcher.
+async fn stale_scenario(cp: &ControlPlane, sched: &Scheduler, kp: &str, expiring: &str) {
+    let (_, reads) = read_until_stale_node_leaves(cp, kp, expiring).await;
+    check_stale_reads(&reads);
+    let (found, lines) = probe_stale(cp, sched, Watcher::KubeProber, 45);
+    assert!(
+        found,
+        "stale: LoadVariationRiskBalancing reading kube-prober never logged `Unable to find \
+         metrics for node` for {} within 45 s of its leaving /watcher; its lines:\n{lines}",
+        node_name(STALE)
+    );
+    eprintln!("stale: the scheduler reading kube-prober:\n{lines}");
+    let lw_gone = watcher_body(LOAD_WATCHER)
+        .await
+        .is_some_and(|w| !w.data.node_metrics_map.contains_key(&node_name(STALE)));
+    let (lw_found, lw_lines) = probe_stale(cp, sched, Watcher::LoadWatcher, 0);
+    eprintln!(
+        "stale: load-watcher {} the node; the scheduler reading it (one probe, {}):\n{lw_lines}",
+        if lw_gone {
+            "no longer serves"
+        } else {
+            "still serves"
+        },
+        if lw_found {
+            "no metrics for it"
+        } else {
+            "still scored from its last metrics"
+        }
+    );
+}
+
+/// A burst pod once bound: its arm, node, and when it was bound (its `PodScheduled` time).
+#[derive(Debug, Clone)]
+struct BurstBound {
+    arm: Arm,
+    node: String,
+    at: i64,
+}
+
+/// What one kube-prober's `/watcher` said of an arm's nodes' bound pods during the burst: the
+/// most pods one node showed at once, the reads showing a node's pods folded into its values,
+/// and each folded read's CPU against what the estimator gives for that many burst pods.
+#[derive(Debug, Default)]
+struct FoldSeen {
+    most_pods: u64,
+    folded_reads: u64,
+    /// The largest |boundPods.cpu - pods x 85 % x the pod's CPU| seen, in percent of the node.
+    worst_cpu_error: f64,
+}
+
+/// Notes the `boundPods` of `arm`'s nodes in kube-prober's `/watcher` body `v`.
+fn note_folds(seen: &mut FoldSeen, v: &Value, arm: Arm) {
+    let per_pod = 0.85 * f64::from(arm.pod_millis()) / BIG_NODE_MILLIS * 100.0;
+    for i in arm.nodes() {
+        let b = &v["data"]["NodeMetricsMap"][node_name(i)]["boundPods"];
+        let pods = b["pods"].as_u64().unwrap_or(0);
+        seen.most_pods = seen.most_pods.max(pods);
+        if pods > 0 && b["folded"] == true {
+            seen.folded_reads += 1;
+            let cpu = b["cpu"].as_f64().unwrap_or(f64::NAN);
+            let error = (cpu - pods as f64 * per_pod).abs();
+            seen.worst_cpu_error =
+                seen.worst_cpu_error
+                    .max(if error.is_nan() { f64::INFINITY } else { error });
+        }
+    }
+}
+
+/// Creates every arm's pods on its schedule (all arms at once), reading both kube-probers'
+/// `/watcher` every 2 s meanwhile; returns what they showed (the `all` one's LVRB arm, the
+/// `before-window-end` one's TLP arm).
+async fn create_burst(cp: &ControlPlane, kp_all: &str, kp_before: &str) -> [FoldSeen; 2] {
+    let start = Instant::now();
+    let mut next = [0usize; ARMS.len()];
+    let mut seen = [FoldSeen::default(), FoldSeen::default()];
+    let mut last_read: Option<Instant> = None;
+    while ARMS.iter().zip(next).any(|(a, n)| n < a.pods()) {
+        let mut docs = Vec::new();
+        for (arm, n) in ARMS.iter().zip(next.iter_mut()) {
+            if *n < arm.pods() && start + arm.spacing() * *n as u32 <= Instant::now() {
+                let name = format!("{}-{n}", arm.name());
+                docs.push(burst_pod(&name, *arm, &arm.name(), arm.pod_millis()).to_string());
+                *n += 1;
+            }
+        }
+        if !docs.is_empty() {
+            cp.kubectl_stdin(&["create", "-f", "-"], Some(&docs.join("\n")));
+        }
+        if last_read.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
+            last_read = Some(Instant::now());
+            if let Some(v) = watcher_json(kp_all).await {
+                note_folds(&mut seen[0], &v, ARMS[0]);
+            }
+            if let Some(v) = watcher_json(kp_before).await {
+                note_folds(&mut seen[1], &v, ARMS[2]);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "burst: {} pods created in {:.0} s",
+        next.iter().sum::<usize>(),
+        start.elapsed().as_secs_f64()
+    );
+    seen
+}
+
+/// Every burst pod once all are bound (at most 90 s).
+fn wait_burst_bound(cp: &ControlPlane) -> Vec<BurstBound> {
+    let total: usize = ARMS.iter().map(|a| a.pods()).sum();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let pods = items(&cp.get_json(&["pods", "-n", BURST_NS, "-l", "app=burst"]));
+        let bound: Vec<BurstBound> = pods
+            .iter()
+            .filter_map(|p| {
+                let name = p["metadata"]["name"].as_str()?;
+                let arm = *ARMS
+                    .iter()
+                    .find(|a| name.starts_with(&format!("{}-", a.name())))?;
+                let node = p["spec"]["nodeName"].as_str()?.to_string();
+                let at = p["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "PodScheduled")?["lastTransitionTime"]
+                    .as_str()?;
+                let at = humantime::parse_rfc3339(at).ok()?;
+                let at = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64;
+                Some(BurstBound { arm, node, at })
+            })
+            .collect();
+        if bound.len() == total {
+            return bound;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} burst pods bound after 90 s",
+            bound.len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Where an arm's burst ended.
+#[derive(Debug)]
+struct ArmOutcome {
+    /// Each node's final CPU use, percent of the node: its baseline and its burst pods.
+    util: Vec<f64>,
+    /// The most pods of the arm bound within one poll (binding times 30 s apart at most).
+    per_poll: usize,
+    /// What the arm is held to and the measure held to it: TargetLoadPacking's busiest node
+    /// against its target plus one pod; LoadVariationRiskBalancing's spread (busiest minus
+    /// idlest node) against the larger of the initial spread and one poll's pods, plus one pod.
+    limit: f64,
+    measure: f64,
+}
+
+/// The outcome of `arm` from the bindings. LoadVariationRiskBalancing scores a node by its risk
+/// (mu + sigma) / 2, mu its use with the pod's request: it sends each pod to the least used
+/// (and least varying) node, so what it aims at is equal use, and its analogue of a target is
+/// the spread. It adds nothing for the pods it has just bound, so all pods of one poll land on
+/// one node whatever the feed; with a feed that is current at each poll, each poll's batch
+/// lands on the node least used at that poll, which then ends at most one batch above the
+/// least used one, while the others stay: the spread never grows past the larger of the initial
+/// spread and one batch. One pod of slack covers what a current feed still misses (the pods of
+/// the last second before a poll; the estimator's 85 % of a pod's request).
+fn arm_outcome(arm: Arm, bound: &[BurstBound]) -> ArmOutcome {
+    let mine: Vec<&BurstBound> = bound.iter().filter(|b| b.arm == arm).collect();
+    let pct = |millis: f64| millis / BIG_NODE_MILLIS * 100.0;
+    let util: Vec<f64> = arm
+        .nodes()
+        .zip(BASELINE)
+        .map(|(i, base)| {
+            let n = mine.iter().filter(|b| b.node == node_name(i)).count();
+            pct(f64::from(base) + n as f64 * f64::from(arm.pod_millis()))
+        })
+        .collect();
+    let per_poll = mine
+        .iter()
+        .map(|a| {
+            mine.iter()
+                .filter(|b| b.at >= a.at && b.at - a.at <= POLL_S)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let pod = pct(f64::from(arm.pod_millis()));
+    let max = util.iter().copied().fold(f64::MIN, f64::max);
+    let min = util.iter().copied().fold(f64::MAX, f64::min);
+    let (limit, measure) = match arm.plugin {
+        Plugin::Tlp => (Args::default().target_utilization + pod, max),
+        _ => {
+            let initial = pct(f64::from(BASELINE[0] - BASELINE[4]));
+            (initial.max(per_poll as f64 * pod) + pod, max - min)
+        }
+    };
+    ArmOutcome {
+        util,
+        per_poll,
+        limit,
+        measure,
+    }
+}
+
+/// Prints every arm's outcome and asserts kube-prober's.
+fn check_burst(bound: &[BurstBound], seen: &[FoldSeen; 2]) {
+    for arm in ARMS {
+        let o = arm_outcome(arm, bound);
+        let what = match arm.plugin {
+            Plugin::Tlp => "busiest node",
+            _ => "spread",
+        };
+        let order: Vec<String> = {
+            let mut mine: Vec<&BurstBound> = bound.iter().filter(|b| b.arm == arm).collect();
+            mine.sort_by_key(|b| b.at);
+            mine.iter()
+                .map(|b| b.node.trim_start_matches("kwok-node-").to_string())
+                .collect()
+        };
+        eprintln!(
+            "burst: {} reading {}: nodes end at {:?} %; {what} {:.2} % against {:.2} % ({} \
+             pods in one poll); {}; placements in order: {}",
+            arm.plugin.name(),
+            arm.watcher.short(),
+            o.util
+                .iter()
+                .map(|u| (u * 100.0).round() / 100.0)
+                .collect::<Vec<_>>(),
+            o.measure,
+            o.limit,
+            o.per_poll,
+            if o.measure <= o.limit + 1e-9 {
+                "within"
+            } else {
+                "OVER"
+            },
+            order.join(" ")
+        );
+        if arm.watcher == Watcher::KubeProber {
+            assert!(
+                o.measure <= o.limit + 1e-9,
+                "burst: {} reading kube-prober: {what} {:.2} % over {:.2} %: {o:?}",
+                arm.plugin.name(),
+                o.measure,
+                o.limit
+            );
+        }
+    }
+    eprintln!(
+        "burst: kube-prober's boundPods, LVRB arm (all): {:?}; TLP arm (before-window-end): {:?}",
+        seen[0], seen[1]
+    );
+    assert!(
+        seen[0].folded_reads > 0,
+        "burst: kube-prober (all) never showed a node's bound pods folded: {:?}",
+        seen[0]
+    );
+    assert!(
+        seen[0].worst_cpu_error < 0.05,
+        "burst: kube-prober's boundPods.cpu is not 85 % of the bound pods' requests: {:?}",
+        seen[0]
+    );
+}
+
+/// The tests of this file one at a time: each runs its own control plane, a scheduler and
+/// load-watcher on :2020.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// A kube-prober as the load-watcher overlay runs it, with a 1 s tick, `--watcher-max-age=45s`,
+/// `--watcher-estimate-bound-pods=<estimate>` and `--expire-after-fetches=<expire>`.
+fn burst_prober(cp: &ControlPlane, estimate: &str, expire: u32) -> Prober {
+    let kc = cp.admin_kubeconfig.to_string_lossy().into_owned();
+    let max_age = format!("--watcher-max-age={MAX_AGE_S}s");
+    let estimate = format!("--watcher-estimate-bound-pods={estimate}");
+    let expire = format!("--expire-after-fetches={expire}");
+    Prober::start_with_env(
+        &[
+            "--role=cluster",
+            "--shutdown-timeout=15s",
+            "--tick-interval=1s",
+            &max_age,
+            &estimate,
+            &expire,
+        ],
+        &[
+            ("KUBECONFIG", &kc),
+            ("METRICS_PROVIDER_NAME", "KubernetesMetricsServer"),
+        ],
+    )
+}
+
+/// Every node's baseline CPU percentage, as `wait_watcher` takes it.
+fn burst_baseline() -> Vec<(usize, Option<f64>)> {
+    let mut want: Vec<(usize, Option<f64>)> = ARMS
+        .iter()
+        .flat_map(|a| a.nodes().zip(BASELINE))
+        .map(|(i, m)| (i, Some(f64::from(m) / BIG_NODE_MILLIS * 100.0)))
+        .collect();
+    want.extend([(STALE, Some(60.0)), (STEADY, Some(10.0))]);
+    want
+}
+
+/// A burst of pods arriving faster than their use reaches metrics-server, and a node whose
+/// usage stops, on one control plane with one Trimaran scheduler, two kube-probers and
+/// load-watcher, every arm on nodes of its own.
+///
+/// Stale: the usage pod of a node at 60 % is deleted, so metrics-server omits the node. kube-prober
+/// (`--watcher-max-age=45s`, and `--expire-after-fetches=0` so that the age alone decides)
+/// serves it, its `freshness.newest` frozen, until that sample is 45 s old, then drops it; on every read `window.end` is the oldest `freshness.newest` served and
+/// never moves back, and once the node is gone it is past the node's last sample. The scheduler
+/// (LoadVariationRiskBalancing reading kube-prober) then logs `Unable to find metrics for node`
+/// for it. What load-watcher does is printed.
+///
+/// Burst: five 8-core nodes per arm at 20, 15, 10, 5 and 0 % CPU. LoadVariationRiskBalancing
+/// gets 30 pods of 200m, one every 3 s; TargetLoadPacking 20 pods of 500m, one every 4.5 s; each
+/// pod uses what it asks (kwok's annotations), which metrics-server (15 s resolution) shows a
+/// scrape or two later. Trimaran's collector polls `/watcher` every 30 s, so nothing a feed
+/// says changes the decisions within one poll; each burst lasts 90 s, three polls, so the feed
+/// decides the later ones. kube-prober folds the bound pods' estimates (`all` for
+/// LoadVariationRiskBalancing, `before-window-end` for TargetLoadPacking) and is held to: no
+/// node ends above TargetLoadPacking's target (40 %) by more than one pod, and
+/// LoadVariationRiskBalancing's spread stays within one poll's pods of its balance
+/// ([`arm_outcome`]). load-watcher's outcome is printed beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trimaran_with_kube_prober_spreads_a_burst_and_drops_a_stale_node() {
+    let _serial = serial().await;
+    let started = Instant::now();
+    let cp = ControlPlane::start(Options {
+        nodes: 0,
+        pods_per_node: 0,
+        scheduler: false,
+        wait_node_metrics: false,
+        ..Options::default()
+    });
+    create_burst_nodes(&cp);
+    cp.wait_node_metrics(STEADY + 1, Duration::from_secs(120));
+    // The stale scenario reads the first: without expiry by fetches, only --watcher-max-age
+    // removes the stale node (see `read_until_stale_node_leaves`).
+    let kp_all = burst_prober(&cp, "all", 0);
+    let kp_before = burst_prober(&cp, "before-window-end", 2);
+    let (all_url, before_url) = (
+        format!("http://{}", kp_all.addr),
+        format!("http://{}", kp_before.addr),
+    );
+    let lw = LoadWatcherProc::start(&cp);
+    let want = burst_baseline();
+    for url in [&all_url, &before_url, LOAD_WATCHER] {
+        wait_watcher(url, &want, 90).await;
+    }
+    let config = burst_scheduler_config(&cp, &all_url, &before_url);
+    let sched = Scheduler::start(&cp, &config, "burst");
+    eprintln!(
+        "burst and stale: ready after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    stale_scenario(&cp, &sched, &all_url, &before_url).await;
+    eprintln!("stale: done after {:.0} s", started.elapsed().as_secs_f64());
+
+    let seen = create_burst(&cp, &all_url, &before_url).await;
+    let bound = wait_burst_bound(&cp);
+    check_burst(&bound, &seen);
+    let log = sched.log();
+    for failure in [
+        "Load watcher client failed",
+        "Unable to populate metrics initially",
+        "Cpu metric not found",
+    ] {
+        assert!(!log.contains(failure), "the scheduler logged {failure:?}");
+    }
+    drop(sched);
+    drop(lw);
+    assert_eq!(kp_all.terminate(), 0);
+    assert_eq!(kp_before.terminate(), 0);
+    eprintln!(
+        "burst and stale in {:.0} s",
         started.elapsed().as_secs_f64()
     );
 }

@@ -8,8 +8,12 @@
 //! group gets the same trace at the same times: a day compressed into `TRACE_MINUTES` (CPU
 //! demand from 20 % of the group at night to 55 % at midday and back, as pods of 500m that use
 //! what they ask through kwok's annotations, added when demand rises and the oldest deleted when
-//! it falls), and two bursts (`BURST_PODS` pods, one every 2 s, at 30 % and 70 % of the day,
-//! each living 15 % of it). The scheduler places every added pod; nothing else does.
+//! it falls), and two bursts (`BURST_PODS` pods, one every `BURST_SPACING_SECS`, at 30 % and
+//! 70 % of the day, each living 15 % of it). The scheduler places every added pod; nothing else
+//! does. Trimaran's collector polls every 30 s and LoadVariationRiskBalancing puts every pod of
+//! one poll on one node whatever the feed, so the defaults (4 nodes, 12 burst pods 6 s apart)
+//! keep one poll's arrivals near a quarter of a node: what then differs is how soon each feed
+//! shows the last poll's pods.
 //!
 //! Every `SAMPLE_SECS` the bench lists the pods and sums each node's use (the pods' own
 //! annotations: the truth, not what any feed reports). It reports, per arm, the node-seconds
@@ -23,11 +27,13 @@
 //! few minutes mostly measures how each feed follows fast moves; the bursts are what the
 //! bound-pod estimates are for.
 //!
-//! Run with `cargo bench --bench trimaran_trace` (about 9.5 minutes at the default
-//! `TRACE_MINUTES=8`; `TRACE_MINUTES=3` for a quick look). Under `cargo test --benches` (no
-//! `--bench` argument) it does nothing. Needs the upstream binaries of
-//! `tests/upstream/build.sh`; load-watcher binds `:2020`, taken in turns with the tests through
-//! the machine-wide lock file.
+//! Run with `cargo bench --bench trimaran_trace` (about 9 minutes at the default
+//! `TRACE_MINUTES=8`; `TRACE_MINUTES=3` for a quick look). Other settings: `TRACE_NODES` (4),
+//! `BURST_PODS` (12), `BURST_SPACING_SECS` (6), `TARGET_PERCENT` (65), `SAMPLE_SECS` (5),
+//! `TRACE_SVG`. A pod left unscheduled for over 60 s stops the run with the scheduler's log.
+//! Under `cargo test --benches` (no `--bench` argument) it does nothing. Needs the upstream
+//! binaries of `tests/upstream/build.sh`; load-watcher binds `:2020`, taken in turns with the
+//! tests through the machine-wide lock file.
 
 mod common;
 #[path = "../tests/support/control_plane.rs"]
@@ -62,6 +68,7 @@ struct Settings {
     day: Duration,
     nodes: usize,
     burst_pods: usize,
+    burst_spacing: usize,
     target: f64,
     sample: Duration,
     svg: PathBuf,
@@ -75,8 +82,9 @@ fn settings() -> Settings {
         });
     Settings {
         day: Duration::from_secs(60 * env_usize("TRACE_MINUTES", 8) as u64),
-        nodes: env_usize("TRACE_NODES", 6),
-        burst_pods: env_usize("BURST_PODS", 16),
+        nodes: env_usize("TRACE_NODES", 4),
+        burst_pods: env_usize("BURST_PODS", 12),
+        burst_spacing: env_usize("BURST_SPACING_SECS", 6).max(1),
         target: env_usize("TARGET_PERCENT", 65) as f64,
         sample: Duration::from_secs(env_usize("SAMPLE_SECS", 5).max(1) as u64),
         svg,
@@ -379,7 +387,7 @@ async fn run_day(s: &Settings, pods: &Api<Pod>, scheduler_log: &Path) -> Vec<Sam
             .map(|(b, at)| {
                 let due = t
                     .checked_sub(*at)
-                    .map_or(0, |d| d.as_secs() as usize / 2 + 1);
+                    .map_or(0, |d| d.as_secs() as usize / s.burst_spacing + 1);
                 (b, due.min(s.burst_pods))
             })
             .collect();
@@ -501,10 +509,11 @@ fn report(s: &Settings, samples: &[Sample]) -> String {
     let _ = writeln!(
         out,
         "\n## Trimaran trace: LoadVariationRiskBalancing, {} nodes of 8 cores per arm, a day of \
-         {} s, bursts of {} pods, target {} %\n",
+         {} s, bursts of {} pods {} s apart, target {} %\n",
         s.nodes,
         s.day.as_secs(),
         s.burst_pods,
+        s.burst_spacing,
         s.target
     );
     let _ = writeln!(

@@ -25,7 +25,9 @@
 //! - `USAGE_SAMPLES=N` (default 0): after ready, move the stand-in's NodeMetrics on N times
 //!   (15 s of their time apart, each step fetched before the next), so each node's windows
 //!   hold N samples as after 15 minutes of metrics-server with N = 60 (without it they hold
-//!   one). kube-prober then fetches every 2 s (`--interval 2s`) to make the fill take minutes,
+//!   one; they then stand still, so the run gives kube-prober `--watcher-max-age=0`, unless
+//!   `KUBE_PROBER_BIN` names an older build without that flag). With N > 0 kube-prober fetches
+//!   every 2 s (`--interval 2s`) to make the fill take minutes,
 //!   not 15, so the idle-CPU row of such a run is not comparable with its budget.
 //!
 //! Phases, all measured on the kube-prober child (`--role cluster`, noisy probes disabled):
@@ -890,6 +892,12 @@ fn run(report: &mut Report) -> Result<(), String> {
             "--timeout".into(),
             "2s".into(),
         ]);
+    }
+    if s.usage_samples == 0 && std::env::var_os("KUBE_PROBER_BIN").is_none() {
+        // The stand-in's NodeMetrics stand still (a real metrics-server's move every
+        // resolution): without this every host would leave /watcher 3 minutes after the
+        // stand-in made them, and the /watcher phases would serve an empty map.
+        args.push("--watcher-max-age=0".into());
     }
     if s.shard_of > 0 {
         args.extend([

@@ -25,8 +25,9 @@
 //! - `USAGE_SAMPLES=N` (default 0): after ready, move the stand-in's NodeMetrics on N times
 //!   (15 s of their time apart, each step fetched before the next), so each node's windows
 //!   hold N samples as after 15 minutes of metrics-server with N = 60 (without it they hold
-//!   one; they then stand still, so the run gives kube-prober `--watcher-max-age=0`, unless
-//!   `KUBE_PROBER_BIN` names an older build without that flag). With N > 0 kube-prober fetches
+//!   one). NodeMetrics stand still in real time, so the run gives kube-prober
+//!   `--watcher-max-age=0` (every host served, as with a real metrics-server), unless
+//!   `KUBE_PROBER_BIN` names an older build without that flag. With N > 0 kube-prober fetches
 //!   every 2 s (`--interval 2s`) to make the fill take minutes,
 //!   not 15, so the idle-CPU row of such a run is not comparable with its budget.
 //!
@@ -893,10 +894,11 @@ fn run(report: &mut Report) -> Result<(), String> {
             "2s".into(),
         ]);
     }
-    if s.usage_samples == 0 && std::env::var_os("KUBE_PROBER_BIN").is_none() {
-        // The stand-in's NodeMetrics stand still (a real metrics-server's move every
-        // resolution): without this every host would leave /watcher 3 minutes after the
-        // stand-in made them, and the /watcher phases would serve an empty map.
+    if std::env::var_os("KUBE_PROBER_BIN").is_none() {
+        // The stand-in's NodeMetrics stand still after the fill (a real metrics-server's move
+        // every resolution), and the fill's last step is dated when the fill began: without
+        // this every host would leave /watcher 3 minutes later, and the /watcher phases and the
+        // memory rows would measure an empty map instead of every host served.
         args.push("--watcher-max-age=0".into());
     }
     if s.shard_of > 0 {

@@ -416,9 +416,14 @@ fn test_pod(name: &str, plugin: Plugin, watcher: Watcher) -> Value {
 
 /// The node the scheduler bound pod `name` to.
 fn wait_bound(cp: &ControlPlane, sched: &Scheduler, name: &str) -> String {
+    wait_bound_in(cp, sched, NS, name)
+}
+
+/// The node the scheduler bound pod `name` of namespace `ns` to.
+fn wait_bound_in(cp: &ControlPlane, sched: &Scheduler, ns: &str, name: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let pod = cp.get_json(&["pod", "-n", NS, name]);
+        let pod = cp.get_json(&["pod", "-n", ns, name]);
         if let Some(node) = pod["spec"]["nodeName"].as_str() {
             return node.to_string();
         }
@@ -1130,30 +1135,6 @@ fn check_stale_reads(reads: &[StaleRead]) {
     );
 }
 
-/// The node `name` (in the burst namespace) was bound to.
-fn wait_bound_in_burst(cp: &ControlPlane, sched: &Scheduler, name: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pod = cp.get_json(&["pod", "-n", BURST_NS, name]);
-        if let Some(node) = pod["spec"]["nodeName"].as_str() {
-            return node.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} not bound within 60 s: {}\nscheduler log tail:\n{}",
-            pod["status"],
-            sched
-                .log()
-                .lines()
-                .rev()
-                .take(40)
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// Probe pods for `watcher`'s LoadVariationRiskBalancing profile on the stale group, one at a
 /// time, until a cycle logs `Unable to find metrics for node` for the stale node (at most
 /// `secs`: the collector polls every 30 s). Returns the last cycle's lines naming the stale
@@ -1176,7 +1157,7 @@ fn probe_stale(
         let mut pod = burst_pod(&name, arm, "stale", 1);
         pod["metadata"]["labels"]["app"] = json!("probe");
         cp.kubectl_stdin(&["create", "-f", "-"], Some(&pod.to_string()));
-        let node = wait_bound_in_burst(cp, sched, &name);
+        let node = wait_bound_in(cp, sched, BURST_NS, &name);
         assert_eq!(node, node_name(STEADY), "{name} left the steady node");
         let cycle = sched.log()[from..].to_string();
         let lines: Vec<&str> = cycle.lines().filter(|l| l.contains(&stale)).collect();

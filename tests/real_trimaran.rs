@@ -302,6 +302,11 @@ impl Drop for LoadWatcherProc {
 
 /// `/watcher` of `url` (`http://host:port`), when it answers 200 with JSON.
 async fn watcher_body(url: &str) -> Option<WatcherMetrics> {
+    watcher_as(url).await
+}
+
+/// `/watcher` of `url` decoded as `T`, when it answers 200 with JSON that decodes.
+async fn watcher_as<T: serde::de::DeserializeOwned>(url: &str) -> Option<T> {
     let r = reqwest::Client::new()
         .get(format!("{url}/watcher"))
         .timeout(Duration::from_secs(5))
@@ -962,16 +967,7 @@ fn create_burst_nodes(cp: &ControlPlane) {
 
 /// `/watcher` of `url` as JSON (for the keys past load-watcher's: `freshness`, `boundPods`).
 async fn watcher_json(url: &str) -> Option<Value> {
-    let r = reqwest::Client::new()
-        .get(format!("{url}/watcher"))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .ok()?;
-    if r.status() != 200 {
-        return None;
-    }
-    serde_json::from_str(&r.text().await.ok()?).ok()
+    watcher_as(url).await
 }
 
 fn unix_now() -> f64 {

@@ -22,6 +22,9 @@
 //!   whitespace (e.g. heaptrack's `LD_PRELOAD=/usr/lib/heaptrack/libheaptrack_preload.so
 //!   DUMP_HEAPTRACK_OUTPUT=/tmp/kp.heaptrack` for a heap profile of the run; the CPU figures of
 //!   such a run are heaptrack's too);
+//! - `PERF_CHURN=FILE`: records kube-prober's call stacks over the churn window (phase 6) with
+//!   `perf record` (no call graphs) into FILE (`perf report -i FILE` reads them; that run's churn CPU includes
+//!   perf's sampling);
 //! - `USAGE_SAMPLES=N` (default 0): after ready, move the stand-in's NodeMetrics on N times
 //!   (15 s of their time apart, each step fetched before the next), so each node's windows
 //!   hold N samples as after 15 minutes of metrics-server with N = 60 (without it they hold
@@ -105,6 +108,42 @@ const KUBE_PROBER_ARGS: [&str; 10] = [
 ];
 /// Stderr lines kept for error messages.
 const TAIL_LINES: usize = 40;
+
+/// `perf record` of the kube-prober child while it runs, when `PERF_CHURN` names a file.
+struct PerfRecord {
+    child: Child,
+    out: String,
+}
+
+impl PerfRecord {
+    fn start(pid: u32) -> Option<PerfRecord> {
+        let out = std::env::var("PERF_CHURN").ok()?;
+        let child = Command::new("perf")
+            .args(["record", "-F", "499", "-o", &out, "-p", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match child {
+            Ok(child) => Some(PerfRecord { child, out }),
+            Err(e) => {
+                eprintln!("cluster_scale: PERF_CHURN: perf record did not start: {e}");
+                None
+            }
+        }
+    }
+
+    /// Stops the recording (SIGINT, as perf expects) and says where it is.
+    fn stop(mut self) -> Option<String> {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let status = self.child.wait().ok()?;
+        Some(format!(
+            "PERF_CHURN: the churn window's stacks are in {} (perf exited {status})",
+            self.out
+        ))
+    }
+}
 
 /// The budgets for one of its two sizes.
 struct Budgets {
@@ -1451,6 +1490,7 @@ fn run(report: &mut Report) -> Result<(), String> {
 
     // 6. Churn.
     sampler.enter(8);
+    let perf = PerfRecord::start(pid);
     let cpu0 = cpu_ticks(pid);
     let self0 = cpu_ticks(self_pid);
     let c0 = Instant::now();
@@ -1468,6 +1508,9 @@ fn run(report: &mut Report) -> Result<(), String> {
     })?;
     let churn_wall = c0.elapsed();
     let churn_ticks = cpu_ticks(pid) - cpu0;
+    if let Some(note) = perf.and_then(PerfRecord::stop) {
+        report.note(note);
+    }
     let self_ticks = cpu_ticks(self_pid) - self0;
     kp.running()?;
     let cores = churn_ticks as f64 * tick_ms / 1000.0 / churn_wall.as_secs_f64();

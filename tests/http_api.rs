@@ -345,6 +345,9 @@ mod load_watcher {
     #[allow(non_snake_case)]
     pub struct Data {
         pub NodeMetricsMap: HashMap<String, NodeMetrics>,
+        /// Ours, beside the host map (skipped by load-watcher's Go client as the keys below).
+        #[serde(rename = "boundPods", default)]
+        pub bound_pods: HashMap<String, BoundPods>,
     }
     #[derive(Deserialize, Debug)]
     #[serde(deny_unknown_fields)]
@@ -352,11 +355,9 @@ mod load_watcher {
         pub metrics: Vec<Metric>,
         pub tags: Tags,
         pub metadata: Metadata,
-        /// Ours (load-watcher's Go client skips unknown keys: tests/watcher_backend.rs and
-        /// tests/real_trimaran.rs prove it with the real one); strict here too.
+        /// Ours (load-watcher's Go client and the scheduler skip unknown keys:
+        /// tests/real_trimaran.rs proves it with the real ones); strict here too.
         pub freshness: Freshness,
-        #[serde(rename = "boundPods", default)]
-        pub bound_pods: Option<BoundPods>,
     }
     #[derive(Deserialize, Debug)]
     #[serde(deny_unknown_fields)]

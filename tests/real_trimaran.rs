@@ -1223,7 +1223,7 @@ struct FoldSeen {
 fn note_folds(seen: &mut FoldSeen, v: &Value, arm: Arm) {
     let per_pod = 0.85 * f64::from(arm.pod_millis()) / BIG_NODE_MILLIS * 100.0;
     for i in arm.nodes() {
-        let b = &v["data"]["NodeMetricsMap"][node_name(i)]["boundPods"];
+        let b = &v["data"]["boundPods"][node_name(i)];
         let pods = b["pods"].as_u64().unwrap_or(0);
         seen.most_pods = seen.most_pods.max(pods);
         if pods > 0 && b["folded"] == true {

@@ -47,6 +47,9 @@ struct NodeState {
     load: Option<Arc<NodeLoad>>,
     /// A value of this node was recorded since `load` was made.
     dirty: bool,
+    /// Only its bindings changed since `load` was made: the next load is the last one with
+    /// its estimate made again (no window or percentile computed again).
+    bound_dirty: bool,
 }
 
 impl NodeState {
@@ -66,6 +69,7 @@ impl NodeState {
             missed: 0,
             load: None,
             dirty: true,
+            bound_dirty: false,
         }
     }
 
@@ -76,8 +80,21 @@ impl NodeState {
         bindings: Option<&mut Vec<Binding>>,
         scratch: &mut Vec<f64>,
     ) -> Arc<NodeLoad> {
+        let bound_only = std::mem::take(&mut self.bound_dirty);
         if let Some(load) = self.load.as_ref().filter(|_| !self.dirty) {
-            return load.clone();
+            if !bound_only {
+                return load.clone();
+            }
+            let bound = bindings.and_then(|b| bound_pods(b, self.sampled_at));
+            if load.bound == bound {
+                return load.clone();
+            }
+            let fresh = Arc::new(NodeLoad {
+                bound,
+                ..NodeLoad::clone(load)
+            });
+            self.load = Some(fresh.clone());
+            return fresh;
         }
         self.dirty = false;
         let fresh = node_load(self, bindings, scratch);
@@ -264,7 +281,7 @@ fn publish_nodes(inner: &mut Inner) -> Arc<NodeMap> {
     if std::mem::take(nodes_changed) {
         let fresh: Vec<(Arc<str>, Arc<NodeLoad>)> = nodes
             .values_mut()
-            .filter(|st| st.dirty || st.load.is_none())
+            .filter(|st| st.dirty || st.bound_dirty || st.load.is_none())
             .filter_map(|st| {
                 let load = st.load(bindings.get_mut(&st.key), &mut scratch);
                 let same = published
@@ -344,13 +361,14 @@ fn unbind(inner: &mut Inner, pod: &str) {
             inner.bindings.remove(&node);
         }
     }
-    mark_dirty(inner, &node);
+    mark_bound_dirty(inner, &node);
 }
 
-/// Node `node`'s load is to be made again for the next snapshot (if the hub holds the node).
-fn mark_dirty(inner: &mut Inner, node: &str) {
+/// Node `node`'s estimate of its bound pods is to be made again for the next snapshot (if
+/// the hub holds the node).
+fn mark_bound_dirty(inner: &mut Inner, node: &str) {
     if let Some(st) = inner.nodes.get_mut(node) {
-        st.dirty = true;
+        st.bound_dirty = true;
         inner.nodes_changed = true;
     }
 }
@@ -633,7 +651,7 @@ impl NodeRecorder for Store {
         let old = SystemTime::now() - BINDING_KEPT;
         held.retain(|b| b.shows_from > old || b.pod == binding.pod);
         held.push(binding);
-        mark_dirty(inner, &node);
+        mark_bound_dirty(inner, &node);
     }
 
     fn forget_binding(&self, pod: &str) {
@@ -1253,6 +1271,48 @@ mod tests {
                 prev = Some(snap);
             }
         }
+    }
+
+    #[test]
+    fn a_binding_remakes_only_the_estimate_of_its_node() {
+        let s = Store::new();
+        s.node().record_node_usage("ms", sample("a", 10, 0.1, 0.2));
+        s.node().record_node_usage("ms", sample("b", 10, 0.1, 0.2));
+        let first = s.snapshot(at(11));
+        s.record_binding(crate::model::Binding {
+            pod: "ns/p".into(),
+            node: "a".into(),
+            bound_at: at(12),
+            shows_from: at(30),
+            cpu_cores: 0.5,
+            memory_bytes: 1e9,
+        });
+        {
+            let inner = s.lock();
+            let st = &inner.nodes["a"];
+            assert!(st.bound_dirty && !st.dirty, "no window to compute again");
+        }
+        let bound = s.snapshot(at(13));
+        let (a0, a1) = (&first.nodes["a"], &bound.nodes["a"]);
+        assert!(!Arc::ptr_eq(a0, a1) && a1.same_usage(a0));
+        assert_eq!(a1.bound.as_ref().map(|b| b.sum(None)), Some((0.5, 1e9)));
+        assert!(Arc::ptr_eq(&first.nodes["b"], &bound.nodes["b"]));
+        // Forgotten: the estimate goes, the usage is still the same.
+        s.forget_binding("ns/p");
+        let forgotten = s.snapshot(at(14));
+        assert!(forgotten.nodes["a"].bound.is_none() && forgotten.nodes["a"].same_usage(a0));
+        // A sample that shows the pod ends its estimate as well.
+        s.record_binding(crate::model::Binding {
+            pod: "ns/q".into(),
+            node: "a".into(),
+            bound_at: at(15),
+            shows_from: at(30),
+            cpu_cores: 0.5,
+            memory_bytes: 1e9,
+        });
+        assert!(s.snapshot(at(16)).nodes["a"].bound.is_some());
+        s.node().record_node_usage("ms", sample("a", 31, 0.1, 0.2));
+        assert!(s.snapshot(at(32)).nodes["a"].bound.is_none());
     }
 
     #[test]

@@ -95,7 +95,35 @@ pub struct NodeLoad {
     /// The share of the hour's five-minute slots (0-1) that hold a sample.
     pub hour_coverage: f32,
     /// The pods bound to the node whose use its newest sample cannot show yet; `None`: none.
+    /// They change with every pod bound, far more often than the rest: outputs compare the
+    /// two apart ([`NodeLoad::same_usage`]), so a binding rewrites only what shows it.
     pub bound: Option<Arc<BoundPods>>,
+}
+
+impl NodeLoad {
+    /// Whether everything but [`NodeLoad::bound`] is the same in both.
+    pub fn same_usage(&self, other: &NodeLoad) -> bool {
+        // Every field named: a new one is compared, or left out, on purpose.
+        let NodeLoad {
+            node,
+            source,
+            latest_at,
+            latest,
+            windows,
+            capacity,
+            hour_max,
+            hour_coverage,
+            bound: _,
+        } = self;
+        *node == other.node
+            && *source == other.source
+            && *latest_at == other.latest_at
+            && *latest == other.latest
+            && *windows == other.windows
+            && *capacity == other.capacity
+            && *hour_max == other.hour_max
+            && *hour_coverage == other.hour_coverage
+    }
 }
 
 /// Health and counters of one source (fetcher or probe loop).

@@ -76,6 +76,16 @@ pub trait Keyed {
     fn rows<'a>(family: usize, key: &'a str, item: &Self::Item<'a>, out: &mut Vec<Row<'a>>);
     /// Whether two items give the same rows (for the same key).
     fn same(a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool;
+    /// Whether the part's families change at different rates: then a block whose items
+    /// changed is compared family by family ([`Keyed::same_in`]) and only the families whose
+    /// rows changed are written. Otherwise the block is written whole (one comparison of its
+    /// items, not one per family).
+    const PER_FAMILY: bool = false;
+    /// Whether two items give the same rows of family `family` (for the same key); read only
+    /// when [`Keyed::PER_FAMILY`].
+    fn same_in(_family: usize, a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool {
+        Self::same(a, b)
+    }
     /// True when every key and item of `b` is certainly those of `a`, found without visiting
     /// them (the snapshots share the data the items are read from): an output then keeps all
     /// it made of `a`. False says nothing.
@@ -94,6 +104,9 @@ fn same_arc<T>(a: &Option<std::sync::Arc<T>>, b: &Option<std::sync::Arc<T>>) -> 
 /// A node's usage, from the hub (`snap.nodes`).
 pub struct NodeUsage;
 
+/// The index in [`NodeUsage`]'s families of the first bound-pod family (the last three).
+const FIRST_BOUND_FAMILY: usize = 9;
+
 impl Keyed for NodeUsage {
     type Item<'a> = &'a NodeLoad;
     const FAMILIES: &'static [&'static Family] = &[
@@ -110,6 +123,8 @@ impl Keyed for NodeUsage {
         &names::NODE_BOUND_PODS_CPU,
         &names::NODE_BOUND_PODS_MEMORY,
     ];
+
+    const PER_FAMILY: bool = true;
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodeLoad)>) {
         out.extend(snap.nodes.iter().map(|(k, v)| (&**k, &**v)));
@@ -188,7 +203,8 @@ impl Keyed for NodeUsage {
             _ => {
                 let (cpu, memory) = n.bound.as_ref().map_or((0.0, 0.0), |b| b.sum(None));
                 let pods = n.bound.as_ref().map_or(0, |b| b.pods.len());
-                let v = [pods as f64, cpu, memory][family.saturating_sub(9).min(2)];
+                let v =
+                    [pods as f64, cpu, memory][family.saturating_sub(FIRST_BOUND_FAMILY).min(2)];
                 out.push((vec![("node", name)], v));
             }
         }
@@ -196,6 +212,17 @@ impl Keyed for NodeUsage {
 
     fn same(a: &&NodeLoad, b: &&NodeLoad) -> bool {
         std::ptr::eq(*a, *b) || a == b
+    }
+
+    /// The bound-pod families read only [`NodeLoad::bound`], the others everything else: a
+    /// pod bound to a node writes its three bound-pod rows, not its usage rows.
+    fn same_in(family: usize, a: &&NodeLoad, b: &&NodeLoad) -> bool {
+        std::ptr::eq(*a, *b)
+            || if family >= FIRST_BOUND_FAMILY {
+                a.bound == b.bound
+            } else {
+                a.same_usage(b)
+            }
     }
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {

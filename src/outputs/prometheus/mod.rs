@@ -241,6 +241,8 @@ pub struct RenderStats {
     /// Blocks of keys (nodes) whose rows were written, and the keys in them.
     pub blocks: u64,
     pub keys: u64,
+    /// Of those blocks, the families whose rows were written (the others' were the same).
+    pub families: u64,
     /// Whole-snapshot steps written again because their data changed (the instance's own
     /// families, which change on every tick, are not counted).
     pub steps: u64,
@@ -608,7 +610,8 @@ fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
 }
 
 /// Brings one part's blocks up to `snap`: a block whose keys and items are unchanged since
-/// `prev` is kept, any other is written.
+/// `prev` is kept; in a block with the same keys, the families whose rows are unchanged
+/// ([`series::Keyed::same_in`]) are kept; anything else is written.
 fn update_part<P: series::Keyed>(
     cache: &mut PartCache,
     prev: Option<&Snapshot>,
@@ -649,24 +652,18 @@ fn update_part<P: series::Keyed>(
             continue;
         }
         let new = &items[start..=i];
-        let kept = by_first.get(new[0].0).and_then(|&bi| {
-            let b = old[bi].as_ref()?;
-            let olds = old_items.get(b.first..b.first + b.len)?;
-            let same = olds.len() == new.len()
-                && olds
-                    .iter()
-                    .zip(new)
-                    .all(|((ok, oi), (nk, ni))| ok == nk && P::same(oi, ni));
-            if same { old[bi].take() } else { None }
-        });
-        let families = match kept {
-            Some(b) => b.families,
-            None => {
-                stats.blocks += 1;
-                stats.keys += new.len() as u64;
-                render_block::<P>(new, format)
-            }
-        };
+        // The previous block of the same keys, with its items.
+        let (before, olds) = by_first
+            .get(new[0].0)
+            .and_then(|&bi| {
+                let b = old[bi].take()?;
+                let olds = old_items.get(b.first..b.first + b.len)?;
+                let keys_same =
+                    olds.len() == new.len() && olds.iter().zip(new).all(|(o, n)| o.0 == n.0);
+                keys_same.then_some((Some(b.families), olds))
+            })
+            .unwrap_or((None, &[]));
+        let families = block_families::<P>(new, before, olds, format, stats);
         cache.blocks.push(Block {
             first: start,
             len: new.len(),
@@ -676,14 +673,58 @@ fn update_part<P: series::Keyed>(
     }
 }
 
+/// A block's rows, one chunk per family of its part (`None`: the family has no rows there).
+type BlockRows = Vec<Option<Arc<Chunk>>>;
+
+/// The rows of block `new` per family: the previous block's (`before`, of the same keys, whose
+/// items were `olds`) where its rows are the same, written otherwise.
+fn block_families<'a, P: series::Keyed>(
+    new: &[(&'a str, P::Item<'a>)],
+    before: Option<BlockRows>,
+    olds: &[(&str, P::Item<'_>)],
+    format: Format,
+    stats: &mut RenderStats,
+) -> Vec<Option<Arc<Chunk>>> {
+    let mut kept = match before {
+        Some(families) if !P::PER_FAMILY => {
+            if olds.iter().zip(new).all(|(o, n)| P::same(&o.1, &n.1)) {
+                return families;
+            }
+            Vec::new()
+        }
+        Some(families) => {
+            let kept: Vec<Option<Option<Arc<Chunk>>>> = families
+                .into_iter()
+                .enumerate()
+                .map(|(f, rows)| {
+                    let same = olds.iter().zip(new).all(|(o, n)| P::same_in(f, &o.1, &n.1));
+                    same.then_some(rows)
+                })
+                .collect();
+            if kept.iter().all(Option::is_some) {
+                return kept.into_iter().flatten().collect();
+            }
+            kept
+        }
+        None => Vec::new(),
+    };
+    kept.resize(P::FAMILIES.len(), None);
+    stats.blocks += 1;
+    stats.keys += new.len() as u64;
+    stats.families += kept.iter().filter(|k| k.is_none()).count() as u64;
+    render_block::<P>(new, kept, format)
+}
+
 /// A block's rows of one family are held compressed from this many bytes of text: the blocks
 /// of a large cluster (tens of kilobytes each), not a single node's few rows.
 const COMPRESS_FROM: usize = 4096;
 
 /// The rows of `items`, one chunk per family of the part (`None` when it has none); large
-/// ones held compressed only ([`Chunk::compressed`]).
+/// ones held compressed only ([`Chunk::compressed`]). A family `kept` holds (`Some`) is not
+/// written: those rows are the same.
 fn render_block<'a, P: series::Keyed>(
     items: &[(&'a str, P::Item<'a>)],
+    kept: Vec<Option<Option<Arc<Chunk>>>>,
     format: Format,
 ) -> Vec<Option<Arc<Chunk>>> {
     let mut rows = Vec::new();
@@ -692,8 +733,12 @@ fn render_block<'a, P: series::Keyed>(
     let mut compress = None;
     P::FAMILIES
         .iter()
+        .zip(kept)
         .enumerate()
-        .map(|(f, family)| {
+        .map(|(f, (family, kept))| {
+            if let Some(rows) = kept {
+                return rows;
+            }
             rows.clear();
             for (key, item) in items {
                 P::rows(f, key, item, &mut rows);
@@ -957,6 +1002,43 @@ mod tests {
             "the cluster counts and the sample ages"
         );
         assert!(text(&changed) == render(&next, Format::Text));
+    }
+
+    #[test]
+    fn a_binding_writes_only_its_nodes_bound_pod_rows() {
+        use crate::model::{BoundPod, BoundPods};
+        let mut r = Renderer::new(Format::Text);
+        let mut snap = cluster(1000);
+        r.render(Arc::new(snap.clone()));
+        let s0 = r.stats();
+        let mut bound = (*load("node-0500", 0.25)).clone();
+        bound.bound = Some(Arc::new(BoundPods {
+            pods: vec![BoundPod {
+                bound_at: SystemTime::UNIX_EPOCH,
+                cpu_cores: 0.5,
+                memory_bytes: 1e9,
+            }],
+        }));
+        Arc::make_mut(&mut snap.nodes).insert("node-0500".into(), Arc::new(bound));
+        let body = text(&r.render(Arc::new(snap.clone())));
+        let s1 = r.stats();
+        assert_eq!((s1.blocks - s0.blocks, s1.families - s0.families), (1, 3));
+        assert!(body == render(&snap, Format::Text));
+        assert!(body.contains("kube_prober_node_bound_pods{node=\"node-0500\"} 1\n"));
+        assert!(body.contains("kube_prober_node_bound_pods_cpu_cores{node=\"node-0500\"} 0.5\n"));
+
+        // Its usage changes, its estimate not: every family of its block but the three.
+        let mut both = (**snap.nodes.get("node-0500").unwrap()).clone();
+        both.latest.insert(Resource::Cpu, 0.75);
+        Arc::make_mut(&mut snap.nodes).insert("node-0500".into(), Arc::new(both));
+        let body = text(&r.render(Arc::new(snap.clone())));
+        let s2 = r.stats();
+        assert_eq!(s2.blocks - s1.blocks, 1);
+        assert_eq!(
+            s2.families - s1.families,
+            series::NodeUsage::FAMILIES.len() as u64 - 3
+        );
+        assert!(body == render(&snap, Format::Text));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What `/watcher` gives beyond load-watcher, all of it skipped by load-watcher's Go client and
 //! the Trimaran plugins (unknown keys; operators they do not pick): quantile and hour-max metric
-//! entries, each host's `freshness`, the estimate of its just-bound pods (`boundPods`) and its
-//! folding into the CPU and Memory values. docs/trimaran.md is the contract.
+//! entries, each host's `freshness`, the estimate of the hosts' just-bound pods (`boundPods`,
+//! beside the host map) and its folding into the CPU and Memory values. docs/trimaran.md is the contract.
 
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -84,30 +84,49 @@ pub(super) fn push_freshness(out: &mut String, node: &NodeLoad) {
     let _ = write!(out, "\"1h\":{}}}}}", share(f64::from(node.hour_coverage)));
 }
 
-/// `,"boundPods":{..}` when pods are bound to the node that its newest sample cannot show.
-pub(super) fn push_bound(out: &mut String, node: &NodeLoad, fold: Fold, end: SystemTime) {
-    let Some(bound) = node.bound.as_ref().filter(|b| !b.pods.is_empty()) else {
-        return;
-    };
-    let (cpu, memory) = bound.sum(None);
-    let _ = write!(
-        out,
-        ",\"boundPods\":{{\"pods\":{},\"cpuCores\":{cpu},\"memoryBytes\":{memory}",
-        bound.pods.len()
-    );
-    if let Some(cap) = node
-        .capacity
-        .filter(|c| c.cpu_cores > 0.0 && c.memory_bytes > 0.0)
-    {
+/// What closes the body: the host map, then `,"boundPods":{..}` (the estimate of every host
+/// in `hosts` with pods bound that its newest sample cannot show; nothing when none has), then
+/// `data` and the body. Apart from the hosts' entries, so that a pod bound writes this small
+/// piece again, not its host's block of entries (unless `fold` folds it into the values).
+pub(super) fn tail<'a>(
+    hosts: impl Iterator<Item = (&'a str, &'a NodeLoad)>,
+    fold: Fold,
+    end: SystemTime,
+) -> String {
+    let mut out = String::from("}");
+    let mut first = true;
+    for (name, node) in hosts {
+        let Some(bound) = node.bound.as_ref().filter(|b| !b.pods.is_empty()) else {
+            continue;
+        };
+        out.push_str(if first { ",\"boundPods\":{" } else { "," });
+        first = false;
+        super::push_json_string(&mut out, name);
+        let (cpu, memory) = bound.sum(None);
         let _ = write!(
             out,
-            ",\"cpu\":{},\"memory\":{}",
-            100.0 * cpu / cap.cpu_cores,
-            100.0 * memory / cap.memory_bytes
+            ":{{\"pods\":{},\"cpuCores\":{cpu},\"memoryBytes\":{memory}",
+            bound.pods.len()
         );
+        if let Some(cap) = node
+            .capacity
+            .filter(|c| c.cpu_cores > 0.0 && c.memory_bytes > 0.0)
+        {
+            let _ = write!(
+                out,
+                ",\"cpu\":{},\"memory\":{}",
+                100.0 * cpu / cap.cpu_cores,
+                100.0 * memory / cap.memory_bytes
+            );
+        }
+        let folded = !folded(node, fold, end).is_empty();
+        let _ = write!(out, ",\"folded\":{folded}}}");
     }
-    let folded = !folded(node, fold, end).is_empty();
-    let _ = write!(out, ",\"folded\":{folded}}}");
+    if !first {
+        out.push('}');
+    }
+    out.push_str("}}");
+    out
 }
 
 #[cfg(test)]
@@ -260,10 +279,9 @@ mod tests {
             ..WatcherOptions::default()
         };
         let off = decode(&store, now, with(Fold::Off));
-        let b = off.data.node_metrics_map["node-a"]
-            .bound_pods
-            .clone()
-            .expect("boundPods");
+        // Beside the host map, not in node-a's entry.
+        assert_eq!(off.data.bound_pods.keys().collect::<Vec<_>>(), ["node-a"]);
+        let b = off.data.bound_pods["node-a"].clone();
         assert_eq!(
             (b.pods, b.cpu_cores, b.cpu, b.folded),
             (2, 1.5, Some(37.5), false)
@@ -283,10 +301,11 @@ mod tests {
         // TargetLoadPacking adds pods bound after end - 60 s itself: only "early" is folded.
         let tlp = decode(&store, now, with(Fold::BeforeWindowEnd));
         assert_eq!(cpu(&tlp, "AVG"), Some(50.0));
+        assert!(tlp.data.bound_pods["node-a"].folded);
         // A sample taken after "early" and "late" show leaves nothing to estimate.
         sample(&store, "node-a", end + 200 * S, 0.25);
         let w = decode(&store, end + 201 * S, with(Fold::All));
-        assert!(w.data.node_metrics_map["node-a"].bound_pods.is_none());
+        assert!(w.data.bound_pods.is_empty());
         assert_eq!(cpu(&w, "Latest"), Some(25.0));
     }
 }

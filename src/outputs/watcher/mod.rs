@@ -43,6 +43,14 @@ pub struct WatcherWindow {
 pub struct Data {
     #[serde(rename = "NodeMetricsMap", default)]
     pub node_metrics_map: BTreeMap<String, NodeMetrics>,
+    /// Ours, after the host map (load-watcher's Go client skips unknown keys): per host with
+    /// pods bound that its newest sample cannot show yet, their estimated load.
+    #[serde(
+        rename = "boundPods",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub bound_pods: BTreeMap<String, BoundPodsEntry>,
 }
 
 /// load-watcher's `NodeMetrics`.
@@ -58,10 +66,6 @@ pub struct NodeMetrics {
     /// host's newest sample and each window's coverage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freshness: Option<Freshness>,
-    /// Ours: the estimated load of the pods bound since the newest sample (present when there
-    /// is one such pod at least).
-    #[serde(rename = "boundPods", default, skip_serializing_if = "Option::is_none")]
-    pub bound_pods: Option<BoundPodsEntry>,
 }
 
 /// A host's `freshness` key.
@@ -74,7 +78,7 @@ pub struct Freshness {
     pub coverage: BTreeMap<String, f64>,
 }
 
-/// A host's `boundPods` key.
+/// A host's entry in `data.boundPods`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BoundPodsEntry {
     pub pods: u32,
@@ -167,6 +171,8 @@ pub struct WatcherBodies {
     head: Bytes,
     /// Every host entry, comma-separated, in name order, as deflated blocks.
     blocks: Arc<Vec<Arc<Block>>>,
+    /// Everything after the last host entry (see [`extra::tail`]).
+    tail: Bytes,
     /// The nodes the entries were written from, with the window and options (for `?host=`).
     nodes: Arc<NodeMap>,
     window: Window,
@@ -211,18 +217,16 @@ impl PartialEq for WatcherBodies {
     }
 }
 
-/// Closes the host map, `data` and the body.
-const TAIL: &str = "}}}";
-
 impl WatcherBodies {
     /// The body for all hosts, as pieces one after the other: the head, each block inflated
     /// when the piece is asked for, the tail ([`WatcherBodies::all_plain`] joins them once).
     /// An error is a block that does not inflate (not seen: the bytes are our own).
     pub fn plain_pieces(&self) -> impl Iterator<Item = std::io::Result<Bytes>> + Send + 'static {
         let blocks = self.blocks.clone();
+        let tail = self.tail.clone();
         std::iter::once(Ok(self.head.clone()))
             .chain((0..blocks.len()).map(move |i| blocks[i].entries.try_text()))
-            .chain(std::iter::once(Ok(Bytes::from_static(TAIL.as_bytes()))))
+            .chain(std::iter::once(Ok(tail)))
     }
 
     /// The body for all hosts in one piece (inflated and joined: tests and small bodies; empty
@@ -260,7 +264,9 @@ impl WatcherBodies {
 
     /// Length of the plain body for all hosts.
     pub fn plain_len(&self) -> usize {
-        self.head.len() + self.blocks.iter().map(|b| b.entries.len()).sum::<usize>() + TAIL.len()
+        self.head.len()
+            + self.blocks.iter().map(|b| b.entries.len()).sum::<usize>()
+            + self.tail.len()
     }
 
     /// The body for `?host=host`, when that host has data: written now from its load.
@@ -274,8 +280,13 @@ impl WatcherBodies {
         push_json_string(&mut entry, name);
         entry.push(':');
         node_entry(&mut entry, node, self.window, self.opts, self.end);
+        let tail = extra::tail(
+            std::iter::once((&**name, &**node)),
+            self.opts.fold,
+            self.end,
+        );
         Some(Bytes::from(
-            [&self.head[..], entry.as_bytes(), TAIL.as_bytes()].concat(),
+            [&self.head[..], entry.as_bytes(), tail.as_bytes()].concat(),
         ))
     }
 
@@ -296,8 +307,7 @@ impl WatcherBodies {
         let mut chunks = Vec::with_capacity(self.blocks.len() + 1);
         chunks.push(Chunk::new(self.head.to_vec()));
         chunks.extend(self.blocks.iter().map(|b| b.entries.clone()));
-        let tail = Bytes::from_static(TAIL.as_bytes());
-        Body { chunks }.gzip_whole(&[tail])
+        Body { chunks }.gzip_whole(std::slice::from_ref(&self.tail))
     }
 
     /// Whether [`WatcherBodies::all_gzip`] is made already.
@@ -452,6 +462,7 @@ struct Whole {
     end: SystemTime,
     source: String,
     blocks: Arc<Vec<Arc<Block>>>,
+    tail: Bytes,
 }
 
 /// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
@@ -496,6 +507,7 @@ pub fn render_cached(
     let bodies = WatcherBodies {
         head: Bytes::from(head),
         blocks: w.blocks.clone(),
+        tail: w.tail.clone(),
         nodes: w.nodes.clone(),
         window,
         opts,
@@ -610,6 +622,7 @@ fn whole(
     }
     drop(old);
     drop(previous);
+    let tail = extra::tail(nodes.iter().map(|(k, n)| (&***k, &***n)), opts.fold, end);
     Whole {
         nodes: snap.nodes.clone(),
         window,
@@ -619,6 +632,7 @@ fn whole(
         end,
         source,
         blocks: Arc::new(blocks),
+        tail: Bytes::from(tail),
     }
 }
 
@@ -667,7 +681,14 @@ fn same_block(
             .take(block.len)
             .zip(members)
             .all(|((name, load), (new_name, new_load))| {
-                name == *new_name && (Arc::ptr_eq(load, new_load) || **load == ***new_load)
+                (Arc::ptr_eq(name, new_name) || name == *new_name)
+                    && (Arc::ptr_eq(load, new_load)
+                        // Bound pods are not in the entries unless folded into the values.
+                        || if prev.opts.fold == Fold::Off {
+                            load.same_usage(new_load)
+                        } else {
+                            **load == ***new_load
+                        })
             })
 }
 
@@ -769,7 +790,6 @@ fn node_entry(
     extra::push_quantiles(out, &mut first, node, stats, &level);
     out.push_str("],\"tags\":{},\"metadata\":{\"dataCenter\":\"\"}");
     extra::push_freshness(out, node);
-    extra::push_bound(out, node, opts.fold, end);
     out.push('}');
 }
 
@@ -1005,10 +1025,12 @@ mod tests {
     fn reference_body(bodies: &WatcherBodies, snap: &Snapshot) -> Vec<u8> {
         let mut out = String::from_utf8(bodies.head.to_vec()).unwrap();
         let mut first = true;
-        for (name, node) in snap.nodes.iter() {
-            if !node.windows.iter().any(|ws| ws.window == bodies.window) {
-                continue;
-            }
+        let served = || {
+            snap.nodes
+                .iter()
+                .filter(|(_, n)| n.windows.iter().any(|ws| ws.window == bodies.window))
+        };
+        for (name, node) in served() {
             if !first {
                 out.push(',');
             }
@@ -1017,7 +1039,8 @@ mod tests {
             out.push(':');
             node_entry(&mut out, node, bodies.window, bodies.opts, bodies.end);
         }
-        out.push_str(TAIL);
+        let hosts = served().map(|(k, n)| (&**k, &**n));
+        out.push_str(&extra::tail(hosts, bodies.opts.fold, bodies.end));
         out.into_bytes()
     }
 
@@ -1084,7 +1107,12 @@ mod tests {
             entry.push(':');
             node_entry(&mut entry, node, bodies.window, bodies.opts, bodies.end);
             expected.extend_from_slice(entry.as_bytes());
-            expected.extend_from_slice(TAIL.as_bytes());
+            let tail = extra::tail(
+                std::iter::once((&**name, &**node)),
+                bodies.opts.fold,
+                bodies.end,
+            );
+            expected.extend_from_slice(tail.as_bytes());
             assert_eq!(one, expected);
             let decoded: WatcherMetrics = serde_json::from_slice(&one).unwrap();
             assert_eq!(
@@ -1176,5 +1204,67 @@ mod tests {
         let scaled = render_cached(&snap, legacy, &mut cache).unwrap();
         assert_eq!(scaled.blocks_shared_with(&moved).0, 0);
         assert_eq!(cache.blocks_rendered - b2, scaled.blocks.len() as u64);
+    }
+
+    #[test]
+    fn a_pod_bound_writes_the_tail_not_its_hosts_block_unless_folded() {
+        use crate::model::{BoundPod, BoundPods, NodeCapacity};
+        let mut rng = Rng(5);
+        let mut snap = random_snapshot(&mut rng, 2_000);
+        let (name, old) = snap
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.windows.len() == 2)
+            .nth(321)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        let mut bound = (*old).clone();
+        bound.capacity = Some(NodeCapacity {
+            cpu_cores: 4.0,
+            memory_bytes: 8e9,
+        });
+        // The capacity first (it is in the entry when folded), then a pod bound.
+        Arc::make_mut(&mut snap.nodes).insert(name.clone(), Arc::new(bound.clone()));
+        bound.bound = Some(Arc::new(BoundPods {
+            pods: vec![BoundPod {
+                bound_at: bound.latest_at,
+                cpu_cores: 1.0,
+                memory_bytes: 2e9,
+            }],
+        }));
+        let with_pod = {
+            let mut s = snap.clone();
+            Arc::make_mut(&mut s.nodes).insert(name.clone(), Arc::new(bound));
+            s
+        };
+        for fold in [Fold::Off, Fold::All] {
+            let opts = WatcherOptions {
+                fold,
+                ..WatcherOptions::default()
+            };
+            let mut cache = WatcherCache::default();
+            let before = render_cached(&snap, opts, &mut cache).unwrap();
+            let b0 = cache.blocks_rendered;
+            let after = render_cached(&with_pod, opts, &mut cache).unwrap();
+            let (shared, blocks) = after.blocks_shared_with(&before);
+            let rewritten = cache.blocks_rendered - b0;
+            if fold == Fold::Off {
+                assert_eq!((rewritten, shared), (0, blocks), "no entry changed");
+            } else {
+                assert_eq!((rewritten, shared + 1), (1, blocks), "its values moved");
+            }
+            assert_eq!(after.all(), reference_body(&after, &with_pod));
+            assert_eq!(gunzip(after.all_gzip()), reference_body(&after, &with_pod));
+            let w: WatcherMetrics = serde_json::from_slice(&after.all()).unwrap();
+            let b = &w.data.bound_pods[&*name];
+            assert_eq!(
+                (b.pods, b.cpu, b.folded),
+                (1, Some(25.0), fold == Fold::All)
+            );
+            let one: WatcherMetrics = serde_json::from_slice(&after.host(&name).unwrap()).unwrap();
+            assert_eq!(one.data.bound_pods[&*name], *b);
+            let w: WatcherMetrics = serde_json::from_slice(&before.all()).unwrap();
+            assert!(w.data.bound_pods.is_empty());
+        }
     }
 }

@@ -827,7 +827,7 @@ fn spawn_probe<P: Probe>(
 }
 
 /// Whether this instance runs probes: all but a cluster-role shard above 0, whose probe series
-/// are never emitted (they come from shard 0 only, `sink::select`). A StatefulSet pod's ordinal
+/// are never emitted (they come from shard 0 only, `outputs::select`). A StatefulSet pod's ordinal
 /// never changes, so this holds for the life of the process even when replicas change.
 fn runs_probes(shard: &crate::sources::cluster::options::ShardMode) -> bool {
     use crate::sources::cluster::options::ShardMode;

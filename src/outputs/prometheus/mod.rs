@@ -684,7 +684,7 @@ fn block_families<'a, P: series::Keyed>(
     olds: &[(&str, P::Item<'_>)],
     format: Format,
     stats: &mut RenderStats,
-) -> Vec<Option<Arc<Chunk>>> {
+) -> BlockRows {
     let mut kept = match before {
         Some(families) if !P::PER_FAMILY => {
             if olds.iter().zip(new).all(|(o, n)| P::same(&o.1, &n.1)) {

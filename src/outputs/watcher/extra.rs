@@ -1,7 +1,8 @@
 //! What `/watcher` gives beyond load-watcher, all of it skipped by load-watcher's Go client and
 //! the Trimaran plugins (unknown keys; operators they do not pick): quantile and hour-max metric
 //! entries, each host's `freshness`, the estimate of the hosts' just-bound pods (`boundPods`,
-//! beside the host map) and its folding into the CPU and Memory values. docs/trimaran.md is the contract.
+//! beside the host map) and its folding into the CPU and Memory values. docs/trimaran.md is
+//! the contract.
 
 use std::fmt::Write as _;
 use std::time::SystemTime;

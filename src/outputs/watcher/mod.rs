@@ -1020,6 +1020,16 @@ mod tests {
         snap
     }
 
+    /// The `n`th node of `snap` that has both windows, with its load.
+    fn nth_with_both_windows(snap: &Snapshot, n: usize) -> (Arc<str>, Arc<NodeLoad>) {
+        snap.nodes
+            .iter()
+            .filter(|(_, l)| l.windows.len() == 2)
+            .nth(n)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .expect("random_snapshot gives most nodes both windows")
+    }
+
     /// The body as the previous implementation wrote it: the head, every entry joined by
     /// commas, the tail, in one buffer.
     fn reference_body(bodies: &WatcherBodies, snap: &Snapshot) -> Vec<u8> {
@@ -1141,13 +1151,7 @@ mod tests {
         assert_eq!(cache.entries_rendered, served);
 
         // One node changes (a new map, the other loads the same `Arc`s): its block only.
-        let (name, old) = snap
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.windows.len() == 2)
-            .nth(777)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .unwrap();
+        let (name, old) = nth_with_both_windows(&snap, 777);
         let at = old.latest_at;
         Arc::make_mut(&mut snap.nodes).insert(
             name.clone(),
@@ -1211,13 +1215,7 @@ mod tests {
         use crate::model::{BoundPod, BoundPods, NodeCapacity};
         let mut rng = Rng(5);
         let mut snap = random_snapshot(&mut rng, 2_000);
-        let (name, old) = snap
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.windows.len() == 2)
-            .nth(321)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .unwrap();
+        let (name, old) = nth_with_both_windows(&snap, 321);
         let mut bound = (*old).clone();
         bound.capacity = Some(NodeCapacity {
             cpu_cores: 4.0,

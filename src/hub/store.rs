@@ -399,14 +399,12 @@ fn node_load(
     bindings: Option<&mut Vec<Binding>>,
     scratch: &mut Vec<f64>,
 ) -> NodeLoad {
-    // Room for exactly the windows (a `collect` of a filter would make room for four: 184
-    // bytes more per node and snapshot, and two snapshots are alive while one is rendered).
-    let mut windows = Vec::with_capacity(Window::ALL.len());
-    windows.extend(
-        Window::ALL
-            .iter()
-            .filter_map(|&w| window_stats(st, w, scratch)),
-    );
+    // Held with room for exactly the windows (a slice, not a `Vec` of spare capacity): two
+    // snapshots are alive while one is rendered.
+    let windows: Arc<[WindowStats]> = Window::ALL
+        .iter()
+        .filter_map(|&w| window_stats(st, w, scratch))
+        .collect();
     let mut hour_max = ResourceMap::new();
     let mut hour_coverage: f32 = 0.0;
     for r in [Resource::Cpu, Resource::Memory] {
@@ -1295,6 +1293,8 @@ mod tests {
         let bound = s.snapshot(at(13));
         let (a0, a1) = (&first.nodes["a"], &bound.nodes["a"]);
         assert!(!Arc::ptr_eq(a0, a1) && a1.same_usage(a0));
+        // Its windows are shared, not copied: outputs compare them by pointer.
+        assert!(!a0.windows.is_empty() && Arc::ptr_eq(&a0.windows, &a1.windows));
         assert_eq!(a1.bound.as_ref().map(|b| b.sum(None)), Some((0.5, 1e9)));
         assert!(Arc::ptr_eq(&first.nodes["b"], &bound.nodes["b"]));
         // Forgotten: the estimate goes, the usage is still the same.

@@ -86,8 +86,10 @@ pub struct NodeLoad {
     pub latest_at: SystemTime,
     /// The newest value per resource.
     pub latest: ResourceMap<f64>,
-    /// One entry per window that holds at least one sample, longest first.
-    pub windows: Vec<WindowStats>,
+    /// One entry per window that holds at least one sample, longest first. Shared: a load
+    /// remade only for its estimate ([`NodeLoad::bound`]) shares them with the previous one,
+    /// so it costs no copy, and comparing the two costs a pointer.
+    pub windows: Arc<[WindowStats]>,
     pub capacity: Option<NodeCapacity>,
     /// The largest CPU and memory sample of the last hour, present only when samples cover at
     /// least half of the hour's five-minute slots.
@@ -119,7 +121,7 @@ impl NodeLoad {
             && *source == other.source
             && *latest_at == other.latest_at
             && *latest == other.latest
-            && *windows == other.windows
+            && (Arc::ptr_eq(windows, &other.windows) || *windows == other.windows)
             && *capacity == other.capacity
             && *hour_max == other.hour_max
             && *hour_coverage == other.hour_coverage

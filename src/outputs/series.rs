@@ -76,14 +76,19 @@ pub trait Keyed {
     fn rows<'a>(family: usize, key: &'a str, item: &Self::Item<'a>, out: &mut Vec<Row<'a>>);
     /// Whether two items give the same rows (for the same key).
     fn same(a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool;
-    /// Whether the part's families change at different rates: then a block whose items
-    /// changed is compared family by family ([`Keyed::same_in`]) and only the families whose
-    /// rows changed are written. Otherwise the block is written whole (one comparison of its
-    /// items, not one per family).
-    const PER_FAMILY: bool = false;
-    /// Whether two items give the same rows of family `family` (for the same key); read only
-    /// when [`Keyed::PER_FAMILY`].
-    fn same_in(_family: usize, a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool {
+    /// How many groups the part's families fall in, each group read from its own fields of
+    /// an item ([`Keyed::group`]). With more than one, a block whose items changed is
+    /// compared group by group ([`Keyed::same_group`]): once per item and group, not per
+    /// family. Only the families of the groups that changed are written again. With one, the
+    /// block is written whole.
+    const GROUPS: usize = 1;
+    /// The group of family `family`; below [`Keyed::GROUPS`].
+    fn group(_family: usize) -> usize {
+        0
+    }
+    /// Whether two items give the same rows in every family of group `group` (for the same
+    /// key); read only when there is more than one group.
+    fn same_group(_group: usize, a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool {
         Self::same(a, b)
     }
     /// True when every key and item of `b` is certainly those of `a`, found without visiting
@@ -124,7 +129,7 @@ impl Keyed for NodeUsage {
         &names::NODE_BOUND_PODS_MEMORY,
     ];
 
-    const PER_FAMILY: bool = true;
+    const GROUPS: usize = 2;
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodeLoad)>) {
         out.extend(snap.nodes.iter().map(|(k, v)| (&**k, &**v)));
@@ -145,7 +150,7 @@ impl Keyed for NodeUsage {
                         v,
                     ));
                 }
-                for ws in &n.windows {
+                for ws in n.windows.iter() {
                     let win = ws.window.as_str();
                     if let Some(s) = ws.stats.get(&resource) {
                         for (op, v) in [("avg", s.avg), ("std", s.std)] {
@@ -166,7 +171,7 @@ impl Keyed for NodeUsage {
                 }
             }
             5 => {
-                for ws in &n.windows {
+                for ws in n.windows.iter() {
                     for b in ws.backend.iter().filter(|b| b.value.resource.is_none()) {
                         out.push((
                             vec![
@@ -182,7 +187,7 @@ impl Keyed for NodeUsage {
                 }
             }
             6 => {
-                for ws in &n.windows {
+                for ws in n.windows.iter() {
                     for (r, s) in ws.stats.iter() {
                         out.push((
                             vec![
@@ -214,11 +219,16 @@ impl Keyed for NodeUsage {
         std::ptr::eq(*a, *b) || a == b
     }
 
-    /// The bound-pod families read only [`NodeLoad::bound`], the others everything else: a
-    /// pod bound to a node writes its three bound-pod rows, not its usage rows.
-    fn same_in(family: usize, a: &&NodeLoad, b: &&NodeLoad) -> bool {
+    /// The bound-pod families (group 1) read only [`NodeLoad::bound`], the others (group 0)
+    /// everything else: a pod bound to a node writes its three bound-pod rows, not its usage
+    /// rows.
+    fn group(family: usize) -> usize {
+        usize::from(family >= FIRST_BOUND_FAMILY)
+    }
+
+    fn same_group(group: usize, a: &&NodeLoad, b: &&NodeLoad) -> bool {
         std::ptr::eq(*a, *b)
-            || if family >= FIRST_BOUND_FAMILY {
+            || if group == 1 {
                 a.bound == b.bound
             } else {
                 a.same_usage(b)
@@ -237,7 +247,7 @@ const QUANTILE_LABELS: [&str; 4] = ["50", "90", "95", "99"];
 /// A node's CPU and memory quantiles per window, and the hour's max as quantile 1.
 fn quantile_rows<'a>(name: &'a str, n: &'a NodeLoad, out: &mut Vec<Row<'a>>) {
     for r in [Resource::Cpu, Resource::Memory] {
-        for ws in &n.windows {
+        for ws in n.windows.iter() {
             let Some(q) = ws.quantiles.get(&r) else {
                 continue;
             };

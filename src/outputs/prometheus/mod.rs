@@ -611,7 +611,7 @@ fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
 
 /// Brings one part's blocks up to `snap`: a block whose keys and items are unchanged since
 /// `prev` is kept; in a block with the same keys, the families whose rows are unchanged
-/// ([`series::Keyed::same_in`]) are kept; anything else is written.
+/// ([`series::Keyed::same_group`]) are kept; anything else is written.
 fn update_part<P: series::Keyed>(
     cache: &mut PartCache,
     prev: Option<&Snapshot>,
@@ -686,19 +686,29 @@ fn block_families<'a, P: series::Keyed>(
     stats: &mut RenderStats,
 ) -> BlockRows {
     let mut kept = match before {
-        Some(families) if !P::PER_FAMILY => {
+        Some(families) if P::GROUPS == 1 => {
             if olds.iter().zip(new).all(|(o, n)| P::same(&o.1, &n.1)) {
                 return families;
             }
             Vec::new()
         }
         Some(families) => {
+            // One comparison per item and group, however many families the group has.
+            let same: Vec<bool> = (0..P::GROUPS)
+                .map(|g| {
+                    olds.iter()
+                        .zip(new)
+                        .all(|(o, n)| P::same_group(g, &o.1, &n.1))
+                })
+                .collect();
             let kept: Vec<Option<Option<Arc<Chunk>>>> = families
                 .into_iter()
                 .enumerate()
                 .map(|(f, rows)| {
-                    let same = olds.iter().zip(new).all(|(o, n)| P::same_in(f, &o.1, &n.1));
-                    same.then_some(rows)
+                    same.get(P::group(f))
+                        .copied()
+                        .unwrap_or(false)
+                        .then_some(rows)
                 })
                 .collect();
             if kept.iter().all(Option::is_some) {
@@ -854,7 +864,7 @@ mod tests {
                 (Resource::Cpu, cpu),
                 (Resource::Memory, 0.5),
             ]),
-            windows: Vec::new(),
+            windows: Arc::default(),
             capacity: Some(NodeCapacity {
                 cpu_cores: 4.0,
                 memory_bytes: 8e9,

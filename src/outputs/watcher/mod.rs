@@ -924,7 +924,7 @@ mod tests {
             source: "prometheus".into(),
             latest_at: at,
             latest: Default::default(),
-            windows: vec![ws(Window::FiveMinutes)],
+            windows: vec![ws(Window::FiveMinutes)].into(),
             capacity: None,
             hour_max: Default::default(),
             hour_coverage: 0.0,
@@ -932,7 +932,7 @@ mod tests {
         };
         Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node.clone()));
         assert_eq!(served_window(&snap), None);
-        node.windows.push(ws(Window::TenMinutes));
+        node.windows = vec![ws(Window::FiveMinutes), ws(Window::TenMinutes)].into();
         Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node));
         assert_eq!(served_window(&snap), Some(Window::TenMinutes));
         let body = render(&snap, WatcherOptions::default()).unwrap();

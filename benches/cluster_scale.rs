@@ -57,7 +57,13 @@
 //! 5. a full relist: the stand-in compacts its history and drops every watch, each watcher gets
 //!    410 Gone on resuming and lists everything again in pages; done when every watched path
 //!    has been listed and watched again; then one tick (11 s) for the snapshot;
-//! 6. churn at `CHURN_PER_SEC` for `CHURN_SECS`: kube-prober's CPU in cores;
+//! 6. churn at `CHURN_PER_SEC`: kube-prober's CPU in cores over a window of whole tick
+//!    periods, from just after a tick to just after the first tick `CHURN_SECS` later (the
+//!    churn runs on past it), counted from kube-prober's `tick made` debug lines (the run
+//!    passes `--log-level info,kube_prober::app=debug`). Each tick renders every body again,
+//!    so a fixed window held one tick more or less by where it fell, which moved the figure
+//!    by several percent. A build without that line is measured over `CHURN_SECS` unaligned,
+//!    and the report says so;
 //! 7. VmHWM at the end: the peak of the run, full relist included (with the VmHWM the fetch
 //!    phase reset: the larger of the two).
 //!
@@ -94,9 +100,12 @@ const AFTER_TICK: Duration = Duration::from_secs(11);
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 /// etcd keeps 5 minutes of history: at 1,000 changes per second, 300,000 events.
 const HISTORY_LIMIT: usize = 300_000;
-const KUBE_PROBER_ARGS: [&str; 10] = [
+const KUBE_PROBER_ARGS: [&str; 12] = [
     "--role",
     "cluster",
+    // Its `tick made` line: the churn window starts at a tick and counts those in it.
+    "--log-level",
+    "info,kube_prober::app=debug",
     "--listen",
     "127.0.0.1:0",
     "--log-format",
@@ -276,6 +285,8 @@ struct Guard {
     child: Child,
     tail: Arc<Mutex<VecDeque<String>>>,
     warnings: Arc<AtomicUsize>,
+    /// Ticks kube-prober logged as made (its `tick made` debug line).
+    ticks: Arc<AtomicUsize>,
 }
 
 impl Guard {
@@ -500,17 +511,25 @@ fn start_kube_prober(
         child,
         tail: Arc::default(),
         warnings: Arc::default(),
+        ticks: Arc::default(),
     };
     let stderr = guard.child.stderr.take().ok_or("no piped stderr")?;
     let (tx, rx) = mpsc::channel::<String>();
     let tail = guard.tail.clone();
     let warnings = guard.warnings.clone();
+    let ticks = guard.ticks.clone();
     std::thread::spawn(move || {
         // Drain until EOF so the child never blocks on a full pipe; the receiver may be gone.
         let mut tx = Some(tx);
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if line.contains("\"level\":\"WARN\"") || line.contains("\"level\":\"ERROR\"") {
                 warnings.fetch_add(1, Ordering::Relaxed);
+            }
+            // Counted, not kept: a tick a second would push what explains a failure out of
+            // the tail.
+            if line.contains("\"message\":\"tick made\"") {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
             if let Some(t) = &tx
                 && t.send(line.clone()).is_err()
@@ -708,6 +727,92 @@ async fn usage_samples_range(client: &reqwest::Client, base: &str) -> Result<(u6
         (Some(&lo), Some(&hi)) => Ok((lo, hi)),
         _ => Err("usage fill: no kube_prober_node_usage_samples series in /metrics".into()),
     }
+}
+
+/// Longest a churn runs past `CHURN_SECS`, waiting for the tick that ends its window.
+const TICK_SLACK: Duration = Duration::from_secs(20);
+
+/// What the churn cost kube-prober, over a window of whole tick periods.
+struct ChurnWindow {
+    counts: apiserver::ChurnCounts,
+    /// The churn task's own wall time (longer than the window: it runs on until the window's
+    /// last tick, and a little past it).
+    churn_wall: Duration,
+    /// The window: from just after a tick to just after the first one `CHURN_SECS` later.
+    wall: Duration,
+    cpu_ticks: u64,
+    self_ticks: u64,
+    window_ticks: usize,
+    aligned: bool,
+    perf_note: Option<String>,
+}
+
+/// Runs the churn and measures kube-prober over a window that starts and ends just after a
+/// tick. Each tick renders every body again; at one tick in ten seconds, a window of fixed
+/// length holds one tick more or less by where it falls, and that moved the figure by
+/// several percent. A window of whole periods holds the ticks the rate makes, wherever it
+/// starts.
+fn churn_window(
+    rt: &tokio::runtime::Runtime,
+    api: &apiserver::ApiServer,
+    kp: &Guard,
+    s: &Settings,
+) -> Result<ChurnWindow, String> {
+    let pid = kp.pid();
+    let self_pid = std::process::id();
+    let started_at_tick = next_tick(kp, Duration::from_secs(30));
+    let perf = PerfRecord::start(pid);
+    let (ticks0, cpu0, self0) = (
+        kp.ticks.load(Ordering::Relaxed),
+        cpu_ticks(pid),
+        cpu_ticks(self_pid),
+    );
+    let c0 = Instant::now();
+    let churn_for = Duration::from_secs(s.churn_secs as u64);
+    let mut options = ChurnOptions::new(s.churn_per_sec as f64, churn_for + TICK_SLACK);
+    options.replace_percent = s.replace_percent as u32;
+    // Spawned on `rt`, whose workers run it while this thread waits for the window's end.
+    let task = {
+        let _in_rt = rt.enter();
+        api.churn_with(options)
+    };
+    std::thread::sleep(churn_for);
+    let ended_at_tick = next_tick(kp, TICK_SLACK);
+    let wall = c0.elapsed();
+    let cpu_ticks_used = cpu_ticks(pid) - cpu0;
+    let self_ticks = cpu_ticks(self_pid) - self0;
+    let window_ticks = kp.ticks.load(Ordering::Relaxed) - ticks0;
+    let perf_note = perf.and_then(PerfRecord::stop);
+    let counts = rt.block_on(async {
+        tokio::time::timeout(TICK_SLACK + Duration::from_secs(60), task)
+            .await
+            .map_err(|_| "churn did not finish in time".to_string())?
+            .map_err(|e| format!("churn task failed: {e}"))
+    })?;
+    Ok(ChurnWindow {
+        counts,
+        churn_wall: c0.elapsed(),
+        wall,
+        cpu_ticks: cpu_ticks_used,
+        self_ticks,
+        window_ticks,
+        aligned: started_at_tick && ended_at_tick,
+        perf_note,
+    })
+}
+
+/// Waits until kube-prober logs its next `tick made` line; false when none came within `limit`
+/// (a build without that line).
+fn next_tick(kp: &Guard, limit: Duration) -> bool {
+    let start = kp.ticks.load(Ordering::Relaxed);
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if kp.ticks.load(Ordering::Relaxed) > start {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 /// No CPU tick of kube-prober over this long: the fetch (decoding, recording) is over.
@@ -1490,36 +1595,19 @@ fn run(report: &mut Report) -> Result<(), String> {
 
     // 6. Churn.
     sampler.enter(8);
-    let perf = PerfRecord::start(pid);
-    let cpu0 = cpu_ticks(pid);
-    let self0 = cpu_ticks(self_pid);
-    let c0 = Instant::now();
-    let counts = rt.block_on(async {
-        let mut options = ChurnOptions::new(
-            s.churn_per_sec as f64,
-            Duration::from_secs(s.churn_secs as u64),
-        );
-        options.replace_percent = s.replace_percent as u32;
-        let task = api.churn_with(options);
-        tokio::time::timeout(Duration::from_secs(s.churn_secs as u64 + 60), task)
-            .await
-            .map_err(|_| "churn did not finish in time".to_string())?
-            .map_err(|e| format!("churn task failed: {e}"))
-    })?;
-    let churn_wall = c0.elapsed();
-    let churn_ticks = cpu_ticks(pid) - cpu0;
-    if let Some(note) = perf.and_then(PerfRecord::stop) {
+    let w = churn_window(&rt, &api, &kp, &s)?;
+    if let Some(note) = w.perf_note {
         report.note(note);
     }
-    let self_ticks = cpu_ticks(self_pid) - self0;
     kp.running()?;
-    let cores = churn_ticks as f64 * tick_ms / 1000.0 / churn_wall.as_secs_f64();
-    let achieved = counts.total() as f64 / churn_wall.as_secs_f64();
+    let wall = w.wall.as_secs_f64();
+    let cores = w.cpu_ticks as f64 * tick_ms / 1000.0 / wall;
+    let achieved = w.counts.total() as f64 / w.churn_wall.as_secs_f64();
     report.row(
         &format!("CPU at {} pod changes per second", s.churn_per_sec),
         format!(
-            "{cores:.3} cores ({churn_ticks} ticks over {:.1} s; {achieved:.0} changes/s made)",
-            churn_wall.as_secs_f64()
+            "{cores:.3} cores ({} ticks over {wall:.1} s; {achieved:.0} changes/s made)",
+            w.cpu_ticks
         ),
         format!("≤ {:.2} core", b.churn_cores),
         // With the fill, kube-prober fetches all NodeMetrics every 2 s instead of 15 s, and
@@ -1528,12 +1616,19 @@ fn run(report: &mut Report) -> Result<(), String> {
     );
     report.note(format!(
         "churn: {} updates, {} creations, {} deletions over {:.1} s; bench process (stand-in + \
-         churn) CPU {:.1} s in that window, on the same cores",
-        counts.updates,
-        counts.creates,
-        counts.deletes,
-        churn_wall.as_secs_f64(),
-        self_ticks as f64 * tick_ms / 1000.0
+         churn) CPU {:.1} s in the window, on the same cores; the window held {} kube-prober \
+         ticks, {}",
+        w.counts.updates,
+        w.counts.creates,
+        w.counts.deletes,
+        w.churn_wall.as_secs_f64(),
+        w.self_ticks as f64 * tick_ms / 1000.0,
+        w.window_ticks,
+        if w.aligned {
+            "from just after one to just after another"
+        } else {
+            "not aligned to them (no `tick made` line seen: an older build?)"
+        }
     ));
 
     // 7. Peak of the run.

@@ -19,6 +19,38 @@ pub struct Family {
     pub kind: Kind,
     /// The base unit, which is also the name's suffix (OpenMetrics `# UNIT`).
     pub unit: Option<&'static str>,
+    /// What it describes, which decides which instances emit it and push it.
+    pub scope: Scope,
+}
+
+/// What a family describes: which shard emits its rows, and whether a replica that does not
+/// lead still pushes them. Declared with the family, never worked out from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The cluster or its nodes: a row of a node comes from that node's shard, a row of no node
+    /// from shard 0; only the leader pushes it.
+    Cluster,
+    /// The cluster's identity (`kube_prober_cluster_info`): every shard emits it whole, so
+    /// each shard's series can be joined with it; only the leader pushes it.
+    ClusterIdentity,
+    /// This instance itself (build, sources, push outputs, ticks, leadership, its shard, what
+    /// its usage data is worth): every shard emits it, and every replica pushes it.
+    Instance,
+    /// The probes this instance ran: every replica pushes them like [`Scope::Instance`], but
+    /// their results describe the cluster, so of the shards only shard 0 emits them.
+    Probe,
+}
+
+impl Scope {
+    /// Describes this instance: pushed by every replica, leader or not.
+    pub const fn instance_level(self) -> bool {
+        matches!(self, Scope::Instance | Scope::Probe)
+    }
+
+    /// Emitted whole by every shard (no row is left to another shard).
+    pub const fn every_shard(self) -> bool {
+        matches!(self, Scope::Instance | Scope::ClusterIdentity)
+    }
 }
 
 impl Family {
@@ -29,6 +61,11 @@ impl Family {
             Kind::Gauge | Kind::Histogram => self.name.to_string(),
         }
     }
+
+    /// The same family in scope `scope` (every constructor gives [`Scope::Cluster`]).
+    const fn in_scope(self, scope: Scope) -> Family {
+        Family { scope, ..self }
+    }
 }
 
 const fn gauge(name: &'static str, help: &'static str, unit: Option<&'static str>) -> Family {
@@ -37,6 +74,7 @@ const fn gauge(name: &'static str, help: &'static str, unit: Option<&'static str
         help,
         kind: Kind::Gauge,
         unit,
+        scope: Scope::Cluster,
     }
 }
 
@@ -46,6 +84,7 @@ const fn counter(name: &'static str, help: &'static str, unit: Option<&'static s
         help,
         kind: Kind::Counter,
         unit,
+        scope: Scope::Cluster,
     }
 }
 
@@ -53,12 +92,14 @@ pub const BUILD_INFO: Family = gauge(
     "kube_prober_build_info",
     "Always 1; labels give the kube-prober version.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const CLUSTER_INFO: Family = gauge(
     "kube_prober_cluster_info",
     "Always 1; labels give the cluster name, the role this instance runs, and on GCE the project and location.",
     None,
-);
+)
+.in_scope(Scope::ClusterIdentity);
 
 pub const NODE_CPU_UTILIZATION: Family = gauge(
     "kube_prober_node_cpu_utilization_ratio",
@@ -124,12 +165,14 @@ pub const NODE_USAGE_AGE: Family = gauge(
     "kube_prober_node_usage_age_seconds",
     "Age of the nodes' newest usage samples at the tick: percentiles 50, 90 and 99 and the oldest (percentile=\"100\") over the nodes with usage.",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 pub const WATCHER_STALE_HOSTS: Family = gauge(
     "kube_prober_watcher_stale_hosts",
     "Nodes with usage whose newest sample is older than --watcher-max-age: left out of /watcher.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const USAGE_UNMATCHED: Family = gauge(
     "kube_prober_usage_unmatched",
     "The usage backend's self-check at its latest fetch: the cluster's nodes without usage (what=\"nodes_without_usage\") and the series whose node label names no node (what=\"series_without_node\").",
@@ -552,64 +595,76 @@ pub const PROBE_SUCCESS: Family = gauge(
     "kube_prober_probe_success",
     "1 if the newest run of the probe against the target succeeded, else 0.",
     None,
-);
+)
+.in_scope(Scope::Probe);
 pub const PROBE_DURATION: Family = Family {
     name: "kube_prober_probe_duration_seconds",
     help: "How long probe runs took, failed ones included.",
     kind: Kind::Histogram,
     unit: Some("seconds"),
+    scope: Scope::Probe,
 };
 pub const PROBE_RUNS: Family = counter(
     "kube_prober_probe_runs",
     "Probe runs, by probe and target.",
     None,
-);
+)
+.in_scope(Scope::Probe);
 pub const PROBE_FAILURES: Family = counter(
     "kube_prober_probe_failures",
     "Failed probe runs, by probe, target and reason (timeout, refused, dns, status_<code>, bad_body, no_items, too_large, error).",
     None,
-);
+)
+.in_scope(Scope::Probe);
 
 pub const SOURCE_UP: Family = gauge(
     "kube_prober_source_up",
     "1 if the newest run of the source (fetcher, watcher or probe loop) succeeded, else 0.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_RUNS: Family = counter(
     "kube_prober_source_runs",
     "Runs of each source, successful or not.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_ERRORS: Family = counter(
     "kube_prober_source_errors",
     "Failed runs of each source, by reason.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_NO_DATA: Family = counter(
     "kube_prober_source_no_data",
     "Runs of each source that succeeded but had nothing to report.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_DROPPED_VALUES: Family = counter(
     "kube_prober_source_dropped_values",
     "Values a source reported that were rejected (non_finite, negative, above_capacity, bad_capacity, unparsable), by reason.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_EXPIRED_NODES: Family = counter(
     "kube_prober_source_expired_nodes",
     "Nodes whose usage left every output because the source stopped reporting them.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_LAST_RUN_DURATION: Family = gauge(
     "kube_prober_source_last_run_duration_seconds",
     "How long the newest run of each source took.",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 pub const SOURCE_LAST_SUCCESS: Family = gauge(
     "kube_prober_source_last_success_timestamp_seconds",
     "Unix time of the newest successful run of each source (absent before the first).",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 pub const WATCH_RESTARTS: Family = counter(
     "kube_prober_watch_restarts",
     "WATCH requests a Kubernetes watcher sent again without relisting, by resource and why the previous watch ended (closed, error).",
@@ -625,70 +680,83 @@ pub const SINK_PUSHES: Family = counter(
     "kube_prober_sink_pushes",
     "Pushes of each push output (OTLP, Cloud Monitoring), successful or not.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SINK_FAILURES: Family = counter(
     "kube_prober_sink_failures",
     "Failed pushes by reason.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SINK_SKIPPED_TICKS: Family = counter(
     "kube_prober_sink_skipped_ticks",
     "Ticks skipped because the previous push was still running.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SINK_POINTS: Family = counter(
     "kube_prober_sink_points",
     "Points sent by each push output.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SINK_REQUESTS: Family = counter(
     "kube_prober_sink_requests",
     "Requests of each push output that the receiver answered (successfully or not).",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const SINK_LAST_SUCCESS: Family = gauge(
     "kube_prober_sink_last_success_timestamp_seconds",
     "Unix time of the newest successful push.",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 pub const SINK_PUSH_DURATION: Family = gauge(
     "kube_prober_sink_push_duration_seconds",
     "How long the newest push took.",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 
 pub const LEADER: Family = gauge(
     "kube_prober_leader",
     "1 while this replica holds the leader Lease and pushes cluster-level series, else 0 (cluster role with push outputs).",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const LEADER_ACQUIRED: Family = counter(
     "kube_prober_leader_acquired",
     "Times this replica became the holder of the leader Lease.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 
 pub const SHARD_INFO: Family = gauge(
     "kube_prober_shard_info",
     "Always 1 on a sharded cluster-role instance; labels give its shard and the total (total=\"0\" while the StatefulSet's replica count is not known yet: only self-metrics are emitted then).",
     None,
-);
+)
+.in_scope(Scope::Instance);
 
 pub const TICKS: Family = counter(
     "kube_prober_ticks",
     "Snapshots made by the tick loop.",
     None,
-);
+)
+.in_scope(Scope::Instance);
 pub const TICK_DURATION: Family = gauge(
     "kube_prober_tick_duration_seconds",
     "How long the previous tick took to make and render its snapshot.",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 pub const SNAPSHOT_AGE: Family = gauge(
     "kube_prober_snapshot_age_seconds",
     "Seconds since the snapshot this scrape was rendered from was made.",
     Some("seconds"),
-);
+)
+.in_scope(Scope::Instance);
 
 /// Every family, in exposition order.
 pub const ALL: &[Family] = &[

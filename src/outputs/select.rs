@@ -70,8 +70,7 @@ pub fn family_allowed(sel: &Selection, family: &Family) -> bool {
 /// its cluster info, but not the probes, whose results describe the cluster and come from
 /// shard 0 like every cluster-level series.
 pub fn every_shard_emits(family: &Family) -> bool {
-    family.name == names::CLUSTER_INFO.name
-        || (series::is_instance_level(family) && !family.name.starts_with("kube_prober_probe_"))
+    family.scope.every_shard()
 }
 
 /// Whether this instance emits the row with `labels` of `family` (the family filter aside).

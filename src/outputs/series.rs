@@ -34,21 +34,10 @@ pub trait Visitor {
 }
 
 /// True for the families that describe this instance itself (build, probes it ran, its sources,
-/// sinks and ticks) rather than the cluster or its nodes: what a replica that does not lead
-/// may still push.
+/// push outputs and ticks) rather than the cluster or its nodes: what a replica that does not
+/// lead may still push ([`names::Scope::instance_level`]).
 pub fn is_instance_level(family: &Family) -> bool {
-    let n = family.name;
-    n == names::BUILD_INFO.name
-        // What this replica's usage data is worth: every replica serves `/watcher` whole.
-        || n == names::NODE_USAGE_AGE.name
-        || n == names::WATCHER_STALE_HOSTS.name
-        || n.starts_with("kube_prober_probe_")
-        || n.starts_with("kube_prober_source_")
-        || n.starts_with("kube_prober_sink_")
-        || n.starts_with("kube_prober_tick")
-        || n.starts_with("kube_prober_leader")
-        || n == names::SNAPSHOT_AGE.name
-        || n == names::SHARD_INFO.name
+    family.scope.instance_level()
 }
 
 fn flag(b: bool) -> &'static str {

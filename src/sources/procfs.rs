@@ -1,9 +1,15 @@
-//! Pure parsers and counter-delta math for a few Linux procfs files.
+//! Pure parsers and counter-delta math for the Linux procfs files kube-prober reads: the one
+//! set, shared by the host usage source (`usage/host.rs`) and the platform facts of the task
+//! source (`task/platform.rs`).
 //!
 //! Nothing in this module touches the filesystem: every parser takes the raw bytes of one
-//! file (`/proc/stat`, `/proc/meminfo`, `/proc/net/dev`, `/proc/diskstats`) and returns typed
-//! values. Reading the files, keeping the previous sample and deciding which interfaces or
-//! disks matter is the caller's job.
+//! file (`/proc/stat`, `/proc/meminfo`, `/proc/vmstat`, `/proc/net/dev`, `/proc/diskstats`)
+//! and returns typed values. Reading the files, keeping the previous sample and deciding which
+//! interfaces or disks matter is the caller's job.
+//!
+//! Each quantity has one definition here, whoever reports it: busy CPU time is
+//! [`CpuTimes::busy`], memory used is [`MemInfo::used_bytes`] (MemTotal - MemAvailable), and
+//! the host's memory utilization is that figure over MemTotal ([`MemInfo::used_ratio`]).
 //!
 //! Parsers are strict about the lines they use (a malformed number is an error, never a
 //! silent zero) and ignore lines they do not use.
@@ -248,12 +254,20 @@ pub struct MemInfo {
 }
 
 impl MemInfo {
-    /// 1 - available/total, clamped to `[0, 1]`; None if total is 0
+    /// Memory used, in bytes: MemTotal - MemAvailable (0 when available exceeds total). The one
+    /// definition of "memory used": the platform's `memory_usage_bytes` is this figure and the
+    /// host's memory utilization is this figure over MemTotal. Without MemAvailable (kernels
+    /// before 3.14) it is MemTotal - MemFree - Buffers - Cached, floored at 0.
+    pub fn used_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.available_bytes)
+    }
+
+    /// [`Self::used_bytes`] over MemTotal: 1 - available/total, in `[0, 1]`; None if total is 0
     pub fn used_ratio(&self) -> Option<f64> {
         if self.total_bytes == 0 {
             return None;
         }
-        let ratio = 1.0 - self.available_bytes as f64 / self.total_bytes as f64;
+        let ratio = self.used_bytes() as f64 / self.total_bytes as f64;
         Some(ratio.clamp(0.0, 1.0))
     }
 }
@@ -529,6 +543,58 @@ fn nvme_partition(rest: &str) -> Option<()> {
 fn mmc_partition(rest: &str) -> Option<()> {
     let rest = strip_digits(rest)?.strip_prefix('p')?;
     strip_digits(rest)?.is_empty().then_some(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc/vmstat
+// ---------------------------------------------------------------------------------------------
+
+const VMSTAT: &str = "vmstat";
+
+/// The `/proc/vmstat` keys reported, in the order [`parse_vmstat`] returns them.
+pub const VMSTAT_KEYS: [&str; 5] = ["pgfault", "pgmajfault", "pswpin", "pswpout", "oom_kill"];
+
+/// /proc/vmstat: one "key value" pair a line. Returns the [`VMSTAT_KEYS`] present, as (key,
+/// counter), in that order; a key the kernel does not have (oom_kill before 4.13) is left out,
+/// and an input without any of them gives an empty list.
+///
+/// Only the lines of those keys are validated (exactly one unsigned decimal after the key); a
+/// malformed one is a ParseError::Line. All other lines are ignored. If a key appears twice,
+/// the first occurrence wins.
+pub fn parse_vmstat(input: &[u8]) -> Result<Vec<(&'static str, u64)>, ParseError> {
+    let mut slots: [Option<u64>; VMSTAT_KEYS.len()] = [None; VMSTAT_KEYS.len()];
+    for (line_no, line) in numbered_lines(input) {
+        let mut cols = fields(line);
+        let Some(key) = cols.next() else {
+            continue;
+        };
+        let Some(slot) = VMSTAT_KEYS
+            .iter()
+            .position(|k| k.as_bytes() == key)
+            .and_then(|i| slots.get_mut(i))
+        else {
+            continue;
+        };
+        if slot.is_some() {
+            continue;
+        }
+        let err = |what: String| line_error(VMSTAT, line_no, what);
+        let key = show(key);
+        let value = match cols.next() {
+            None => return Err(err(format!("{key}: missing value"))),
+            Some(value) => parse_u64(value)
+                .ok_or_else(|| err(format!("{key}: invalid number {:?}", show(value))))?,
+        };
+        if let Some(extra) = cols.next() {
+            return Err(err(format!("{key}: unexpected trailing {:?}", show(extra))));
+        }
+        *slot = Some(value);
+    }
+    Ok(VMSTAT_KEYS
+        .iter()
+        .zip(slots)
+        .filter_map(|(&key, value)| Some((key, value?)))
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1063,6 +1129,85 @@ mod tests {
             available_estimated: false,
         };
         assert_close(full.used_ratio(), 1.0);
+        assert_eq!(
+            (zero.used_bytes(), over.used_bytes(), full.used_bytes()),
+            (0, 0, 100)
+        );
+    }
+
+    #[test]
+    fn meminfo_used_bytes_is_total_minus_available() {
+        // MemAvailable present: Buffers and Cached play no part.
+        let mem = parse_meminfo(fixture!("meminfo_modern")).unwrap();
+        assert_eq!(mem.used_bytes(), (24_684_084 - 23_939_712) * 1024);
+        // Without MemAvailable: MemTotal - MemFree - Buffers - Cached (1000 - 100 - 50 - 250).
+        let mem =
+            parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 50 kB\nCached: 250 kB\n")
+                .unwrap();
+        assert_eq!(mem.used_bytes(), 600 * 1024);
+        // ... floored at 0 when free, buffers and cached add up to more than the total.
+        let mem =
+            parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 600 kB\nBuffers: 300 kB\nCached: 400 kB\n")
+                .unwrap();
+        assert_eq!(mem.used_bytes(), 0);
+        // The ratio is the same figure over the total.
+        let mem = parse_meminfo(b"MemTotal: 1000 kB\nMemAvailable: 250 kB\n").unwrap();
+        assert_eq!(mem.used_bytes(), 750 * 1024);
+        assert_close(mem.used_ratio(), 0.75);
+    }
+
+    // ----- parse_vmstat -----
+
+    #[test]
+    fn vmstat_reports_the_documented_keys_in_order() {
+        assert_eq!(
+            parse_vmstat(fixture!("vmstat")),
+            Ok(vec![
+                ("pgfault", 627_575_890),
+                ("pgmajfault", 236_229),
+                ("pswpin", 17),
+                ("pswpout", 40),
+                ("oom_kill", 2),
+            ])
+        );
+        // Keys the kernel lacks are left out; other lines, even malformed ones, are ignored.
+        assert_eq!(
+            parse_vmstat(b"nr_free_pages 1\npgfault 42\npswpin 0\noom_kill 3\nnoise x y\n"),
+            Ok(vec![("pgfault", 42), ("pswpin", 0), ("oom_kill", 3)])
+        );
+        assert_eq!(parse_vmstat(b""), Ok(vec![]));
+        assert_eq!(parse_vmstat(b"nr_free_pages 1\n\n"), Ok(vec![]));
+        // The first of a repeated key wins.
+        assert_eq!(
+            parse_vmstat(b"pgfault 1\npgfault 2\n"),
+            Ok(vec![("pgfault", 1)])
+        );
+    }
+
+    #[test]
+    fn vmstat_bad_lines() {
+        for (bad, line) in [
+            (b"pgfault\n".as_slice(), 1),
+            (b"pgfault 1\npswpin -1\n", 2),
+            (b"pswpout 1.5\n", 1),
+            (b"oom_kill 18446744073709551616\n", 1),
+            (b"pgmajfault 1 2\n", 1),
+            (b"nr_free_pages x\npgfault 1 kB\n", 2),
+        ] {
+            assert!(
+                matches!(
+                    parse_vmstat(bad),
+                    Err(ParseError::Line { file: "vmstat", line: l, .. }) if l == line
+                ),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let err = parse_vmstat(b"pgfault lots\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "vmstat: line 1: pgfault: invalid number \"lots\""
+        );
     }
 
     // ----- parse_net_dev -----
@@ -1306,6 +1451,7 @@ mod tests {
             fixture!("stat_garbage"),
             fixture!("meminfo_modern"),
             fixture!("meminfo_no_memavailable"),
+            fixture!("vmstat"),
             fixture!("net_dev_a"),
             fixture!("diskstats_a"),
             fixture!("diskstats_short_line"),
@@ -1315,6 +1461,7 @@ mod tests {
                 let cut = &input[..end];
                 let _ = parse_stat(cut);
                 let _ = parse_meminfo(cut);
+                let _ = parse_vmstat(cut);
                 let _ = parse_net_dev(cut);
                 let _ = parse_diskstats(cut);
             }
@@ -1322,6 +1469,7 @@ mod tests {
         let noise: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
         let _ = parse_stat(&noise);
         let _ = parse_meminfo(&noise);
+        let _ = parse_vmstat(&noise);
         let _ = parse_net_dev(&noise);
         let _ = parse_diskstats(&noise);
     }

@@ -22,7 +22,6 @@ use kube_prober::sources::cluster::derive::{
 };
 use kube_prober::sources::cluster::watchers::{Interner, node_label_keys, trim_node};
 use kube_prober::sources::procfs;
-use kube_prober::sources::task::cgroup;
 use kube_prober::sources::task::pods::{TaskPodConfig, task_pod};
 use kube_prober::sources::usage::prometheus::{parse_vector, strip_port};
 use kube_prober::sources::usage::signalfx::{parse_metadata, parse_window};
@@ -137,7 +136,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // cgroup cpuset lists (src/sources/task/cgroup/parse.rs)
+    // kernel id lists: cpusets, online CPUs and nodes (src/sources/procfs.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -148,8 +147,12 @@ proptest! {
             "([0-9]{1,7}(-[0-9]{1,7})?,){0,20}[0-9]{1,7}\n?".prop_map(String::into_bytes),
         ],
     ) {
-        if let Some(n) = cgroup::parse_id_list_len(&input) {
-            prop_assert!(n <= cgroup::MAX_SET_ID + 1, "{n}");
+        if let Some(n) = procfs::parse_id_list_len(&input) {
+            prop_assert!(n <= procfs::MAX_SET_ID + 1, "{n}");
+            let ids = procfs::parse_id_list(&input).map(|ids| ids.len());
+            prop_assert_eq!(ids, Some(n as usize), "the list has the ids the count says");
+        } else {
+            prop_assert_eq!(procfs::parse_id_list(&input), None);
         }
     }
 
@@ -169,7 +172,7 @@ proptest! {
             next = hi + 1;
         }
         let text = format!("{}\n", parts.join(","));
-        prop_assert_eq!(cgroup::parse_id_list_len(text.as_bytes()), Some(want), "{}", text);
+        prop_assert_eq!(procfs::parse_id_list_len(text.as_bytes()), Some(want), "{}", text);
     }
 
     // --------------------------------------------------------------------------------------
@@ -181,6 +184,8 @@ proptest! {
         let _ = procfs::parse_stat(&input);
         let _ = procfs::parse_meminfo(&input);
         let _ = procfs::parse_vmstat(&input);
+        let _ = procfs::parse_node_meminfo(&input);
+        let _ = procfs::parse_auxv_page_size(&input);
         let _ = procfs::parse_net_dev(&input);
         let _ = procfs::parse_diskstats(&input);
     }

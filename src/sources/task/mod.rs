@@ -118,9 +118,9 @@ pub fn spawn(
     })
 }
 
-/// The platform run's outcome: failed with reason `parse` when a procfs file did not parse
-/// (the facts read are still recorded), with reason `io` when neither the sysfs CPU list nor
-/// `/proc/stat` could be read, else ok.
+/// The platform run's outcome: failed with reason `parse` when a procfs file or a NUMA node's
+/// meminfo did not parse (the facts read are still recorded), with reason `io` when neither the
+/// sysfs CPU list nor `/proc/stat` could be read, else ok.
 fn platform_outcome(cfg: &TaskConfig, plat: &Platform, errors: &[Error]) -> RunOutcome {
     if let Some(first) = errors.first() {
         let message = errors
@@ -128,7 +128,7 @@ fn platform_outcome(cfg: &TaskConfig, plat: &Platform, errors: &[Error]) -> RunO
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        tracing::warn!(source = PLATFORM_SOURCE, error = %message, "procfs file did not parse; its values are left out");
+        tracing::warn!(source = PLATFORM_SOURCE, error = %message, "platform file did not parse; its values are left out");
         return RunOutcome::Failed {
             reason: first.metric_label().into(), // one of error::SOURCE_ERROR_REASONS
             message,

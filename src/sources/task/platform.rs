@@ -16,48 +16,6 @@ use crate::sources::procfs::{self, CpuStat};
 /// architecture (the kernel's CONFIG_HZ does not change it).
 pub const USER_HZ: f64 = 100.0;
 
-/// A kernel CPU list (`0-3,8,10-11`) as the ids it names.
-pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a || b - a > 65_536 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
-}
-
-/// A per-node meminfo (`Node 0 MemTotal:  16384 kB`): (MemTotal, MemFree) in bytes.
-pub fn parse_node_meminfo(s: &str) -> (Option<f64>, Option<f64>) {
-    let mut total = None;
-    let mut free = None;
-    for l in s.lines() {
-        let mut it = l.split_ascii_whitespace().skip(2);
-        let (Some(k), Some(v)) = (it.next(), it.next()) else {
-            continue;
-        };
-        let Ok(v) = v.parse::<f64>() else { continue };
-        let bytes = if it.next() == Some("kB") {
-            v * 1024.0
-        } else {
-            v
-        };
-        match k {
-            "MemTotal:" => total = Some(bytes),
-            "MemFree:" => free = Some(bytes),
-            _ => {}
-        }
-    }
-    (total, free)
-}
-
 /// Busy seconds (user+nice+system+irq+softirq+steal) of each `cpuN` line of `/proc/stat`.
 pub fn cpu_busy_seconds(stat: &CpuStat) -> Vec<(u32, f64)> {
     stat.per_cpu
@@ -71,17 +29,17 @@ fn read(p: &Path) -> Option<String> {
 }
 
 /// Reads the platform facts from a sysfs root (e.g. `/sys`) and a procfs root (`/proc`).
-/// Every part is optional: what cannot be read is absent. A procfs file that was read but is
-/// malformed is absent too, and its error is returned (the run is counted as failed, reason
+/// Every part is optional: what cannot be read is absent. A procfs file or a NUMA node's
+/// meminfo that was read but is malformed is absent too, and its error is returned (the run is counted as failed, reason
 /// `parse`, with the rest of the facts kept).
 pub fn read_platform(node: &str, sysfs: &Path, procfs: &Path) -> (Platform, Vec<Error>) {
     let mut p = Platform {
         node: node.to_string(),
         ..Platform::default()
     };
-    read_topology(&mut p, sysfs);
-    read_numa(&mut p, sysfs);
     let mut errors = Vec::new();
+    read_topology(&mut p, sysfs);
+    read_numa(&mut p, sysfs, &mut errors);
     if let Some(stat) = parse_file(&procfs.join("stat"), procfs::parse_stat, &mut errors) {
         p.cpu_busy_seconds = cpu_busy_seconds(&stat);
     }
@@ -108,7 +66,7 @@ fn parse_file<T>(
 /// Online CPUs, and sockets and cores when every online CPU's topology is readable.
 fn read_topology(p: &mut Platform, sysfs: &Path) {
     let cpu_dir = sysfs.join("devices/system/cpu");
-    let Some(cpus) = read(&cpu_dir.join("online")).and_then(|s| parse_cpu_list(&s)) else {
+    let Some(cpus) = read_id_list(&cpu_dir.join("online")) else {
         return;
     };
     p.cpus = Some(cpus.len() as u32);
@@ -130,42 +88,37 @@ fn read_topology(p: &mut Platform, sysfs: &Path) {
     }
 }
 
-/// Online NUMA nodes and each one's MemTotal and MemFree.
-fn read_numa(p: &mut Platform, sysfs: &Path) {
+/// Online NUMA nodes and each one's MemTotal and MemFree; a node meminfo that was read but
+/// does not parse is left out, its error kept.
+fn read_numa(p: &mut Platform, sysfs: &Path, errors: &mut Vec<Error>) {
     let node_dir = sysfs.join("devices/system/node");
-    let Some(nodes) = read(&node_dir.join("online")).and_then(|s| parse_cpu_list(&s)) else {
+    let Some(nodes) = read_id_list(&node_dir.join("online")) else {
         return;
     };
     p.numa_nodes = Some(nodes.len() as u32);
     for n in nodes {
-        if let Some(s) = read(&node_dir.join(format!("node{n}/meminfo")))
-            && let (Some(total), Some(free)) = parse_node_meminfo(&s)
-        {
+        let path = node_dir.join(format!("node{n}/meminfo"));
+        if let Some(m) = parse_file(&path, procfs::parse_node_meminfo, errors) {
             p.numa_memory.push(NumaMemory {
                 node: n,
-                total_bytes: total,
-                free_bytes: free,
+                total_bytes: m.total_bytes as f64,
+                free_bytes: m.free_bytes as f64,
             });
         }
     }
+}
+
+/// A kernel id list file (`cpu/online`, `node/online`); `None` when unreadable or not a list.
+fn read_id_list(path: &Path) -> Option<Vec<u32>> {
+    procfs::parse_id_list(&std::fs::read(path).ok()?)
 }
 
 /// The page size from `/proc/self/auxv` (AT_PAGESZ), for v1 NUMA pages; 4096 if unreadable.
 pub fn read_page_size(procfs: &Path) -> u64 {
     std::fs::read(procfs.join("self/auxv"))
         .ok()
-        .and_then(|b| parse_auxv_page_size(&b))
+        .and_then(|b| procfs::parse_auxv_page_size(&b))
         .unwrap_or(4096)
-}
-
-/// AT_PAGESZ (6) from an auxiliary vector of native-endian 64-bit (key, value) pairs.
-pub fn parse_auxv_page_size(b: &[u8]) -> Option<u64> {
-    const AT_PAGESZ: u64 = 6;
-    b.chunks_exact(16).find_map(|c| {
-        let k = u64::from_ne_bytes(c[..8].try_into().ok()?);
-        let v = u64::from_ne_bytes(c[8..].try_into().ok()?);
-        (k == AT_PAGESZ && v.is_power_of_two()).then_some(v)
-    })
 }
 
 #[cfg(test)]
@@ -173,34 +126,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_lists() {
-        assert_eq!(
-            parse_cpu_list("0-3,8,10-11\n"),
-            Some(vec![0, 1, 2, 3, 8, 10, 11])
-        );
-        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("x"), None);
-    }
-
-    #[test]
-    fn procfs_and_sysfs_text() {
-        let (t, f) = parse_node_meminfo(
-            "Node 0 MemTotal:       16384 kB\nNode 0 MemFree:         1024 kB\n",
-        );
-        assert_eq!((t, f), (Some(16384.0 * 1024.0), Some(1024.0 * 1024.0)));
+    fn busy_seconds_per_cpu() {
         let stat = procfs::parse_stat(
             b"cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 10 50 1000 7 3 2 5 0 0\ncpu1 1 1 1 1 1 1 1 1\nintr 1\n",
         )
         .unwrap();
         assert_eq!(cpu_busy_seconds(&stat), vec![(0, 1.7), (1, 0.06)]);
-        let mut auxv = Vec::new();
-        for (k, v) in [(33u64, 1u64), (6, 65536), (0, 0)] {
-            auxv.extend_from_slice(&k.to_ne_bytes());
-            auxv.extend_from_slice(&v.to_ne_bytes());
-        }
-        assert_eq!(parse_auxv_page_size(&auxv), Some(65536));
-        assert_eq!(parse_auxv_page_size(&[1, 2, 3]), None);
     }
 
     #[test]
@@ -284,6 +215,37 @@ mod tests {
                 ("oom_kill", 2.0),
             ]
         );
+    }
+
+    #[test]
+    fn a_malformed_node_meminfo_is_an_error_and_that_node_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("devices/system/node");
+        std::fs::create_dir_all(node.join("node0")).unwrap();
+        std::fs::create_dir_all(node.join("node1")).unwrap();
+        std::fs::write(node.join("online"), "0-1\n").unwrap();
+        std::fs::write(
+            node.join("node0/meminfo"),
+            "Node 0 MemTotal: 100 kB\nNode 0 MemFree: 40 kB\n",
+        )
+        .unwrap();
+        std::fs::write(
+            node.join("node1/meminfo"),
+            "Node 1 MemTotal: 200 kB\nNode 1 MemFree: many kB\n",
+        )
+        .unwrap();
+        let (p, errors) = read_platform("n1", dir.path(), &dir.path().join("no-proc"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].metric_label(), "parse");
+        assert!(
+            errors[0].to_string().contains("node meminfo: line 2"),
+            "{}",
+            errors[0]
+        );
+        assert_eq!(p.numa_nodes, Some(2));
+        assert_eq!(p.numa_memory.len(), 1);
+        assert_eq!(p.numa_memory[0].node, 0);
+        assert_eq!(p.numa_memory[0].total_bytes, 100.0 * 1024.0);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! Nothing in this module touches the filesystem: every parser takes the raw bytes of one
 //! file (`/proc/stat`, `/proc/meminfo`, `/proc/vmstat`, `/proc/net/dev`, `/proc/diskstats`,
 //! `/proc/self/auxv`, sysfs `nodeN/meminfo` and kernel id lists such as
-//! `/sys/devices/system/cpu/online`) and returns typed values. Reading the files, keeping the previous sample and deciding which
-//! interfaces or disks matter is the caller's job.
+//! `/sys/devices/system/cpu/online`) and returns typed values. Reading the files, keeping the
+//! previous sample and deciding which interfaces or disks matter is the caller's job.
 //!
 //! Each quantity has one definition here, whoever reports it: busy CPU time is
 //! [`CpuTimes::busy`], memory used is [`MemInfo::used_bytes`] (MemTotal - MemAvailable), and

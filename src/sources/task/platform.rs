@@ -1,9 +1,9 @@
 //! The node's platform facts (WCA's `platform_*`): topology from `/sys/devices/system/cpu` and
 //! `/sys/devices/system/node` (any architecture, no `/proc/cpuinfo`), per-NUMA-node memory,
 //! busy CPU seconds per CPU, memory used and a small vmstat set from procfs.
-//! `read_*` does I/O, `parse_*` is pure. `/proc/stat`, `/proc/meminfo` and `/proc/vmstat` are
-//! read with the shared parsers of [`crate::sources::procfs`], so busy CPU time and memory used
-//! are the same figures the host usage source reports.
+//! This file does the I/O; every file is parsed by the shared parsers of
+//! [`crate::sources::procfs`], so busy CPU time and memory used are the same figures the host
+//! usage source reports.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -30,8 +30,8 @@ fn read(p: &Path) -> Option<String> {
 
 /// Reads the platform facts from a sysfs root (e.g. `/sys`) and a procfs root (`/proc`).
 /// Every part is optional: what cannot be read is absent. A procfs file or a NUMA node's
-/// meminfo that was read but is malformed is absent too, and its error is returned (the run is counted as failed, reason
-/// `parse`, with the rest of the facts kept).
+/// meminfo that was read but is malformed is absent too, and its error is returned (the run
+/// is counted as failed, reason `parse`, with the rest of the facts kept).
 pub fn read_platform(node: &str, sysfs: &Path, procfs: &Path) -> (Platform, Vec<Error>) {
     let mut p = Platform {
         node: node.to_string(),
@@ -52,7 +52,7 @@ pub fn read_platform(node: &str, sysfs: &Path, procfs: &Path) -> (Platform, Vec<
     (p, errors)
 }
 
-/// One procfs file through its shared parser: `None` when it cannot be read (absent, as
+/// One procfs or sysfs file through its shared parser: `None` when it cannot be read (absent, as
 /// every platform part may be) or does not parse (the error kept).
 fn parse_file<T>(
     path: &Path,

@@ -22,7 +22,6 @@ use kube_prober::sources::cluster::derive::{
 };
 use kube_prober::sources::cluster::watchers::{Interner, node_label_keys, trim_node};
 use kube_prober::sources::procfs;
-use kube_prober::sources::task::cgroup;
 use kube_prober::sources::task::pods::{TaskPodConfig, task_pod};
 use kube_prober::sources::usage::prometheus::{parse_vector, strip_port};
 use kube_prober::sources::usage::signalfx::{parse_metadata, parse_window};
@@ -137,7 +136,7 @@ proptest! {
     }
 
     // --------------------------------------------------------------------------------------
-    // cgroup cpuset lists (src/sources/task/cgroup/parse.rs)
+    // kernel id lists: cpusets, online CPUs and nodes (src/sources/procfs.rs)
     // --------------------------------------------------------------------------------------
 
     #[test]
@@ -148,8 +147,12 @@ proptest! {
             "([0-9]{1,7}(-[0-9]{1,7})?,){0,20}[0-9]{1,7}\n?".prop_map(String::into_bytes),
         ],
     ) {
-        if let Some(n) = cgroup::parse_id_list_len(&input) {
-            prop_assert!(n <= cgroup::MAX_SET_ID + 1, "{n}");
+        if let Some(n) = procfs::parse_id_list_len(&input) {
+            prop_assert!(n <= procfs::MAX_SET_ID + 1, "{n}");
+            let ids = procfs::parse_id_list(&input).map(|ids| ids.len());
+            prop_assert_eq!(ids, Some(n as usize), "the list has the ids the count says");
+        } else {
+            prop_assert_eq!(procfs::parse_id_list(&input), None);
         }
     }
 
@@ -169,7 +172,7 @@ proptest! {
             next = hi + 1;
         }
         let text = format!("{}\n", parts.join(","));
-        prop_assert_eq!(cgroup::parse_id_list_len(text.as_bytes()), Some(want), "{}", text);
+        prop_assert_eq!(procfs::parse_id_list_len(text.as_bytes()), Some(want), "{}", text);
     }
 
     // --------------------------------------------------------------------------------------
@@ -180,6 +183,9 @@ proptest! {
     fn procfs_parsers_never_panic_on_bytes(input in prop::collection::vec(any::<u8>(), 0..2048)) {
         let _ = procfs::parse_stat(&input);
         let _ = procfs::parse_meminfo(&input);
+        let _ = procfs::parse_vmstat(&input);
+        let _ = procfs::parse_node_meminfo(&input);
+        let _ = procfs::parse_auxv_page_size(&input);
         let _ = procfs::parse_net_dev(&input);
         let _ = procfs::parse_diskstats(&input);
     }
@@ -190,6 +196,7 @@ proptest! {
             prop_oneof![
                 "cpu[0-9]{0,12} ( [0-9]{1,21}){0,12}",
                 "(MemTotal|MemFree|MemAvailable|Buffers|Cached): *[0-9]{0,22}( kB| MB)?( x)?",
+                "(pgfault|pgmajfault|pswpin|pswpout|oom_kill|nr_free_pages)( -?[0-9]{0,22})?( x)?",
                 " *[a-z0-9]{0,6}:( ?[0-9]{1,21}){0,18}",
                 " *[0-9]{1,4} +[0-9]{1,4} [a-z]{1,4}[0-9]{0,3}( [0-9]{1,21}){0,18}",
                 "[ -~]{0,40}",
@@ -204,10 +211,17 @@ proptest! {
             let u = procfs::cpu_utilization(&stat, &stat);
             prop_assert!(u.is_none(), "no elapsed jiffies, no ratio: {u:?}");
         }
-        if let Ok(m) = procfs::parse_meminfo(input)
-            && let Some(r) = m.used_ratio()
-        {
-            prop_assert!((0.0..=1.0).contains(&r));
+        if let Ok(m) = procfs::parse_meminfo(input) {
+            prop_assert!(m.used_bytes() <= m.total_bytes);
+            if let Some(r) = m.used_ratio() {
+                prop_assert!((0.0..=1.0).contains(&r));
+            }
+        }
+        if let Ok(v) = procfs::parse_vmstat(input) {
+            let keys: Vec<&str> = v.iter().map(|(k, _)| *k).collect();
+            let mut documented = procfs::VMSTAT_KEYS.to_vec();
+            documented.retain(|k| keys.contains(k));
+            prop_assert_eq!(keys, documented, "documented keys, once each, in order");
         }
         let _ = procfs::parse_net_dev(input);
         let _ = procfs::parse_diskstats(input);
@@ -273,6 +287,20 @@ proptest! {
                 let e = procfs::parse_meminfo(text.as_bytes()).unwrap_err().to_string();
                 prop_assert!(e.contains("overflows"), "{}", e);
             }
+        }
+    }
+
+    /// Oracle: memory used is MemTotal - MemAvailable in bytes, floored at 0, and the host's
+    /// ratio is that figure over MemTotal.
+    #[test]
+    fn meminfo_used_is_total_minus_available(total in 0u64..1 << 40, avail in 0u64..1 << 40) {
+        let text = format!("MemTotal: {total} kB\nMemFree: 1 kB\nMemAvailable: {avail} kB\n");
+        let m = procfs::parse_meminfo(text.as_bytes()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(m.used_bytes(), total.saturating_sub(avail) * 1024);
+        if total > 0 {
+            let r = m.used_ratio().unwrap_or(f64::NAN);
+            let want = (total.saturating_sub(avail) as f64 / total as f64).clamp(0.0, 1.0);
+            prop_assert!((r - want).abs() < 1e-12, "{} vs {}", r, want);
         }
     }
 

@@ -136,7 +136,9 @@ pub struct Platform {
     pub numa_memory: Vec<NumaMemory>,
     /// Busy CPU seconds per logical CPU (user+nice+system+irq+softirq+steal), a counter.
     pub cpu_busy_seconds: Vec<(u32, f64)>,
-    /// MemTotal - MemFree - Buffers - Cached (WCA's `platform_mem_usage_bytes`).
+    /// Memory used, MemTotal - MemAvailable (`procfs::MemInfo::used_bytes`, the figure the
+    /// host usage source's memory utilization divides by MemTotal; WCA's
+    /// `platform_mem_usage_bytes` was MemTotal - MemFree - Buffers - Cached).
     pub memory_usage_bytes: Option<f64>,
     /// A documented `/proc/vmstat` set: (key, counter value).
     pub vmstat: Vec<(&'static str, f64)>,

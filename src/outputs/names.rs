@@ -567,7 +567,7 @@ pub const PLATFORM_CPU_BUSY: Family = counter(
 );
 pub const PLATFORM_MEMORY_USAGE: Family = gauge(
     "kube_prober_platform_memory_usage_bytes",
-    "MemTotal - MemFree - Buffers - Cached from /proc/meminfo.",
+    "Memory used, MemTotal - MemAvailable from /proc/meminfo (kernels without MemAvailable: MemTotal - MemFree - Buffers - Cached), the figure the node memory utilization divides by MemTotal.",
     Some("bytes"),
 );
 pub const PLATFORM_NUMA_TOTAL: Family = gauge(

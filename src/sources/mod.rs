@@ -6,7 +6,8 @@
 //!   derived from them.
 //! - [`probe`]: health probes (HTTP, DNS, Kubernetes).
 //! - [`task`]: the node role's per-pod and per-container cgroup, perf and platform metrics.
-//! - [`procfs`]: the procfs parsers the usage and task sources share.
+//! - [`procfs`]: every procfs and sysfs parser but the cgroup files', shared by the usage and
+//!   task sources, with the one definition of busy CPU time and memory used.
 //!
 //! May import: [`crate::shared`], [`crate::model`], [`crate::hub`], [`crate::k8s`]; a source
 //! never imports another source (only the shared [`procfs`] parsers), an output, or config.

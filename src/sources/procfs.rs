@@ -1,9 +1,17 @@
-//! Pure parsers and counter-delta math for a few Linux procfs files.
+//! Pure parsers and counter-delta math for the Linux procfs and sysfs files kube-prober reads:
+//! the one set, shared by the host usage source (`usage/host.rs`) and the task source
+//! (`task/platform.rs`, and the kernel id lists of cpusets and online CPUs). The cgroup files'
+//! own formats are parsed in the cgroup room (`task/cgroup/parse.rs`).
 //!
 //! Nothing in this module touches the filesystem: every parser takes the raw bytes of one
-//! file (`/proc/stat`, `/proc/meminfo`, `/proc/net/dev`, `/proc/diskstats`) and returns typed
-//! values. Reading the files, keeping the previous sample and deciding which interfaces or
-//! disks matter is the caller's job.
+//! file (`/proc/stat`, `/proc/meminfo`, `/proc/vmstat`, `/proc/net/dev`, `/proc/diskstats`,
+//! `/proc/self/auxv`, sysfs `nodeN/meminfo` and kernel id lists such as
+//! `/sys/devices/system/cpu/online`) and returns typed values. Reading the files, keeping the
+//! previous sample and deciding which interfaces or disks matter is the caller's job.
+//!
+//! Each quantity has one definition here, whoever reports it: busy CPU time is
+//! [`CpuTimes::busy`], memory used is [`MemInfo::used_bytes`] (MemTotal - MemAvailable), and
+//! the host's memory utilization is that figure over MemTotal ([`MemInfo::used_ratio`]).
 //!
 //! Parsers are strict about the lines they use (a malformed number is an error, never a
 //! silent zero) and ignore lines they do not use.
@@ -248,12 +256,20 @@ pub struct MemInfo {
 }
 
 impl MemInfo {
-    /// 1 - available/total, clamped to `[0, 1]`; None if total is 0
+    /// Memory used, in bytes: MemTotal - MemAvailable (0 when available exceeds total). The one
+    /// definition of "memory used": the platform's `memory_usage_bytes` is this figure and the
+    /// host's memory utilization is this figure over MemTotal. Without MemAvailable (kernels
+    /// before 3.14) it is MemTotal - MemFree - Buffers - Cached, floored at 0.
+    pub fn used_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.available_bytes)
+    }
+
+    /// [`Self::used_bytes`] over MemTotal: 1 - available/total, in `[0, 1]`; None if total is 0
     pub fn used_ratio(&self) -> Option<f64> {
         if self.total_bytes == 0 {
             return None;
         }
-        let ratio = 1.0 - self.available_bytes as f64 / self.total_bytes as f64;
+        let ratio = self.used_bytes() as f64 / self.total_bytes as f64;
         Some(ratio.clamp(0.0, 1.0))
     }
 }
@@ -292,31 +308,7 @@ pub fn parse_meminfo(input: &[u8]) -> Result<MemInfo, ParseError> {
         if slot.is_some() {
             continue;
         }
-        let err = |what: String| line_error(MEMINFO, line_no, what);
-        let key = show(key);
-        let mut cols = fields(rest);
-        let kib = match cols.next() {
-            None => return Err(err(format!("{key}: missing value"))),
-            Some(value) => parse_u64(value)
-                .ok_or_else(|| err(format!("{key}: invalid number {:?}", show(value))))?,
-        };
-        match cols.next() {
-            Some(unit) if unit.eq_ignore_ascii_case(b"kB") => {}
-            Some(unit) => {
-                return Err(err(format!(
-                    "{key}: expected unit kB, found {:?}",
-                    show(unit)
-                )));
-            }
-            None => return Err(err(format!("{key}: missing unit kB"))),
-        }
-        if let Some(extra) = cols.next() {
-            return Err(err(format!("{key}: unexpected trailing {:?}", show(extra))));
-        }
-        let bytes = kib
-            .checked_mul(1024)
-            .ok_or_else(|| err(format!("{key}: {kib} kB overflows a byte count")))?;
-        *slot = Some(bytes);
+        *slot = Some(kib_value(key, rest).map_err(|what| line_error(MEMINFO, line_no, what))?);
     }
     let [total, free, available, buffers, cached] = slots;
     let total_bytes = total.ok_or(ParseError::Missing {
@@ -341,6 +333,154 @@ pub fn parse_meminfo(input: &[u8]) -> Result<MemInfo, ParseError> {
         total_bytes,
         available_bytes,
         available_estimated,
+    })
+}
+
+/// The value of one meminfo-style line after its "Key:" (" 16384 kB"), in bytes: one number,
+/// the unit kB, nothing after; the error text names the key.
+fn kib_value(key: &[u8], rest: &[u8]) -> Result<u64, String> {
+    let key = show(key);
+    let mut cols = fields(rest);
+    let kib = match cols.next() {
+        None => return Err(format!("{key}: missing value")),
+        Some(value) => {
+            parse_u64(value).ok_or_else(|| format!("{key}: invalid number {:?}", show(value)))?
+        }
+    };
+    match cols.next() {
+        Some(unit) if unit.eq_ignore_ascii_case(b"kB") => {}
+        Some(unit) => return Err(format!("{key}: expected unit kB, found {:?}", show(unit))),
+        None => return Err(format!("{key}: missing unit kB")),
+    }
+    if let Some(extra) = cols.next() {
+        return Err(format!("{key}: unexpected trailing {:?}", show(extra)));
+    }
+    kib.checked_mul(1024)
+        .ok_or_else(|| format!("{key}: {kib} kB overflows a byte count"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// sysfs nodeN/meminfo
+// ---------------------------------------------------------------------------------------------
+
+/// Total and free memory of one NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeMemInfo {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+}
+
+const NODE_MEMINFO: &str = "node meminfo";
+
+/// `/sys/devices/system/node/nodeN/meminfo`: lines of "Node N Key: value kB". MemTotal and
+/// MemFree are read and validated as in /proc/meminfo (a number, then kB); a line of theirs
+/// without the "Node N" prefix is a ParseError::Line, every other line is ignored. Either key
+/// missing: ParseError::Missing. If a key appears twice, the first occurrence wins.
+pub fn parse_node_meminfo(input: &[u8]) -> Result<NodeMemInfo, ParseError> {
+    let mut slots: [Option<u64>; 2] = [None; 2];
+    for (line_no, line) in numbered_lines(input) {
+        let err = |what: String| line_error(NODE_MEMINFO, line_no, what);
+        let mut halves = line.splitn(2, |&b| b == b':');
+        let head = halves.next().unwrap_or_default();
+        let Some(rest) = halves.next() else {
+            continue;
+        };
+        let words: Vec<&[u8]> = fields(head).collect();
+        let Some((&key, prefix)) = words.split_last() else {
+            continue;
+        };
+        let Some(slot) = [b"MemTotal".as_slice(), b"MemFree"]
+            .iter()
+            .position(|&k| k == key)
+            .and_then(|i| slots.get_mut(i))
+        else {
+            continue;
+        };
+        if !matches!(prefix, [b"Node", n] if parse_u64(n).is_some()) {
+            return Err(err(format!("expected \"Node N\" before {:?}", show(key))));
+        }
+        if slot.is_none() {
+            *slot = Some(kib_value(key, rest).map_err(err)?);
+        }
+    }
+    let missing = |what| ParseError::Missing {
+        file: NODE_MEMINFO,
+        what,
+    };
+    let [total, free] = slots;
+    Ok(NodeMemInfo {
+        total_bytes: total.ok_or(missing("MemTotal"))?,
+        free_bytes: free.ok_or(missing("MemFree"))?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel id lists and /proc/self/auxv
+// ---------------------------------------------------------------------------------------------
+
+/// The highest CPU or memory-node id accepted in a kernel id list (the kernel's `NR_CPUS` is at
+/// most 8192); a list naming a higher one is taken as not understood.
+pub const MAX_SET_ID: u32 = 1 << 16;
+
+/// Calls `f(lo, hi)` for each range of a kernel id list (`0-3,8,10-11`: (0, 3), (8, 8),
+/// (10, 11)), after checking it: ascending, disjoint, every id at most [`MAX_SET_ID`]. `None`
+/// (and the walk stopped) on anything else; an empty or blank list has no ranges.
+fn id_ranges(b: &[u8], mut f: impl FnMut(u32, u32)) -> Option<()> {
+    let s = std::str::from_utf8(b).ok()?.trim();
+    if s.is_empty() {
+        return Some(());
+    }
+    let mut next_free: u32 = 0; // ids below this are taken
+    for part in s.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (parse_id(a)?, parse_id(b)?),
+            None => {
+                let v = parse_id(part)?;
+                (v, v)
+            }
+        };
+        if lo > hi || lo < next_free {
+            return None;
+        }
+        f(lo, hi);
+        next_free = hi + 1;
+    }
+    Some(())
+}
+
+fn parse_id(s: &str) -> Option<u32> {
+    parse_u64(s.as_bytes())
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|&v| v <= MAX_SET_ID)
+}
+
+/// How many ids a kernel id list names (`cpuset.effective_cpus`, `cpuset.cpus.effective`,
+/// `cpuset.mems.effective`): `0-3,8,10-11` is 7, an empty list 0. `None` for a list that
+/// [`parse_id_list`] refuses. Counts without building the set, so the time is bounded by the
+/// input length.
+pub fn parse_id_list_len(b: &[u8]) -> Option<u32> {
+    let mut count: u32 = 0;
+    id_ranges(b, |lo, hi| count += hi - lo + 1)?;
+    Some(count)
+}
+
+/// The ids a kernel id list names (`/sys/devices/system/cpu/online`, `node/online`,
+/// `node/has_memory`): `0-3,8` is [0, 1, 2, 3, 8]. `None` for anything but ascending, disjoint
+/// ranges of ids at most [`MAX_SET_ID`], so at most `MAX_SET_ID + 1` ids.
+pub fn parse_id_list(b: &[u8]) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    id_ranges(b, |lo, hi| out.extend(lo..=hi))?;
+    Some(out)
+}
+
+/// AT_PAGESZ (6) from an auxiliary vector (`/proc/self/auxv`) of native-endian 64-bit (key,
+/// value) pairs; `None` when absent or not a power of two.
+pub fn parse_auxv_page_size(b: &[u8]) -> Option<u64> {
+    const AT_PAGESZ: u64 = 6;
+    b.chunks_exact(16).find_map(|c| {
+        let k = u64::from_ne_bytes(c[..8].try_into().ok()?);
+        let v = u64::from_ne_bytes(c[8..].try_into().ok()?);
+        (k == AT_PAGESZ && v.is_power_of_two()).then_some(v)
     })
 }
 
@@ -529,6 +669,58 @@ fn nvme_partition(rest: &str) -> Option<()> {
 fn mmc_partition(rest: &str) -> Option<()> {
     let rest = strip_digits(rest)?.strip_prefix('p')?;
     strip_digits(rest)?.is_empty().then_some(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc/vmstat
+// ---------------------------------------------------------------------------------------------
+
+const VMSTAT: &str = "vmstat";
+
+/// The `/proc/vmstat` keys reported, in the order [`parse_vmstat`] returns them.
+pub const VMSTAT_KEYS: [&str; 5] = ["pgfault", "pgmajfault", "pswpin", "pswpout", "oom_kill"];
+
+/// /proc/vmstat: one "key value" pair a line. Returns the [`VMSTAT_KEYS`] present, as (key,
+/// counter), in that order; a key the kernel does not have (oom_kill before 4.13) is left out,
+/// and an input without any of them gives an empty list.
+///
+/// Only the lines of those keys are validated (exactly one unsigned decimal after the key); a
+/// malformed one is a ParseError::Line. All other lines are ignored. If a key appears twice,
+/// the first occurrence wins.
+pub fn parse_vmstat(input: &[u8]) -> Result<Vec<(&'static str, u64)>, ParseError> {
+    let mut slots: [Option<u64>; VMSTAT_KEYS.len()] = [None; VMSTAT_KEYS.len()];
+    for (line_no, line) in numbered_lines(input) {
+        let mut cols = fields(line);
+        let Some(key) = cols.next() else {
+            continue;
+        };
+        let Some(slot) = VMSTAT_KEYS
+            .iter()
+            .position(|k| k.as_bytes() == key)
+            .and_then(|i| slots.get_mut(i))
+        else {
+            continue;
+        };
+        if slot.is_some() {
+            continue;
+        }
+        let err = |what: String| line_error(VMSTAT, line_no, what);
+        let key = show(key);
+        let value = match cols.next() {
+            None => return Err(err(format!("{key}: missing value"))),
+            Some(value) => parse_u64(value)
+                .ok_or_else(|| err(format!("{key}: invalid number {:?}", show(value))))?,
+        };
+        if let Some(extra) = cols.next() {
+            return Err(err(format!("{key}: unexpected trailing {:?}", show(extra))));
+        }
+        *slot = Some(value);
+    }
+    Ok(VMSTAT_KEYS
+        .iter()
+        .zip(slots)
+        .filter_map(|(&key, value)| Some((key, value?)))
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1063,6 +1255,196 @@ mod tests {
             available_estimated: false,
         };
         assert_close(full.used_ratio(), 1.0);
+        assert_eq!(
+            (zero.used_bytes(), over.used_bytes(), full.used_bytes()),
+            (0, 0, 100)
+        );
+    }
+
+    #[test]
+    fn meminfo_used_bytes_is_total_minus_available() {
+        // MemAvailable present: Buffers and Cached play no part.
+        let mem = parse_meminfo(fixture!("meminfo_modern")).unwrap();
+        assert_eq!(mem.used_bytes(), (24_684_084 - 23_939_712) * 1024);
+        // Without MemAvailable: MemTotal - MemFree - Buffers - Cached (1000 - 100 - 50 - 250).
+        let mem =
+            parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 50 kB\nCached: 250 kB\n")
+                .unwrap();
+        assert_eq!(mem.used_bytes(), 600 * 1024);
+        // ... floored at 0 when free, buffers and cached add up to more than the total.
+        let mem =
+            parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 600 kB\nBuffers: 300 kB\nCached: 400 kB\n")
+                .unwrap();
+        assert_eq!(mem.used_bytes(), 0);
+        // The ratio is the same figure over the total.
+        let mem = parse_meminfo(b"MemTotal: 1000 kB\nMemAvailable: 250 kB\n").unwrap();
+        assert_eq!(mem.used_bytes(), 750 * 1024);
+        assert_close(mem.used_ratio(), 0.75);
+    }
+
+    // ----- parse_vmstat -----
+
+    #[test]
+    fn vmstat_reports_the_documented_keys_in_order() {
+        assert_eq!(
+            parse_vmstat(fixture!("vmstat")),
+            Ok(vec![
+                ("pgfault", 627_575_890),
+                ("pgmajfault", 236_229),
+                ("pswpin", 17),
+                ("pswpout", 40),
+                ("oom_kill", 2),
+            ])
+        );
+        // Keys the kernel lacks are left out; other lines, even malformed ones, are ignored.
+        assert_eq!(
+            parse_vmstat(b"nr_free_pages 1\npgfault 42\npswpin 0\noom_kill 3\nnoise x y\n"),
+            Ok(vec![("pgfault", 42), ("pswpin", 0), ("oom_kill", 3)])
+        );
+        assert_eq!(parse_vmstat(b""), Ok(vec![]));
+        assert_eq!(parse_vmstat(b"nr_free_pages 1\n\n"), Ok(vec![]));
+        // The first of a repeated key wins.
+        assert_eq!(
+            parse_vmstat(b"pgfault 1\npgfault 2\n"),
+            Ok(vec![("pgfault", 1)])
+        );
+    }
+
+    #[test]
+    fn vmstat_bad_lines() {
+        for (bad, line) in [
+            (b"pgfault\n".as_slice(), 1),
+            (b"pgfault 1\npswpin -1\n", 2),
+            (b"pswpout 1.5\n", 1),
+            (b"oom_kill 18446744073709551616\n", 1),
+            (b"pgmajfault 1 2\n", 1),
+            (b"nr_free_pages x\npgfault 1 kB\n", 2),
+        ] {
+            assert!(
+                matches!(
+                    parse_vmstat(bad),
+                    Err(ParseError::Line { file: "vmstat", line: l, .. }) if l == line
+                ),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let err = parse_vmstat(b"pgfault lots\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "vmstat: line 1: pgfault: invalid number \"lots\""
+        );
+    }
+
+    // ----- parse_node_meminfo -----
+
+    #[test]
+    fn node_meminfo_total_and_free() {
+        let text = b"Node 0 MemTotal:       16384 kB\nNode 0 MemFree:         1024 kB\n\
+Node 0 MemUsed:        15360 kB\nNode 0 HugePages_Total:     0\n";
+        assert_eq!(
+            parse_node_meminfo(text),
+            Ok(NodeMemInfo {
+                total_bytes: 16384 * 1024,
+                free_bytes: 1024 * 1024,
+            })
+        );
+        // The first of a repeated key wins; other keys, even malformed, are ignored.
+        assert_eq!(
+            parse_node_meminfo(
+                b"Node 1 MemTotal: 2 kB\nNode 1 MemTotal: 3 kB\nNode 1 Weird: ??\nNode 1 MemFree: 1 kB\n"
+            ),
+            Ok(NodeMemInfo {
+                total_bytes: 2048,
+                free_bytes: 1024,
+            })
+        );
+    }
+
+    #[test]
+    fn node_meminfo_bad_and_missing() {
+        for (bad, line) in [
+            (
+                b"Node 0 MemTotal: 16 kB\nNode 0 MemFree: x kB\n".as_slice(),
+                2,
+            ),
+            (b"Node 0 MemTotal: 16\n", 1),
+            (b"Node 0 MemTotal: 16 MB\n", 1),
+            (b"MemTotal: 16 kB\n", 1),
+            (b"Node x MemTotal: 16 kB\n", 1),
+            (b"Node 0 MemFree: 18446744073709551615 kB\n", 1),
+        ] {
+            assert!(
+                matches!(
+                    parse_node_meminfo(bad),
+                    Err(ParseError::Line { file: "node meminfo", line: l, .. }) if l == line
+                ),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(
+            parse_node_meminfo(b"Node 0 MemFree: 1 kB\n"),
+            Err(ParseError::Missing {
+                file: "node meminfo",
+                what: "MemTotal",
+            })
+        );
+        assert_eq!(
+            parse_node_meminfo(b"Node 0 MemTotal: 1 kB\n"),
+            Err(ParseError::Missing {
+                file: "node meminfo",
+                what: "MemFree",
+            })
+        );
+    }
+
+    // ----- kernel id lists, auxv -----
+
+    #[test]
+    fn id_lists_count_and_list_the_same_ids() {
+        for (list, want) in [
+            (&b"0-3,8,10-11\n"[..], Some(vec![0, 1, 2, 3, 8, 10, 11])),
+            (b"0", Some(vec![0])),
+            (b"\n", Some(vec![])),
+            (b"", Some(vec![])),
+            (b"65536", Some(vec![65536])),
+            (b"65537", None),
+            (b"3-1", None),
+            (b"0-3,2", None),
+            (b"4,1", None),
+            (b"0-", None),
+            (b"-1", None),
+            (b"0,,1", None),
+            (b"+1", None),
+            (b"0 - 3", None),
+            (b"x", None),
+            (b"\xff", None),
+        ] {
+            let shown = String::from_utf8_lossy(list);
+            assert_eq!(parse_id_list(list), want, "{shown}");
+            let len = want.map(|ids| u32::try_from(ids.len()).unwrap());
+            assert_eq!(parse_id_list_len(list), len, "{shown}");
+        }
+        assert_eq!(parse_id_list_len(b"0-63"), Some(64));
+        assert_eq!(parse_id_list(b"0-65536").map(|ids| ids.len()), Some(65_537));
+    }
+
+    #[test]
+    fn auxv_page_size() {
+        let mut auxv = Vec::new();
+        for (k, v) in [(33u64, 1u64), (6, 65536), (0, 0)] {
+            auxv.extend_from_slice(&k.to_ne_bytes());
+            auxv.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(parse_auxv_page_size(&auxv), Some(65536));
+        assert_eq!(parse_auxv_page_size(&auxv[..16]), None);
+        assert_eq!(parse_auxv_page_size(&[1, 2, 3]), None);
+        let mut odd = Vec::new();
+        for v in [6u64, 3000] {
+            odd.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(parse_auxv_page_size(&odd), None);
     }
 
     // ----- parse_net_dev -----
@@ -1306,6 +1688,7 @@ mod tests {
             fixture!("stat_garbage"),
             fixture!("meminfo_modern"),
             fixture!("meminfo_no_memavailable"),
+            fixture!("vmstat"),
             fixture!("net_dev_a"),
             fixture!("diskstats_a"),
             fixture!("diskstats_short_line"),
@@ -1315,6 +1698,9 @@ mod tests {
                 let cut = &input[..end];
                 let _ = parse_stat(cut);
                 let _ = parse_meminfo(cut);
+                let _ = parse_vmstat(cut);
+                let _ = parse_node_meminfo(cut);
+                let _ = parse_id_list(cut);
                 let _ = parse_net_dev(cut);
                 let _ = parse_diskstats(cut);
             }
@@ -1322,6 +1708,10 @@ mod tests {
         let noise: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
         let _ = parse_stat(&noise);
         let _ = parse_meminfo(&noise);
+        let _ = parse_vmstat(&noise);
+        let _ = parse_node_meminfo(&noise);
+        let _ = parse_id_list(&noise);
+        let _ = parse_auxv_page_size(&noise);
         let _ = parse_net_dev(&noise);
         let _ = parse_diskstats(&noise);
     }

@@ -25,7 +25,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::hub::{Provider, RunOutcome};
-use crate::model::{TaskPod, TaskSet};
+use crate::model::{Platform, TaskPod, TaskSet};
+use crate::shared::error::Error;
 use cgroup::{CgroupReader, Hierarchies};
 
 /// Source names in the self-metrics.
@@ -83,7 +84,7 @@ pub fn spawn(
                 (r, set, plat)
             })
             .await;
-            let Ok((r, set, plat)) = joined else {
+            let Ok((r, set, (plat, plat_errors))) = joined else {
                 tracing::error!("task collection panicked; stopping the task source");
                 break;
             };
@@ -99,18 +100,7 @@ pub fn spawn(
             };
             reader = Some(r);
             let now = SystemTime::now();
-            let plat_outcome = if plat.cpus.is_none() && plat.cpu_busy_seconds.is_empty() {
-                RunOutcome::Failed {
-                    reason: "io".into(),
-                    message: format!(
-                        "neither {}/devices/system/cpu nor {}/stat readable",
-                        cfg.sysfs.display(),
-                        cfg.procfs.display()
-                    ),
-                }
-            } else {
-                RunOutcome::Ok
-            };
+            let plat_outcome = platform_outcome(&cfg, &plat, &plat_errors);
             provider.task().record_tasks(set);
             provider.task().record_platform(plat);
             let took = started.elapsed();
@@ -126,6 +116,35 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// The platform run's outcome: failed with reason `parse` when a procfs file or a NUMA node's
+/// meminfo did not parse (the facts read are still recorded), with reason `io` when neither the
+/// sysfs CPU list nor `/proc/stat` could be read, else ok.
+fn platform_outcome(cfg: &TaskConfig, plat: &Platform, errors: &[Error]) -> RunOutcome {
+    if let Some(first) = errors.first() {
+        let message = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(source = PLATFORM_SOURCE, error = %message, "platform file did not parse; its values are left out");
+        return RunOutcome::Failed {
+            reason: first.metric_label().into(), // one of error::SOURCE_ERROR_REASONS
+            message,
+        };
+    }
+    if plat.cpus.is_none() && plat.cpu_busy_seconds.is_empty() {
+        return RunOutcome::Failed {
+            reason: "io".into(),
+            message: format!(
+                "neither {}/devices/system/cpu nor {}/stat readable",
+                cfg.sysfs.display(),
+                cfg.procfs.display()
+            ),
+        };
+    }
+    RunOutcome::Ok
 }
 
 /// The cgroup reader: the hierarchies under `--cgroup-root`, the open-file limit raised to

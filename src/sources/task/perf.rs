@@ -207,9 +207,9 @@ pub fn perf_root(cgroup_root: &Path) -> Option<PathBuf> {
 
 /// The online CPUs (`<sysfs>/devices/system/cpu/online`).
 pub fn online_cpus(sysfs: &Path) -> Vec<usize> {
-    std::fs::read_to_string(sysfs.join("devices/system/cpu/online"))
+    std::fs::read(sysfs.join("devices/system/cpu/online"))
         .ok()
-        .and_then(|s| crate::sources::task::platform::parse_cpu_list(&s))
+        .and_then(|b| crate::sources::procfs::parse_id_list(&b))
         .map(|v| v.into_iter().map(|c| c as usize).collect())
         .unwrap_or_default()
 }

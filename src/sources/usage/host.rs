@@ -160,6 +160,8 @@ impl UsageFetcher for HostFetcher {
                 .await
                 .and_then(|b| Ok(procfs::parse_meminfo(&b)?)),
         );
+        // Memory used over MemTotal: the one definition of memory used, which the platform
+        // metrics report in bytes.
         if let Some(ratio) = mem.and_then(|m| m.used_ratio()) {
             values.push((Resource::Memory, ratio));
         }

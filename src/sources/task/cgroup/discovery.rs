@@ -191,8 +191,8 @@ pub type Dirs = [Option<PathBuf>; 5];
 /// `N_MEMORY` nodes: those `memory.numa_stat` lists); `None` where the file is absent (no NUMA
 /// support: no `memory.numa_stat` either) or unreadable.
 pub fn memory_nodes(sysfs: &Path) -> Option<Vec<u32>> {
-    let s = fs::read_to_string(sysfs.join("devices/system/node/has_memory")).ok()?;
-    crate::sources::task::platform::parse_cpu_list(s.trim())
+    let b = fs::read(sysfs.join("devices/system/node/has_memory")).ok()?;
+    crate::sources::procfs::parse_id_list(&b)
 }
 
 #[cfg(test)]

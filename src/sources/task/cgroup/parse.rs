@@ -1,5 +1,6 @@
 //! The formats of the cgroup files, pure: single numbers, `max` limits, flat keyed files,
-//! pressure totals, kernel id lists and NUMA statistics.
+//! pressure totals and NUMA statistics. Kernel id lists (cpusets) are parsed by the shared
+//! [`crate::sources::procfs::parse_id_list_len`].
 
 /// A single unsigned integer (`memory.usage_in_bytes`, `cpuacct.usage`).
 pub fn parse_u64(b: &[u8]) -> Option<u64> {
@@ -83,45 +84,6 @@ pub fn parse_pressure_totals(b: &[u8]) -> [Option<u64>; 2] {
             .and_then(|v| v.parse().ok());
     }
     out
-}
-
-/// The highest CPU or memory-node id accepted in a cpuset list (the kernel's `NR_CPUS` is at
-/// most 8192); a list naming a higher one is taken as not understood.
-pub const MAX_SET_ID: u32 = 1 << 16;
-
-/// How many ids a kernel id list names (`cpuset.effective_cpus`, `cpuset.cpus.effective`,
-/// `cpuset.mems.effective`): `0-3,8,10-11` is 7, an empty list 0. `None` for anything else:
-/// not ascending, overlapping, an id above [`MAX_SET_ID`]. Counts without building the set,
-/// so the time is bounded by the input length.
-pub fn parse_id_list_len(b: &[u8]) -> Option<u32> {
-    let s = std::str::from_utf8(b).ok()?.trim();
-    if s.is_empty() {
-        return Some(0);
-    }
-    let mut count: u32 = 0;
-    let mut next_free: u32 = 0; // ids below this are taken
-    for part in s.split(',') {
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (parse_id(a)?, parse_id(b)?),
-            None => {
-                let v = parse_id(part)?;
-                (v, v)
-            }
-        };
-        if lo > hi || lo < next_free {
-            return None;
-        }
-        count += hi - lo + 1;
-        next_free = hi + 1;
-    }
-    Some(count)
-}
-
-fn parse_id(s: &str) -> Option<u32> {
-    if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok().filter(|&v| v <= MAX_SET_ID)
 }
 
 fn per_node(fields: std::str::SplitAsciiWhitespace<'_>) -> Vec<(u32, u64)> {
@@ -208,32 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn id_lists_and_pressure_totals() {
-        for (list, want) in [
-            (&b"0-3,8,10-11\n"[..], Some(7)),
-            (b"0", Some(1)),
-            (b"\n", Some(0)),
-            (b"", Some(0)),
-            (b"0-63", Some(64)),
-            (b"65536", Some(1)),
-            (b"65537", None),
-            (b"3-1", None),
-            (b"0-3,2", None),
-            (b"4,1", None),
-            (b"0-", None),
-            (b"-1", None),
-            (b"0,,1", None),
-            (b"+1", None),
-            (b"0 - 3", None),
-            (b"\xff", None),
-        ] {
-            assert_eq!(
-                parse_id_list_len(list),
-                want,
-                "{}",
-                String::from_utf8_lossy(list)
-            );
-        }
+    fn pressure_totals() {
         assert_eq!(
             parse_pressure_totals(
                 b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"

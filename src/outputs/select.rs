@@ -1,5 +1,5 @@
 //! Which series this instance emits: the small predicates every output asks, and a
-//! [`Visitor`] adapter that applies them to the rows of [`series::visit`].
+//! [`Visitor`] adapter that applies them to the rows of [`super::series::visit`].
 //!
 //! **Sharding** (cluster role, `--shard`/`--total-shards` or `--shard-from-statefulset`), the
 //! way kube-state-metrics shards, by object:
@@ -23,7 +23,7 @@
 use std::collections::BTreeSet;
 
 use super::names::{self, Family};
-use super::series::{self, Labels, Visitor};
+use super::series::{Labels, Visitor};
 use crate::model::{Selection, Shard};
 
 /// FNV-1a, 64 bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
@@ -66,9 +66,10 @@ pub fn family_allowed(sel: &Selection, family: &Family) -> bool {
     sel.excluded_families.is_empty() || !sel.excluded_families.contains(family.name)
 }
 
-/// Families every shard emits whole: the instance's own ([`series::is_instance_level`]) and
-/// its cluster info, but not the probes, whose results describe the cluster and come from
-/// shard 0 like every cluster-level series.
+/// Families every shard emits whole, as their declared scope says
+/// ([`names::Scope::every_shard`]): the instance's own and the cluster's identity, but not the
+/// probes, whose results describe the cluster and come from shard 0 like every cluster-level
+/// series.
 pub fn every_shard_emits(family: &Family) -> bool {
     family.scope.every_shard()
 }

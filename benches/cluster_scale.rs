@@ -743,6 +743,9 @@ struct ChurnWindow {
     cpu_ticks: u64,
     self_ticks: u64,
     window_ticks: usize,
+    /// NodeMetrics LISTs kube-prober made in the window (one per `--interval`, not aligned
+    /// with the ticks: a window holds one more or less by where it falls).
+    fetches: usize,
     aligned: bool,
     perf_note: Option<String>,
 }
@@ -762,6 +765,7 @@ fn churn_window(
     let self_pid = std::process::id();
     let started_at_tick = next_tick(kp, Duration::from_secs(30));
     let perf = PerfRecord::start(pid);
+    let fetches0 = api.hits(apiserver::NODE_METRICS_PATH);
     let (ticks0, cpu0, self0) = (
         kp.ticks.load(Ordering::Relaxed),
         cpu_ticks(pid),
@@ -782,6 +786,7 @@ fn churn_window(
     let cpu_ticks_used = cpu_ticks(pid) - cpu0;
     let self_ticks = cpu_ticks(self_pid) - self0;
     let window_ticks = kp.ticks.load(Ordering::Relaxed) - ticks0;
+    let fetches = api.hits(apiserver::NODE_METRICS_PATH) - fetches0;
     let perf_note = perf.and_then(PerfRecord::stop);
     let counts = rt.block_on(async {
         tokio::time::timeout(TICK_SLACK + Duration::from_secs(60), task)
@@ -796,6 +801,7 @@ fn churn_window(
         cpu_ticks: cpu_ticks_used,
         self_ticks,
         window_ticks,
+        fetches,
         aligned: started_at_tick && ended_at_tick,
         perf_note,
     })
@@ -1617,7 +1623,7 @@ fn run(report: &mut Report) -> Result<(), String> {
     report.note(format!(
         "churn: {} updates, {} creations, {} deletions over {:.1} s; bench process (stand-in + \
          churn) CPU {:.1} s in the window, on the same cores; the window held {} kube-prober \
-         ticks, {}",
+         ticks, {}, and {} NodeMetrics fetches",
         w.counts.updates,
         w.counts.creates,
         w.counts.deletes,
@@ -1628,7 +1634,8 @@ fn run(report: &mut Report) -> Result<(), String> {
             "from just after one to just after another"
         } else {
             "not aligned to them (no `tick made` line seen: an older build?)"
-        }
+        },
+        w.fetches
     ));
 
     // 7. Peak of the run.

@@ -580,12 +580,11 @@ impl OtlpSink {
                 )),
             );
         }
-        let reason = classify(&message);
+        let reason = grpc_reason(&status, self.settings.endpoint.starts_with("https://"));
         // A failed connect, and failures tonic makes up itself (TLS, broken connection, its
         // own timeout), never had an answer.
-        let answered =
-            connect.is_none() && !matches!(reason.as_str(), "tls" | "transport" | "timeout");
-        (answered, Err((reason, message)))
+        let answered = connect.is_none() && !matches!(reason, "tls" | "transport" | "timeout");
+        (answered, Err((reason.to_string(), message)))
     }
 
     async fn http_export(
@@ -765,45 +764,58 @@ fn per_bucket_counts(cumulative: &[u64], count: u64) -> Option<Vec<u64>> {
     Some(out)
 }
 
-/// The low-cardinality reason for an export error message.
-pub fn classify(message: &str) -> String {
-    if let Some(rest) = message.split("gRPC code: ").nth(1) {
-        let code: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
-        let lower = message.to_ascii_lowercase();
-        // Certificate problems are configuration, not an outage: keep them apart.
-        if lower.contains("invalid peer certificate") || lower.contains("received fatal alert") {
-            return "tls".to_string();
-        }
-        return match code.as_str() {
-            "Unavailable" => "unavailable",
-            "DeadlineExceeded" => "timeout",
-            "Cancelled" if lower.contains("timeout") || lower.contains("timed out") => "timeout",
-            "Cancelled" => "cancelled",
-            "Unauthenticated" => "unauthenticated",
-            "PermissionDenied" => "permission_denied",
-            "ResourceExhausted" => "resource_exhausted",
-            "InvalidArgument" => "invalid_argument",
-            "Unimplemented" => "unimplemented",
-            "Internal" => "internal",
-            // tonic reports failed TLS handshakes and broken connections this way.
-            "Unknown" if lower.contains("transport error") => "transport",
-            "Unknown" => "unknown",
-            _ => "error",
-        }
-        .to_string();
+/// The low-cardinality reason of a failed gRPC export, read from the status' code and the
+/// types of the errors it carries, never from their text: a TLS failure is `tls`,
+/// configuration rather than an outage ([`is_tls`]; `over_tls`: the endpoint is `https://`);
+/// tonic's own deadline (`TimeoutExpired`) is `timeout`; an `Unknown` status over a broken
+/// connection (a transport, hyper or I/O error) is `transport`.
+fn grpc_reason(status: &tonic::Status, over_tls: bool) -> &'static str {
+    let mut chain: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
+    let mut next = std::error::Error::source(status);
+    // Bounded: a cyclic chain must not hang a push.
+    while let Some(e) = next.filter(|_| chain.len() < 16) {
+        chain.push(e);
+        next = e.source();
     }
-    if let Some(rest) = message.split("status code: ").nth(1) {
-        let code: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        if let Ok(c) = code.parse::<u16>()
-            && (100..600).contains(&c)
-        {
-            return format!("http_{c}");
-        }
+    if chain.iter().any(|e| is_tls(*e, over_tls)) {
+        return "tls";
     }
-    if message.contains("network error") {
-        return "transport".to_string();
+    let timed_out = chain.iter().any(|e| e.is::<tonic::TimeoutExpired>());
+    let broken = chain.iter().any(|e| {
+        e.is::<tonic::transport::Error>() || e.is::<hyper::Error>() || e.is::<std::io::Error>()
+    });
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable => "unavailable",
+        Code::DeadlineExceeded => "timeout",
+        Code::Cancelled if timed_out => "timeout",
+        Code::Cancelled => "cancelled",
+        Code::Unauthenticated => "unauthenticated",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::InvalidArgument => "invalid_argument",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unknown if broken => "transport",
+        Code::Unknown => "unknown",
+        _ => "error",
     }
-    "error".to_string()
+}
+
+/// A TLS error: `rustls`' own, an I/O error that wraps one, or, on a TLS connection, an I/O
+/// error of kind `InvalidData`: tonic's TLS layer hands a handshake failure on that way, with
+/// rustls' error turned into text (bytes that do not decode are the TLS layer's to refuse;
+/// HTTP/2's own errors are `h2` errors).
+fn is_tls(e: &(dyn std::error::Error + 'static), over_tls: bool) -> bool {
+    if e.is::<rustls::Error>() {
+        return true;
+    }
+    let Some(io) = e.downcast_ref::<std::io::Error>() else {
+        return false;
+    };
+    io.get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+        || (over_tls && io.kind() == std::io::ErrorKind::InvalidData)
 }
 
 impl Sink for OtlpSink {
@@ -1228,36 +1240,55 @@ mod tests {
     }
 
     #[test]
-    fn reasons_are_low_cardinality() {
-        assert_eq!(
-            classify("TonicMetricsClient export failed with gRPC code: Unavailable: x"),
-            "unavailable"
-        );
-        assert_eq!(
-            classify("export failed with gRPC code: Cancelled: Timeout expired"),
-            "timeout"
-        );
-        assert_eq!(
-            classify("gRPC code: ResourceExhausted"),
-            "resource_exhausted"
-        );
-        assert_eq!(
-            classify("HTTP export failed with status code: 503"),
-            "http_503"
-        );
-        assert_eq!(classify("HTTP export failed: network error"), "transport");
-        assert_eq!(
-            classify("gRPC code: Unknown: transport error: connection error: received fatal alert"),
-            "tls"
-        );
-        assert_eq!(
-            classify("gRPC code: Unavailable: transport error: invalid peer certificate: x"),
-            "tls"
-        );
-        assert_eq!(
-            classify("gRPC code: Unknown: transport error: connection reset"),
-            "transport"
-        );
-        assert_eq!(classify("something else"), "error");
+    fn grpc_reasons_come_from_the_status_code_and_the_types_it_carries() {
+        use tonic::{Code, Status};
+        let io = |kind| std::io::Error::new(kind, "x");
+        let tls = || rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let cases: Vec<(Status, &str)> = vec![
+            (Status::unavailable("x"), "unavailable"),
+            (Status::deadline_exceeded("x"), "timeout"),
+            // tonic's own deadline: Cancelled carrying `TimeoutExpired`.
+            (
+                Status::from_error(Box::new(tonic::TimeoutExpired(()))),
+                "timeout",
+            ),
+            // The words alone do not make a timeout.
+            (Status::cancelled("Timeout expired"), "cancelled"),
+            (Status::resource_exhausted("x"), "resource_exhausted"),
+            (Status::new(Code::Unauthenticated, "x"), "unauthenticated"),
+            // A TLS failure, bare or inside an I/O error, whatever the code says.
+            (Status::from_error(Box::new(tls())), "tls"),
+            (
+                Status::from_error(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    tls(),
+                ))),
+                "tls",
+            ),
+            // A broken connection under Unknown.
+            (
+                Status::from_error(Box::new(io(std::io::ErrorKind::ConnectionReset))),
+                "transport",
+            ),
+            // Text that names TLS or a transport error is not one.
+            (
+                Status::unknown("transport error: received fatal alert: invalid peer certificate"),
+                "unknown",
+            ),
+            (Status::new(Code::DataLoss, "x"), "error"),
+        ];
+        for (status, want) in cases {
+            assert_eq!(grpc_reason(&status, false), want, "{status:?}");
+        }
+        // tonic's TLS layer: rustls' error as text in an I/O error of kind InvalidData. On a
+        // TLS connection that is TLS; on plain TCP it is a broken connection.
+        let handshake = || {
+            Status::from_error(Box::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "received fatal alert: CertificateRequired",
+            )))
+        };
+        assert_eq!(grpc_reason(&handshake(), true), "tls");
+        assert_eq!(grpc_reason(&handshake(), false), "transport");
     }
 }

@@ -1,0 +1,323 @@
+//! The outputs, started: the tick loop that publishes each snapshot's bodies, and the push
+//! outputs with their leadership.
+
+use super::*;
+
+/// Makes a snapshot every `interval` (every 200 ms until the first ready one) and publishes it.
+pub(super) async fn tick_loop(
+    store: Arc<Store>,
+    tx: watch::Sender<Arc<Published>>,
+    interval: Duration,
+    usage_source: &'static str,
+    watcher_opts: WatcherOptions,
+    after_tick: Option<fn()>,
+    cancel: CancellationToken,
+) {
+    let mut ready = false;
+    loop {
+        let wait = if ready {
+            interval
+        } else {
+            interval.min(Duration::from_millis(200))
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let started = Instant::now();
+        // Off the async workers: at 5,000 nodes this is ~100 ms of CPU, and scrapes, watch
+        // events and pushes should not wait behind it.
+        let tick_store = store.clone();
+        // The renderers carry over from tick to tick: only what changed is written again.
+        let renderers = tx.borrow().renderers().clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let snapshot = Arc::new(tick_store.snapshot(SystemTime::now()));
+            Published::render_next(&renderers, snapshot, usage_source, watcher_opts)
+        })
+        .await;
+        let published = match made {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "making the snapshot failed; keeping the previous one");
+                continue;
+            }
+        };
+        if published.ready && !ready {
+            ready = true;
+            tracing::info!(
+                nodes = published.snapshot.nodes.len(),
+                "ready: first complete snapshot"
+            );
+        }
+        let (tick, nodes) = (published.snapshot.tick, published.snapshot.nodes.len());
+        drop(tx.send_replace(Arc::new(published)));
+        let took = started.elapsed();
+        store.record_tick(took);
+        // Off by default; `--log-level info,kube_prober::app=debug` shows when each tick's
+        // bodies were served and what they cost (benches count ticks by it).
+        tracing::debug!(tick, nodes, took_ms = took.as_millis() as u64, "tick made");
+        if let Some(f) = after_tick {
+            let _ = tokio::task::spawn_blocking(f).await;
+        }
+    }
+}
+
+/// What the sinks need to know about this instance.
+pub(super) struct SinkContext<'a> {
+    pub(super) node_name: &'a str,
+    pub(super) cluster_name: &'a str,
+    pub(super) identity: &'a Identity,
+    pub(super) kube_client: Option<&'a kube::Client>,
+}
+
+/// The running push outputs and the leader elector.
+pub(super) struct Sinks {
+    pub(super) tasks: Vec<JoinHandle<()>>,
+    pub(super) elector: Option<Elector>,
+}
+
+/// The Lease elector's cancel token and task.
+pub(super) type Elector = (CancellationToken, JoinHandle<()>);
+
+impl Sinks {
+    pub(super) async fn shutdown(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Some((cancel, task)) = self.elector {
+            cancel.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts each configured push output on its own ticker and, in the cluster role, the Lease
+/// elector that decides which replica pushes cluster-level series.
+pub(super) async fn spawn_sinks(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    published: &watch::Receiver<Arc<Published>>,
+    store: Arc<Store>,
+    cancel: &CancellationToken,
+) -> Result<Sinks> {
+    let sc = &cfg.sinks;
+    let mut sinks = Sinks {
+        tasks: Vec::new(),
+        elector: None,
+    };
+    if sc.kinds.is_empty() {
+        if sc.leader.enabled == Some(true) {
+            tracing::warn!("--leader-elect has no effect without a --sink");
+        }
+        return Ok(sinks);
+    }
+    let schedule = SinkSchedule {
+        interval: sc.interval,
+        timeout: sc.timeout,
+        final_push: cfg.shutdown_timeout.min(sc.timeout),
+    };
+    // This replica's name in the Lease and in `service.instance.id`.
+    let instance_id = match &sc.leader.identity {
+        Some(i) => i.clone(),
+        None => format!("{}_{}", local_hostname()?, std::process::id()),
+    };
+    // Build every sink first: a bad setting stops the start before anything runs.
+    let mut gcm = None;
+    let mut otlp = None;
+    for kind in &sc.kinds {
+        match kind {
+            SinkKind::Gcm => gcm = Some(build_gcm(cfg, role, ctx).await?),
+            SinkKind::Otlp => otlp = Some(build_otlp(cfg, role, ctx, &instance_id)?),
+        }
+    }
+    let leadership = leadership(cfg, role, ctx, instance_id, &store, &mut sinks)?;
+    if let Some(o) = otlp {
+        let t = start_sink(o, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
+    }
+    if let Some(g) = gcm {
+        let t = start_sink(g, schedule, published, &store, &leadership, cancel);
+        sinks.tasks.push(t);
+    }
+    tracing::info!(
+        sinks = %sc.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(","),
+        interval = ?sc.interval,
+        "push outputs started"
+    );
+    Ok(sinks)
+}
+
+/// The Cloud Monitoring sink; project and location come from the flags or the metadata server.
+pub(super) async fn build_gcm(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+) -> Result<Arc<GcmSink>> {
+    let sc = &cfg.sinks;
+    let g = &sc.gcm;
+    let project = g.project.clone().or_else(|| ctx.identity.project.clone());
+    if project.is_none() {
+        return Err(Error::Config {
+            option: "--gcm-project",
+            value: String::new(),
+            reason: "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)".into(),
+        });
+    }
+    let location = g.location.clone().or_else(|| ctx.identity.location.clone());
+    if location.is_none() {
+        return Err(Error::Config {
+            option: "--gcm-location",
+            value: String::new(),
+            reason: "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location".into(),
+        });
+    }
+    let gc = GcmConfig {
+        project,
+        location,
+        cluster: Some(ctx.cluster_name.to_string()),
+        own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
+        ..g.clone()
+    };
+    Ok(Arc::new(GcmSink::new(gc).await?))
+}
+
+/// The OTLP sink, with this instance's resource attributes.
+pub(super) fn build_otlp(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    instance_id: &str,
+) -> Result<Arc<OtlpSink>> {
+    let resource = OtlpResource {
+        cluster_name: ctx.cluster_name.to_string(),
+        role: role.as_str().to_string(),
+        node_name: matches!(role, Role::Node | Role::Host).then(|| ctx.node_name.to_string()),
+        project: ctx.identity.project.clone().unwrap_or_default(),
+        location: ctx.identity.location.clone().unwrap_or_default(),
+        instance_id: instance_id.to_string(),
+        host_id: if role == Role::Host {
+            machine_id()
+        } else {
+            String::new()
+        },
+    };
+    let sink = OtlpSink::new(&cfg.sinks.otlp, &resource)?;
+    tracing::info!(
+        protocol = sink.settings().protocol.as_str(),
+        endpoint = %sink.settings().endpoint,
+        "OTLP sink configured"
+    );
+    Ok(Arc::new(sink))
+}
+
+/// Whether this replica may push cluster-level series: Lease election in the cluster role
+/// (unless turned off), nothing to elect in the others.
+pub(super) fn leadership(
+    cfg: &Config,
+    role: Role,
+    ctx: &SinkContext<'_>,
+    instance_id: String,
+    store: &Arc<Store>,
+    sinks: &mut Sinks,
+) -> Result<Leadership> {
+    Ok(match (role, cfg.sinks.leader.enabled, ctx.kube_client) {
+        (Role::Cluster, None | Some(true), Some(client)) => {
+            let (leading, elector) = start_election(cfg, client, instance_id, store)?;
+            sinks.elector = Some(elector);
+            Some(leading)
+        }
+        (Role::Cluster, Some(false), _) => {
+            tracing::info!("leader election off: this replica pushes everything");
+            None
+        }
+        (_, Some(true), _) => {
+            tracing::warn!(
+                role = role.as_str(),
+                "--leader-elect applies to the cluster role only; ignored"
+            );
+            None
+        }
+        _ => None,
+    })
+}
+
+/// Starts the Lease elector, with the leadership mirrored into the hub.
+pub(super) fn start_election(
+    cfg: &Config,
+    client: &kube::Client,
+    instance_id: String,
+    store: &Arc<Store>,
+) -> Result<(tokio::sync::watch::Receiver<bool>, Elector)> {
+    let l = &cfg.sinks.leader;
+    let namespace = l
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let identity = instance_id;
+    let lc = LeaseConfig {
+        lease_duration: l.lease_duration,
+        renew_deadline: l.renew_deadline,
+        retry_period: l.retry_period,
+        ..LeaseConfig::new(lease_name(&l.lease_name, &cfg.shard), namespace, identity)
+    };
+    lc.validate()?;
+    tracing::info!(
+        lease = %format!("{}/{}", lc.namespace, lc.name),
+        identity = %lc.identity,
+        "leader election on: only the Lease holder pushes cluster-level series"
+    );
+    let elector_cancel = CancellationToken::new();
+    let lease = format!("{}/{}", lc.namespace, lc.name);
+    let elector = leader::start(client.clone(), lc, elector_cancel.clone());
+    // Leadership on /metrics (kube_prober_leader), from every change the elector makes.
+    let mut leading = elector.leading.clone();
+    let recorder = store.clone();
+    let mirror = tokio::spawn(async move {
+        loop {
+            let now = *leading.borrow_and_update();
+            recorder.sink().record_leadership(&lease, now);
+            if leading.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    let task = tokio::spawn(async move {
+        let _ = elector.task.await;
+        let _ = mirror.await;
+    });
+    Ok((elector.leading, (elector_cancel, task)))
+}
+
+/// One push output on its own ticker.
+pub(super) fn start_sink<S: Sink>(
+    sink: Arc<S>,
+    schedule: SinkSchedule,
+    published: &watch::Receiver<Arc<Published>>,
+    store: &Arc<Store>,
+    leadership: &Leadership,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(run_sink(
+        sink,
+        schedule,
+        published.clone(),
+        store.clone(),
+        leadership.clone(),
+        cancel.clone(),
+    ))
+}
+
+/// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has
+/// its own pusher and two replicas of one shard still push once.
+pub(super) fn lease_name(
+    name: &str,
+    shard: &crate::sources::cluster::options::ShardMode,
+) -> String {
+    use crate::sources::cluster::options::ShardMode;
+    match shard {
+        ShardMode::Off => name.to_string(),
+        ShardMode::Static(s) => format!("{name}-shard-{}", s.index),
+        ShardMode::StatefulSet { ordinal, .. } => format!("{name}-shard-{ordinal}"),
+    }
+}

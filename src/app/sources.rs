@@ -1,0 +1,396 @@
+//! The sources of a role, started: the watchers, the node role's task sources and the usage
+//! backend.
+
+use super::*;
+
+/// The running sources: their tasks and the name of the usage source behind `/watcher`.
+pub(super) struct Sources {
+    pub(super) tasks: Vec<JoinHandle<()>>,
+    pub(super) fetch_task: JoinHandle<()>,
+    pub(super) usage_source: &'static str,
+}
+
+/// Starts every source of the role: the shard selection, the Kubernetes watchers with the
+/// task source, the probes and the usage backend.
+pub(super) fn spawn_sources(
+    cfg: &Config,
+    start: &mut Start,
+    place: &Place,
+    store: &Arc<Store>,
+    kube_client: Option<kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<Sources> {
+    let provider: Arc<dyn Provider> = store.clone();
+    let mut tasks = Vec::new();
+    tasks.extend(start_selection(
+        cfg,
+        start.role,
+        store,
+        kube_client.as_ref(),
+        cancel,
+    )?);
+    let mut node_stores = None;
+    if let (Some(client), true) = (&kube_client, start.role != Role::Host) {
+        let (stores, watch_tasks) = spawn_watchers(cfg, start, place, client, &provider, cancel);
+        // Added to, not replaced: the StatefulSet shard watcher is already in there.
+        tasks.extend(watch_tasks);
+        node_stores = Some(stores);
+    }
+    tasks.extend(spawn_probes(
+        cfg,
+        start.role,
+        place.identity.on_gce,
+        kube_client.as_ref(),
+        provider.clone(),
+        cancel,
+    )?);
+    let (fetch_task, usage_source) = spawn_usage(
+        cfg,
+        start.usage,
+        &place.node_name,
+        kube_client,
+        node_stores.map(|s| (s, start.role == Role::Cluster)),
+        provider,
+        cancel.clone(),
+    )?;
+    Ok(Sources {
+        tasks,
+        fetch_task,
+        usage_source,
+    })
+}
+
+/// The Kubernetes watchers of the role and, in the node role, the task source they (or the
+/// kubelet's `/pods`) feed.
+pub(super) fn spawn_watchers(
+    cfg: &Config,
+    start: &mut Start,
+    place: &Place,
+    client: &kube::Client,
+    provider: &Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> (watchers::Stores, Vec<JoinHandle<()>>) {
+    let role = start.role;
+    let kubelet_pods = start.kubelet_pods.take();
+    let scope = match role {
+        Role::Node => Scope::Node {
+            name: place.node_name.clone(),
+        },
+        _ => Scope::Cluster {
+            namespaces: cfg.workload_namespaces.clone(),
+            pods: cfg.pod_scope,
+        },
+    };
+    if role == Role::Node && cfg.pod_scope != PodScope::All {
+        tracing::warn!(
+            pod_scope = cfg.pod_scope.as_str(),
+            "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
+        );
+    }
+    let wc = WatchConfig {
+        scope,
+        derive: DeriveConfig {
+            addon_keys: cfg.addon_keys.clone(),
+            estimate: cfg.estimate,
+            ..DeriveConfig::default()
+        },
+        interval: cfg.tick_interval,
+    };
+    let task_pods = (role == Role::Node).then(|| {
+        TaskPodIndex::new(TaskPodConfig {
+            namespaces: cfg.task.namespaces.clone(),
+            label_allowlist: cfg.task.label_allowlist.clone(),
+        })
+    });
+    // With --kubelet-url the kubelet's /pods feeds the task source, not the pod watch.
+    let (stores, mut tasks) = watchers::spawn_with_tasks(
+        client.clone(),
+        wc,
+        provider.clone(),
+        cancel.clone(),
+        task_pods
+            .clone()
+            .filter(|_| kubelet_pods.is_none())
+            .map(|t| Arc::new(t) as Arc<dyn PodFollower>),
+    );
+    if let Some(index) = task_pods {
+        if let Some(source) = kubelet_pods {
+            tasks.push(crate::sources::task::kubelet::spawn(
+                source,
+                index.clone(),
+                cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+                provider.clone(),
+                cancel.clone(),
+            ));
+        }
+        tasks.push(spawn_tasks(
+            cfg,
+            &place.node_name,
+            index,
+            provider.clone(),
+            cancel,
+        ));
+    }
+    (stores, tasks)
+}
+
+/// `--kubelet-url`'s source, built before anything starts so a bad CA, certificate or token
+/// file is a config error (exit 2). Only the node role has tasks.
+pub(super) fn kubelet_pods(
+    cfg: &Config,
+    role: Role,
+) -> Result<Option<crate::sources::task::kubelet::KubeletPods>> {
+    let Some(k) = &cfg.task.kubelet else {
+        return Ok(None);
+    };
+    if role != Role::Node {
+        return Err(Error::Config {
+            option: "--kubelet-url",
+            value: k.url.clone(),
+            reason: format!(
+                "only the node role reads the kubelet's /pods; this process runs the {} role",
+                role.as_str()
+            ),
+        });
+    }
+    crate::sources::task::kubelet::KubeletPods::new(k.clone(), cfg.timeout, cfg.max_response_bytes)
+        .map(Some)
+}
+
+/// The metric allow/denylist and the shard (`--shard`, or the StatefulSet watcher it starts).
+pub(super) fn start_selection(
+    cfg: &Config,
+    role: Role,
+    store: &Arc<Store>,
+    kube_client: Option<&kube::Client>,
+    cancel: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    use crate::sources::cluster::options::ShardMode;
+    store.set_excluded_families(cfg.excluded_families.clone());
+    store.set_stale_after(cfg.watcher.max_age);
+    if cfg.shard != ShardMode::Off && role != Role::Cluster {
+        return Err(Error::Config {
+            option: "--shard",
+            value: format!("{:?}", cfg.shard),
+            reason: format!(
+                "sharding applies to the cluster role only (this is the {} role)",
+                role.as_str()
+            ),
+        });
+    }
+    match (&cfg.shard, kube_client) {
+        (ShardMode::Off, _) => Ok(None),
+        (ShardMode::Static(s), _) => {
+            tracing::info!(shard = s.index, total = s.total, "sharded");
+            store.cluster().record_shard(Some(*s));
+            Ok(None)
+        }
+        (
+            ShardMode::StatefulSet {
+                statefulset,
+                ordinal,
+            },
+            Some(client),
+        ) => {
+            let namespace = cfg
+                .sinks
+                .leader
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            tracing::info!(%namespace, %statefulset, ordinal, "shard from the StatefulSet");
+            Ok(Some(crate::sources::cluster::shard::spawn(
+                client.clone(),
+                &namespace,
+                statefulset,
+                *ordinal,
+                store.clone(),
+                cancel.clone(),
+            )))
+        }
+        (ShardMode::StatefulSet { .. }, None) => Err(Error::Kube {
+            what: "--shard-from-statefulset".into(),
+            reason: "no Kubernetes client was built".into(),
+        }),
+    }
+}
+
+/// The node role's task source: pods from the pod watcher, cgroups under `--cgroup-root`.
+pub(super) fn spawn_tasks(
+    cfg: &Config,
+    node_name: &str,
+    index: crate::sources::task::pods::TaskPodIndex,
+    provider: Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let tc = crate::sources::task::TaskConfig {
+        node: node_name.to_string(),
+        cgroup_root: cfg.task.cgroup_root.clone(),
+        sysfs: cfg.task.sysfs.clone(),
+        procfs: cfg.procfs.clone(),
+        interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+        detail_every: cfg.task.detail_every,
+        container_detail_every: cfg.task.container_detail_every,
+    };
+    let pods: crate::sources::task::PodList = Arc::new(move || index.pods());
+    if cfg.task.perf_events == crate::model::PerfMode::Off {
+        return crate::sources::task::spawn(tc, pods, provider, cancel.clone());
+    }
+    // `--task-perf-events`: its own loop beside the cgroup reader; both end with `cancel`.
+    let pc = crate::sources::task::perf::PerfConfig {
+        node: node_name.to_string(),
+        cgroup_root: cfg.task.cgroup_root.clone(),
+        sysfs: cfg.task.sysfs.clone(),
+        mode: cfg.task.perf_events,
+        interval: tc.interval,
+    };
+    let perf =
+        crate::sources::task::perf::spawn(pc, pods.clone(), provider.clone(), cancel.clone());
+    let tasks = crate::sources::task::spawn(tc, pods, provider, cancel.clone());
+    tokio::spawn(async move {
+        let _ = tasks.await;
+        let _ = perf.await;
+    })
+}
+
+/// Builds and spawns the usage source; returns its task and source name.
+pub(super) fn spawn_usage(
+    cfg: &Config,
+    kind: MetricsProvider,
+    node_name: &str,
+    kube_client: Option<kube::Client>,
+    // The watchers' stores, and whether they hold every Node (cluster role) or one (node role).
+    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
+    provider: Arc<dyn Provider>,
+    cancel: CancellationToken,
+) -> Result<(JoinHandle<()>, &'static str)> {
+    let schedule = |default: Duration| Schedule {
+        interval: cfg.interval.unwrap_or(default),
+        timeout: cfg.timeout,
+        expire_after: cfg.expire_after_fetches,
+    };
+    Ok(match kind {
+        MetricsProvider::Host => {
+            let f = host::HostFetcher::new(host::HostConfig {
+                procfs: cfg.procfs.clone(),
+                node_name: node_name.to_string(),
+            });
+            let s = schedule(DEFAULT_HOST_INTERVAL);
+            (tokio::spawn(usage::run(f, provider, s, cancel)), "host")
+        }
+        MetricsProvider::Prometheus => {
+            let f = prometheus_fetcher(cfg, node_stores)?;
+            let s = schedule(DEFAULT_REMOTE_INTERVAL);
+            (
+                tokio::spawn(usage::run(f, provider, s, cancel)),
+                "prometheus",
+            )
+        }
+        MetricsProvider::SignalFx => {
+            let f = SignalFxFetcher::new(SignalFxConfig {
+                http: remote_http(cfg, kind, "https://api.signalfx.com")?,
+                host_name_suffix: cfg.usage.signalfx_host_name_suffix.clone(),
+                cluster_name: cfg.usage.signalfx_cluster_name.clone(),
+            })?;
+            let s = schedule(DEFAULT_REMOTE_INTERVAL);
+            (tokio::spawn(usage::run(f, provider, s, cancel)), "signalfx")
+        }
+        MetricsProvider::KubernetesMetricsServer => {
+            let f = metrics_server_fetcher(cfg, kube_client, node_stores)?;
+            let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);
+            (
+                tokio::spawn(usage::run(f, provider, s, cancel)),
+                "metrics_server",
+            )
+        }
+    })
+}
+
+/// The HTTP client settings of a remote usage backend (`kind`), at `--metrics-provider-address`
+/// or `default_address`.
+pub(super) fn remote_http(
+    cfg: &Config,
+    kind: MetricsProvider,
+    default_address: &str,
+) -> Result<HttpConfig> {
+    let u = &cfg.usage;
+    let mut h = HttpConfig::new(u.address.clone().unwrap_or_else(|| default_address.into()));
+    h.timeout = cfg.timeout;
+    h.insecure_skip_verify = u.insecure_skip_verify;
+    h.token = u.token.clone();
+    h.ca_file = u.ca_file.clone();
+    h.max_body_bytes = cfg.max_response_bytes;
+    if u.openshift_auth {
+        let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
+        h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
+        if kind == MetricsProvider::Prometheus {
+            h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
+        }
+    }
+    Ok(h)
+}
+
+/// The Prometheus backend, asking the node watcher for node addresses when there is one.
+pub(super) fn prometheus_fetcher(
+    cfg: &Config,
+    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
+) -> Result<PrometheusFetcher> {
+    let mut pc = PrometheusConfig::new(remote_http(
+        cfg,
+        MetricsProvider::Prometheus,
+        "http://prometheus-k8s:9090",
+    )?);
+    pc.node_label = cfg.usage.prometheus_node_label.clone();
+    pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
+    if let Some(m) = &cfg.usage.prometheus_metrics {
+        pc.metrics = m.clone();
+    }
+    let mut f = PrometheusFetcher::new(pc)?;
+    if let Some((stores, cluster)) = node_stores {
+        let listed = stores.clone();
+        f = f
+            .with_node_addresses(Arc::new(move || ClusterNodes {
+                // Every Node only in the cluster role: there the series are checked against them.
+                names: match cluster {
+                    true => stores
+                        .nodes
+                        .state()
+                        .iter()
+                        .filter_map(|n| n.metadata.name.clone())
+                        .collect(),
+                    false => Default::default(),
+                },
+                by_address: stores.node_addresses(),
+            }))
+            .with_nodes_listed(Box::pin(async move { listed.nodes_listed().await }));
+    }
+    Ok(f)
+}
+
+/// The metrics-server backend; in the cluster role it reads the watched Nodes.
+pub(super) fn metrics_server_fetcher(
+    cfg: &Config,
+    kube_client: Option<kube::Client>,
+    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
+) -> Result<MetricsServerFetcher> {
+    let client = kube_client.ok_or_else(|| Error::Kube {
+        what: "the KubernetesMetricsServer backend".into(),
+        reason: "no Kubernetes client was built".into(),
+    })?;
+    let mut f = MetricsServerFetcher::new(
+        client,
+        MetricsServerConfig {
+            use_allocatable: cfg.usage.metrics_server_use_allocatable,
+            max_item_bytes: cfg.max_response_bytes,
+        },
+    );
+    // The cluster role watches every Node already: no LIST of all Nodes per fetch.
+    if let Some((stores, true)) = node_stores {
+        let listed = stores.clone();
+        f = f.with_node_source(
+            Arc::new(stores.nodes.clone()),
+            Box::pin(async move { listed.nodes_listed().await }),
+        );
+    }
+    Ok(f)
+}

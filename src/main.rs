@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     }
     // Flag, environment and config-file parsing and the logger's set-up are done: their code
     // (clap, the config file's YAML) is not needed again. Handing it back before the roles
-    // start keeps it out of the start-up peak (issue #11, VmHWM).
+    // start keeps it out of the start-up peak (the node role's VmHWM budget).
     memory::release_startup_pages();
     let hooks = app::Hooks {
         after_tick: memory::AFTER_TICK,
@@ -63,7 +63,7 @@ const NODE_WORKERS: usize = 1;
 /// Blocking threads for the node role (tokio's default allows 512): a collection, a tick's
 /// render and a gzip answer can run at once with room for a slow DNS lookup (tokio and
 /// hyper resolve names on this pool); a thread is only started when needed and leaves after
-/// 10 s idle (issue #11, node-role RSS: each one keeps 80-100 KiB of touched stack).
+/// 10 s idle (the node role's RSS: each one keeps 80-100 KiB of touched stack).
 const NODE_MAX_BLOCKING: usize = 4;
 
 /// The runtime: the node role with [`NODE_WORKERS`] workers and at most [`NODE_MAX_BLOCKING`]

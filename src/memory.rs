@@ -1,4 +1,4 @@
-//! The process's memory tuning (issue #11, node-role RSS): glibc's allocator told to keep
+//! The process's memory tuning (the node role's RSS budget): glibc's allocator told to keep
 //! fewer arenas and to return free pages after each tick, and the code pages only start-up
 //! used handed back at the start's fixed points. Part of the binary, not the library (which
 //! forbids `unsafe` and only calls the hooks `main` gives it: [`AFTER_TICK`], [`AFTER_SETUP`]);
@@ -19,7 +19,7 @@ mod heap {
         }
     }
 
-    /// Arenas for a role: one for the node role (issue #11, node-role RSS: its threads rarely
+    /// Arenas for a role: one for the node role (the node role's RSS: its threads rarely
     /// allocate at the same time, and with a second arena each tick's rendered pieces and
     /// collected samples were spread over two heaps, each keeping pages the other's free
     /// space could have held: 0.3-0.5 MiB more on average in `benches/task_collect.rs`); two
@@ -43,7 +43,7 @@ mod heap {
 }
 
 /// Pages of the binary (and of the shared libraries) that only start-up used, handed back at
-/// the start's fixed points (issue #11, node-role RSS).
+/// the start's fixed points (the node role's RSS).
 ///
 /// A read fault on the binary maps up to 64 KiB of its neighbouring code (the kernel's
 /// `fault_around_bytes`), and start-up runs code all over it (flag and config parsing, the
@@ -57,7 +57,7 @@ mod heap {
 /// The kernel only pages out file pages of a file the caller owns or could open for writing
 /// (`can_do_pageout`); the image runs as user 65532 and its binary belongs to root, so there
 /// `MADV_PAGEOUT` is accepted and does nothing (measured: RssFile stayed at 13.8 MiB, VmRSS
-/// ~20 MiB, issue #11). `MADV_DONTNEED` follows it: on a read-only private file mapping it
+/// ~20 MiB in the node role). `MADV_DONTNEED` follows it: on a read-only private file mapping it
 /// only unmaps the pages from this process (they stay in the page cache, and no copy-on-write
 /// page exists to lose: mappings with anonymous pages are skipped), which any user may do, so
 /// the resident set drops the same way.
@@ -91,7 +91,7 @@ mod code {
     /// anonymous (copied-on-write) pages; returns the bytes the kernel accepted the advice
     /// for. The libraries' start-up pages count too: the dynamic loader's relocation work,
     /// libc's and libm's code that only the start ran, each kept 64 KiB around every fault
-    /// (issue #11: 2.1 MiB of libc, libm and ld.so stayed resident, 1.4 MiB of libc alone).
+    /// (node role: 2.1 MiB of libc, libm and ld.so stayed resident, 1.4 MiB of libc alone).
     /// Best effort: an older kernel's EINVAL or an unreadable /proc only means the pages stay.
     pub fn release_startup_pages() -> usize {
         advise_clean_file_mappings(&[libc::MADV_PAGEOUT, libc::MADV_DONTNEED])
@@ -382,7 +382,7 @@ pub const AFTER_SETUP: Option<fn(&'static str)> = Some(after_setup);
 
 /// At the points of the start `app` names (the Kubernetes client built; every role started):
 /// the start-up's code and free heap handed back before the next step faults in its own
-/// (issue #11, node-role VmHWM). The start-up runs its steps one after another, each touching
+/// (the node role's VmHWM). The start-up runs its steps one after another, each touching
 /// code the others do not (the kubeconfig's YAML and the TLS trust anchors; then the watches'
 /// first lists, the probes' and sinks' set-up and the first render), and with one hand-back
 /// only before the roles start all of it was resident at once, up to the first tick's

@@ -73,8 +73,8 @@ pub async fn run(cfg: Config, after_tick: Option<fn()>) -> Result<()> {
     .await
 }
 
-/// What the binary runs at fixed points of the start and after each tick (issue #11: it hands
-/// the start-up's memory back there); tests run without.
+/// What the binary runs at fixed points of the start and after each tick (the binary hands
+/// the start-up's memory back there, for the node role's memory budget); tests run without.
 #[derive(Clone, Copy, Default)]
 pub struct Hooks {
     /// After each published snapshot, on a blocking thread.

@@ -1039,7 +1039,7 @@ fn visit_tasks<V: Visitor>(w: &mut V, ts: Option<&TaskSet>) {
     let base = |i: usize| -> Labels<'_> {
         let p = &ts.tasks[i].pod;
         // Room for the labels rows add (`container`, `resource` and `kind` or `unit`): no
-        // reallocation per row (issue #11, node-role RSS: thousands of rows per tick).
+        // reallocation per row (the node role's RSS: thousands of rows per tick).
         let mut l = Vec::with_capacity(7 + p.labels.len() + 3);
         l.extend([
             ("node", ts.node.as_str()),

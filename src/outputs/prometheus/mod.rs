@@ -466,8 +466,8 @@ fn keyed(step: Step) -> Option<(usize, usize, &'static Family)> {
 }
 
 /// Whether a whole-snapshot step is written in pieces of [`PIECE_ROWS`] rows per family
-/// instead of one chunk: the node role's task, container and platform families (issue #11,
-/// node-role RSS). Their text is megabytes at 110 pods and is written again on every
+/// instead of one chunk: the node role's task, container and platform families (the
+/// node role's RSS budget). Their text is megabytes at 110 pods and is written again on every
 /// collection, but most of its rows keep their bytes (requests, limits, detail series between
 /// detail reads): a piece whose bytes equal the previous body's piece at the same place is
 /// not kept twice, and no single buffer the size of the step is ever allocated, so a tick

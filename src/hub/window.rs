@@ -2,8 +2,9 @@
 //! giving AVG and STD over trailing windows.
 //!
 //! At 65,000 nodes with metrics-server's 15 s resolution every node holds 60 samples of CPU and
-//! 60 of memory (the 65,000-node memory budget): held as one `(f64, f64)` ring per resource that was 32 bytes a
-//! sample time (1,920 bytes a node, ~119 MiB), and the five-slot map of rings itself 240 bytes.
+//! 60 of memory, which the 65,000-node memory budget must hold: as one `(f64, f64)` ring per
+//! resource that was 32 bytes a sample time (1,920 bytes a node, ~119 MiB), and the five-slot
+//! map of rings itself 240 bytes.
 //! Here the time is stored once per row, as milliseconds after the ring's base time in a `u32`,
 //! and the values of every resource the node reports side by side: 20 bytes a row for two
 //! resources. Statistics are the same numbers (the same values summed in the same order);

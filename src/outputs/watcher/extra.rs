@@ -158,7 +158,8 @@ mod tests {
     }
 
     /// node-a sampled every 15 s for the last ten minutes, node-b once, an hour ago (the case
-    /// measured before freshness was served: node-b served as current, `window.end` an hour back for every host).
+    /// measured before freshness was served: node-b served as current, `window.end` an hour
+    /// back for every host).
     fn two_nodes(now: SystemTime) -> Store {
         let store = Store::new();
         for i in 0..40 {

@@ -13,7 +13,7 @@ use kube_prober::model::NodeCapacity;
 use kube_prober::shared::limit::DEFAULT_MAX_RESPONSE_BYTES;
 use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
 use kube_prober::sources::usage::{UsageFetcher, run_once};
-use kube_prober::watcher::{WatcherMetrics, WatcherOptions, render};
+use kube_prober::watcher::{WatcherConfig, WatcherMetrics, render};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const GI: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -45,11 +45,8 @@ fn fetcher(api: &ApiServer, use_allocatable: bool) -> MetricsServerFetcher {
 }
 
 fn watcher(store: &Store) -> Option<WatcherMetrics> {
-    render(
-        &store.snapshot(SystemTime::now()),
-        WatcherOptions::default(),
-    )
-    .map(|b| serde_json::from_slice(&b.all()).unwrap())
+    render(&store.snapshot(SystemTime::now()), WatcherConfig::default())
+        .map(|b| serde_json::from_slice(&b.all()).unwrap())
 }
 
 /// The value of `kind`/`operator` for `host` on `/watcher`.

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use kube_prober::hub::{Provider, Store};
 use kube_prober::model::{BackendValue, BackendWindow, MetricType, Operator, Window};
-use kube_prober::watcher::{WatcherMetrics, WatcherOptions, render};
+use kube_prober::watcher::{WatcherConfig, WatcherMetrics, render};
 
 const T0: u64 = 1_760_000_000;
 
@@ -35,7 +35,7 @@ fn round(store: &Store, node: &str, window: Window, end: u64, values: Vec<Backen
     );
 }
 
-fn decode(store: &Store, opts: WatcherOptions) -> Option<WatcherMetrics> {
+fn decode(store: &Store, opts: WatcherConfig) -> Option<WatcherMetrics> {
     render(&store.snapshot(at(T0 + 30)), opts).map(|b| serde_json::from_slice(&b.all()).unwrap())
 }
 
@@ -71,7 +71,7 @@ fn prometheus_round(store: &Store, end: u64) {
 fn prometheus_style_values_round_trip_as_trimaran_expects() {
     let store = Store::new();
     prometheus_round(&store, T0);
-    let m = decode(&store, WatcherOptions::default()).unwrap();
+    let m = decode(&store, WatcherConfig::default()).unwrap();
     assert_eq!(m.source, "Prometheus");
     assert_eq!(
         (m.window.duration.as_str(), m.window.end),
@@ -128,9 +128,9 @@ fn legacy_scaling_multiplies_every_type_by_100_as_load_watcher() {
     prometheus_round(&store, T0);
     let m = decode(
         &store,
-        WatcherOptions {
+        WatcherConfig {
             legacy_scaling: true,
-            ..WatcherOptions::default()
+            ..WatcherConfig::default()
         },
     )
     .unwrap();
@@ -159,7 +159,7 @@ fn a_failed_query_loses_only_its_metric_and_end_tells_the_truth() {
             0.5,
         )],
     );
-    let m = decode(&store, WatcherOptions::default()).unwrap();
+    let m = decode(&store, WatcherConfig::default()).unwrap();
     let metrics = &m.data.node_metrics_map["worker-1"].metrics;
     assert_eq!(metrics.len(), 5, "the other values stay");
     assert_eq!(
@@ -178,12 +178,12 @@ fn fifteen_minutes_falls_back_to_ten_never_to_five() {
     let cpu = || vec![v("c", MetricType::Cpu, Operator::Avg, 0.3)];
     round(&store, "n", Window::FiveMinutes, T0, cpu());
     assert!(
-        decode(&store, WatcherOptions::default()).is_none(),
+        decode(&store, WatcherConfig::default()).is_none(),
         "5m alone is not served"
     );
     round(&store, "n", Window::TenMinutes, T0, cpu());
     assert_eq!(
-        decode(&store, WatcherOptions::default())
+        decode(&store, WatcherConfig::default())
             .unwrap()
             .window
             .duration,
@@ -191,7 +191,7 @@ fn fifteen_minutes_falls_back_to_ten_never_to_five() {
     );
     round(&store, "n", Window::FifteenMinutes, T0, cpu());
     assert_eq!(
-        decode(&store, WatcherOptions::default())
+        decode(&store, WatcherConfig::default())
             .unwrap()
             .window
             .duration,
@@ -214,7 +214,7 @@ fn non_finite_backend_values_are_dropped_and_counted() {
     );
     let snap = store.snapshot(at(T0 + 1));
     assert_eq!(snap.sources["prometheus"].dropped["non_finite"], 1);
-    let body = render(&snap, WatcherOptions::default()).unwrap();
+    let body = render(&snap, WatcherConfig::default()).unwrap();
     let all = body.all();
     let text = std::str::from_utf8(&all).unwrap();
     assert!(!text.contains("NaN"), "{text}");

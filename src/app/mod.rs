@@ -32,7 +32,7 @@ use crate::config::{
 use crate::k8s::client;
 use crate::k8s::identity::{self, Identity, IdentityConfig};
 use crate::k8s::role::Role;
-use crate::outputs::watcher::WatcherOptions;
+use crate::outputs::watcher::WatcherConfig;
 use crate::shared::error::{Error, Result};
 use crate::sources::probe::dns::DnsProbe;
 use crate::sources::probe::http::HttpProbe;

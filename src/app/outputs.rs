@@ -9,7 +9,7 @@ pub(super) async fn tick_loop(
     tx: watch::Sender<Arc<Published>>,
     interval: Duration,
     usage_source: &'static str,
-    watcher_opts: WatcherOptions,
+    watcher_opts: WatcherConfig,
     after_tick: Option<fn()>,
     cancel: CancellationToken,
 ) {

@@ -23,7 +23,7 @@ use crate::outputs::gcm::{GcmConfig, GcmOptions};
 use crate::outputs::otlp::{OtlpConfig, OtlpOptions};
 use crate::outputs::push::{PushOptions, SinkKind};
 use crate::outputs::select::SelectOptions;
-use crate::outputs::watcher::{EncodingOptions, WatcherOptions};
+use crate::outputs::watcher::{WatcherConfig, WatcherOptions};
 use crate::serve::options::{ServeConfig, ServeOptions};
 use crate::shared::error::{Error, Result};
 use crate::shared::limit::LimitOptions;
@@ -84,7 +84,7 @@ compose! {
     workloads: WorkloadOptions,
     probes: ProbeOptions,
     backends: BackendOptions,
-    watcher: EncodingOptions,
+    watcher: WatcherOptions,
     push: PushOptions,
     otlp: OtlpOptions,
     gcm: GcmOptions,
@@ -221,7 +221,7 @@ pub struct Config {
     pub log_format: LogFormat,
     pub usage: UsageConfig,
     /// How `/watcher` writes values.
-    pub watcher: WatcherOptions,
+    pub watcher: WatcherConfig,
     /// Namespaces whose DaemonSets and Deployments are addon candidates.
     pub workload_namespaces: Vec<String>,
     /// Addon markers, GKE's first.

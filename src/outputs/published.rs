@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::body::Body;
 use super::prometheus::{Format, RenderStats, Renderer};
-use super::watcher::{self, WatcherBodies, WatcherOptions};
+use super::watcher::{self, WatcherBodies, WatcherConfig};
 use crate::model::Snapshot;
 
 /// Everything the handlers serve, made once per tick.
@@ -66,11 +66,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Published {
     /// Renders every body of `snapshot`. `usage_source` names the source behind `/watcher`.
     pub fn render(snapshot: Arc<Snapshot>, usage_source: &str) -> Self {
-        Self::render_with(snapshot, usage_source, WatcherOptions::default())
+        Self::render_with(snapshot, usage_source, WatcherConfig::default())
     }
 
     /// As [`Published::render`], with `/watcher` options.
-    pub fn render_with(snapshot: Arc<Snapshot>, usage_source: &str, opts: WatcherOptions) -> Self {
+    pub fn render_with(snapshot: Arc<Snapshot>, usage_source: &str, opts: WatcherConfig) -> Self {
         Self::render_next(&Arc::default(), snapshot, usage_source, opts)
     }
 
@@ -79,7 +79,7 @@ impl Published {
         renderers: &Arc<Renderers>,
         snapshot: Arc<Snapshot>,
         usage_source: &str,
-        opts: WatcherOptions,
+        opts: WatcherConfig,
     ) -> Self {
         let watcher_healthy = snapshot.sources.get(usage_source).is_some_and(|s| s.up);
         Published {

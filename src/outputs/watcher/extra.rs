@@ -135,7 +135,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
-    use super::super::{Fold, WatcherMetrics, WatcherOptions, render};
+    use super::super::{Fold, WatcherConfig, WatcherMetrics, render};
     use crate::hub::{NodeRecorder, Store};
     use crate::model::{Binding, NodeCapacity, Resource, UsageSample, unix_seconds};
 
@@ -152,7 +152,7 @@ mod tests {
         );
     }
 
-    fn decode(store: &Store, now: SystemTime, opts: WatcherOptions) -> WatcherMetrics {
+    fn decode(store: &Store, now: SystemTime, opts: WatcherConfig) -> WatcherMetrics {
         let body = render(&store.snapshot(now), opts).expect("a body");
         serde_json::from_slice(&body.all()).expect("our own JSON")
     }
@@ -174,7 +174,7 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + 1_800_000_000 * S;
         let store = two_nodes(now);
         let newest_a = (unix_seconds(now - 15 * S)).floor() as i64;
-        let w = decode(&store, now, WatcherOptions::default());
+        let w = decode(&store, now, WatcherConfig::default());
         assert_eq!(
             w.data.node_metrics_map.keys().collect::<Vec<_>>(),
             ["node-a"]
@@ -182,16 +182,16 @@ mod tests {
         assert_eq!(w.window.end, newest_a);
         assert_eq!(w.window.end - w.window.start, 900);
         // Without a limit the old behaviour: node-b served, and `end` an hour back for all.
-        let all = WatcherOptions {
+        let all = WatcherConfig {
             max_age: None,
-            ..WatcherOptions::default()
+            ..WatcherConfig::default()
         };
         let w = decode(&store, now, all);
         assert_eq!(w.data.node_metrics_map.len(), 2);
         assert_eq!(w.window.end, unix_seconds(now - 3600 * S) as i64);
         // Every host stale: an empty map, not an error (Trimaran keeps old data on errors).
         let later = now + 3600 * S;
-        let w = decode(&store, later, WatcherOptions::default());
+        let w = decode(&store, later, WatcherConfig::default());
         assert!(w.data.node_metrics_map.is_empty());
         assert_eq!(w.window.end, unix_seconds(later) as i64);
     }
@@ -200,7 +200,7 @@ mod tests {
     fn freshness_quantiles_and_the_hour_max_follow_coverage() {
         let now = SystemTime::UNIX_EPOCH + 1_800_000_000 * S;
         let store = two_nodes(now);
-        let w = decode(&store, now, WatcherOptions::default());
+        let w = decode(&store, now, WatcherConfig::default());
         let a = &w.data.node_metrics_map["node-a"];
         let f = a.freshness.as_ref().expect("freshness");
         assert_eq!(f.newest, unix_seconds(now - 15 * S) as i64);
@@ -234,7 +234,7 @@ mod tests {
                 if i == 7 { 0.75 } else { 0.25 },
             );
         }
-        let w = decode(&store, now + 1500 * S, WatcherOptions::default());
+        let w = decode(&store, now + 1500 * S, WatcherConfig::default());
         let max = w.data.node_metrics_map["node-a"]
             .metrics
             .iter()
@@ -276,9 +276,9 @@ mod tests {
                 .find(|m| m.kind == "CPU" && m.operator == op)
                 .map(|m| m.value)
         };
-        let with = |fold| WatcherOptions {
+        let with = |fold| WatcherConfig {
             fold,
-            ..WatcherOptions::default()
+            ..WatcherConfig::default()
         };
         let off = decode(&store, now, with(Fold::Off));
         // Beside the host map, not in node-a's entry.

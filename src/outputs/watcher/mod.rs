@@ -7,7 +7,7 @@
 
 mod extra;
 pub mod options;
-pub use options::EncodingOptions;
+pub use options::WatcherOptions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -176,7 +176,7 @@ pub struct WatcherBodies {
     /// The nodes the entries were written from, with the window and options (for `?host=`).
     nodes: Arc<NodeMap>,
     window: Window,
-    opts: WatcherOptions,
+    opts: WatcherConfig,
     /// The time hosts were found fresh at, and the answer's `window.end`.
     now: SystemTime,
     end: SystemTime,
@@ -353,7 +353,7 @@ pub fn served_window(snap: &Snapshot) -> Option<Window> {
 
 /// How `/watcher` writes values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WatcherOptions {
+pub struct WatcherConfig {
     /// load-watcher multiplies every Prometheus value by 100, so bandwidth comes out as bytes/s
     /// × 100 and energy as joules × 100. Off (the default): CPU and Memory are percentages and
     /// every other type keeps its own unit. On: every value is × 100, as load-watcher.
@@ -364,9 +364,9 @@ pub struct WatcherOptions {
     pub fold: Fold,
 }
 
-impl Default for WatcherOptions {
+impl Default for WatcherConfig {
     fn default() -> Self {
-        WatcherOptions {
+        WatcherConfig {
             legacy_scaling: false,
             max_age: Some(DEFAULT_MAX_AGE),
             fold: Fold::Off,
@@ -427,7 +427,7 @@ impl Fold {
 }
 
 /// Whether `node`'s newest sample is recent enough at `now` to be served.
-pub fn is_fresh(node: &NodeLoad, now: SystemTime, opts: WatcherOptions) -> bool {
+pub fn is_fresh(node: &NodeLoad, now: SystemTime, opts: WatcherConfig) -> bool {
     opts.max_age
         .is_none_or(|max| now.duration_since(node.latest_at).unwrap_or_default() <= max)
 }
@@ -454,7 +454,7 @@ pub struct WatcherCache {
 struct Whole {
     nodes: Arc<NodeMap>,
     window: Window,
-    opts: WatcherOptions,
+    opts: WatcherConfig,
     /// The snapshot time its hosts were found fresh at.
     now: SystemTime,
     /// When the first of its hosts turns stale (then the hosts are chosen again).
@@ -466,7 +466,7 @@ struct Whole {
 }
 
 /// Renders the bodies, or `None` when there is no data (load-watcher answers 500 then).
-pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
+pub fn render(snap: &Snapshot, opts: WatcherConfig) -> Option<WatcherBodies> {
     render_cached(snap, opts, &mut WatcherCache::default())
 }
 
@@ -474,7 +474,7 @@ pub fn render(snap: &Snapshot, opts: WatcherOptions) -> Option<WatcherBodies> {
 /// `cache` was last used.
 pub fn render_cached(
     snap: &Snapshot,
-    opts: WatcherOptions,
+    opts: WatcherConfig,
     cache: &mut WatcherCache,
 ) -> Option<WatcherBodies> {
     let Some(window) = served_window(snap) else {
@@ -534,7 +534,7 @@ fn has_window(n: &NodeLoad, window: Window) -> bool {
 fn served(
     snap: &Snapshot,
     window: Window,
-    opts: WatcherOptions,
+    opts: WatcherConfig,
 ) -> (Vec<Member<'_>>, Vec<&str>, SystemTime) {
     let now = snap.generated_at;
     let mut stale: Vec<&str> = Vec::new();
@@ -562,7 +562,7 @@ fn served(
 fn whole(
     snap: &Snapshot,
     window: Window,
-    opts: WatcherOptions,
+    opts: WatcherConfig,
     previous: Option<Whole>,
     cache: &mut WatcherCache,
 ) -> Whole {
@@ -637,7 +637,7 @@ fn whole(
 }
 
 /// Logs when the hosts left out as stale change: how many, a few of their names, and why.
-fn log_stale(cache: &mut WatcherCache, stale: &[&str], opts: WatcherOptions) {
+fn log_stale(cache: &mut WatcherCache, stale: &[&str], opts: WatcherConfig) {
     let (before, now) = (cache.stale_hosts, stale.len());
     cache.stale_hosts = now;
     let max_age = opts.max_age.unwrap_or_default();
@@ -699,7 +699,7 @@ fn block_entries<'p>(
     members: &[Member<'_>],
     leads: bool,
     (window, end): (Window, SystemTime),
-    opts: WatcherOptions,
+    opts: WatcherConfig,
 ) -> &'p str {
     plain.clear();
     for (j, (name, node)) in members.iter().enumerate() {
@@ -748,7 +748,7 @@ fn node_entry(
     out: &mut String,
     node: &NodeLoad,
     window: Window,
-    opts: WatcherOptions,
+    opts: WatcherConfig,
     end: SystemTime,
 ) {
     out.push_str("{\"metrics\":[");
@@ -893,7 +893,7 @@ mod tests {
         assert_eq!(
             render(
                 &Snapshot::empty(SystemTime::UNIX_EPOCH),
-                WatcherOptions::default()
+                WatcherConfig::default()
             ),
             None
         );
@@ -935,7 +935,7 @@ mod tests {
         node.windows = vec![ws(Window::FiveMinutes), ws(Window::TenMinutes)].into();
         Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node));
         assert_eq!(served_window(&snap), Some(Window::TenMinutes));
-        let body = render(&snap, WatcherOptions::default()).unwrap();
+        let body = render(&snap, WatcherConfig::default()).unwrap();
         let decoded: WatcherMetrics = serde_json::from_slice(&body.all()).unwrap();
         assert_eq!(decoded.window.duration, "10m");
         assert_eq!(decoded.window.end - decoded.window.start, 600);
@@ -1070,7 +1070,7 @@ mod tests {
         for n in [1, 2, 63, 64, 65, 300, 1_000] {
             for _ in 0..3 {
                 let snap = random_snapshot(&mut rng, n);
-                let Some(bodies) = render_cached(&snap, WatcherOptions::default(), &mut cache)
+                let Some(bodies) = render_cached(&snap, WatcherConfig::default(), &mut cache)
                 else {
                     // Every node lacked the 15-minute window: then the 10-minute one is
                     // served, so a body is always made.
@@ -1093,7 +1093,7 @@ mod tests {
                     .count();
                 assert_eq!(decoded.data.node_metrics_map.len(), served);
                 // A fresh render (no cache) makes the same body.
-                assert_eq!(render(&snap, WatcherOptions::default()).unwrap(), bodies);
+                assert_eq!(render(&snap, WatcherConfig::default()).unwrap(), bodies);
             }
         }
     }
@@ -1102,7 +1102,7 @@ mod tests {
     fn a_host_answer_is_its_entry_between_the_head_and_the_tail() {
         let mut rng = Rng(42);
         let snap = random_snapshot(&mut rng, 200);
-        let bodies = render(&snap, WatcherOptions::default()).unwrap();
+        let bodies = render(&snap, WatcherConfig::default()).unwrap();
         let all: WatcherMetrics = serde_json::from_slice(&bodies.all()).unwrap();
         for (name, node) in snap.nodes.iter() {
             let served = node.windows.iter().any(|ws| ws.window == bodies.window);
@@ -1138,7 +1138,7 @@ mod tests {
         let mut rng = Rng(7);
         let mut snap = random_snapshot(&mut rng, 2_000);
         let mut cache = WatcherCache::default();
-        let first = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        let first = render_cached(&snap, WatcherConfig::default(), &mut cache).unwrap();
         let blocks = first.blocks.len();
         assert!(blocks > 10, "{blocks} blocks for 2,000 nodes");
         assert_eq!(cache.blocks_rendered, blocks as u64);
@@ -1146,7 +1146,7 @@ mod tests {
         assert_eq!(cache.entries_rendered, served);
 
         // The same node map: not a node visited, every block shared.
-        let again = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        let again = render_cached(&snap, WatcherConfig::default(), &mut cache).unwrap();
         assert!(again.shares_entries_with(&first));
         assert_eq!(cache.entries_rendered, served);
 
@@ -1163,7 +1163,7 @@ mod tests {
             ),
         );
         let (e0, b0) = (cache.entries_rendered, cache.blocks_rendered);
-        let changed = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        let changed = render_cached(&snap, WatcherConfig::default(), &mut cache).unwrap();
         assert!(!changed.shares_entries_with(&first));
         assert_eq!(cache.blocks_rendered - b0, 1);
         let block = changed
@@ -1175,7 +1175,7 @@ mod tests {
         assert!(block.len < 300, "one block, not every node: {}", block.len);
         assert_eq!(changed.blocks_shared_with(&first), (blocks - 1, blocks));
         assert_eq!(changed.all(), reference_body(&changed, &snap));
-        assert_eq!(changed, render(&snap, WatcherOptions::default()).unwrap());
+        assert_eq!(changed, render(&snap, WatcherConfig::default()).unwrap());
         let decoded: WatcherMetrics = serde_json::from_slice(&changed.all()).unwrap();
         assert_eq!(decoded.data.node_metrics_map[&*name].metrics[0].value, 99.9);
 
@@ -1189,7 +1189,7 @@ mod tests {
             load("pool-500-new", at, 0.5, &[Window::FifteenMinutes]),
         );
         let b1 = cache.blocks_rendered;
-        let moved = render_cached(&snap, WatcherOptions::default(), &mut cache).unwrap();
+        let moved = render_cached(&snap, WatcherConfig::default(), &mut cache).unwrap();
         assert!(
             (1..=3).contains(&(cache.blocks_rendered - b1)),
             "{}",
@@ -1201,9 +1201,9 @@ mod tests {
 
         // Other options: every block is written again.
         let b2 = cache.blocks_rendered;
-        let legacy = WatcherOptions {
+        let legacy = WatcherConfig {
             legacy_scaling: true,
-            ..WatcherOptions::default()
+            ..WatcherConfig::default()
         };
         let scaled = render_cached(&snap, legacy, &mut cache).unwrap();
         assert_eq!(scaled.blocks_shared_with(&moved).0, 0);
@@ -1236,9 +1236,9 @@ mod tests {
             s
         };
         for fold in [Fold::Off, Fold::All] {
-            let opts = WatcherOptions {
+            let opts = WatcherConfig {
                 fold,
-                ..WatcherOptions::default()
+                ..WatcherConfig::default()
             };
             let mut cache = WatcherCache::default();
             let before = render_cached(&snap, opts, &mut cache).unwrap();

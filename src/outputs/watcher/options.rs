@@ -1,15 +1,15 @@
-//! The `/watcher` output's options, resolved into the [`WatcherOptions`] it renders with.
+//! The `/watcher` output's options, resolved into the [`WatcherConfig`] it renders with.
 
 use std::time::Duration;
 
-use super::{DEFAULT_MAX_AGE, Fold, WatcherOptions};
+use super::{DEFAULT_MAX_AGE, Fold, WatcherConfig};
 use crate::shared::error::Error;
 use crate::shared::options::{duration, invalid};
 
-/// The `/watcher` encoding.
+/// The `/watcher` output's options as given (flags, environment, file keys).
 #[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
 #[serde(default)]
-pub struct EncodingOptions {
+pub struct WatcherOptions {
     /// /watcher: multiply every value by 100 as load-watcher does (bandwidth as bytes/s x 100);
     /// off: CPU and Memory in percent, other types in their own units. [default: false]
     #[arg(long, env = "KUBE_PROBER_WATCHER_LEGACY_SCALING", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = crate::shared::options::parse_bool)]
@@ -27,16 +27,16 @@ pub struct EncodingOptions {
     pub watcher_estimate_bound_pods: Option<String>,
 }
 
-crate::merge_options!(EncodingOptions {
+crate::merge_options!(WatcherOptions {
     watcher_legacy_scaling,
     watcher_max_age,
     watcher_estimate_bound_pods
 });
 
-impl EncodingOptions {
+impl WatcherOptions {
     /// `interval`: the usage fetch interval when given (`None`: the backend's default, at most
     /// a minute).
-    pub fn resolve(self, interval: Option<Duration>) -> Result<WatcherOptions, Error> {
+    pub fn resolve(self, interval: Option<Duration>) -> Result<WatcherConfig, Error> {
         let fold = match self.watcher_estimate_bound_pods.as_deref() {
             None => Fold::Off,
             Some(v) => Fold::parse(v.trim()).ok_or_else(|| {
@@ -68,7 +68,7 @@ impl EncodingOptions {
                 Some(d)
             }
         };
-        Ok(WatcherOptions {
+        Ok(WatcherConfig {
             legacy_scaling: self.watcher_legacy_scaling.unwrap_or(false),
             max_age,
             fold,
@@ -84,8 +84,8 @@ mod tests {
         max_age: Option<&str>,
         fold: Option<&str>,
         interval: Option<u64>,
-    ) -> Result<WatcherOptions, Error> {
-        EncodingOptions {
+    ) -> Result<WatcherConfig, Error> {
+        WatcherOptions {
             watcher_legacy_scaling: None,
             watcher_max_age: max_age.map(str::to_string),
             watcher_estimate_bound_pods: fold.map(str::to_string),
@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn max_age_defaults_from_the_fetch_interval_and_refuses_less_than_two() {
-        let secs = |o: WatcherOptions| o.max_age.map(|d| d.as_secs());
+        let secs = |o: WatcherConfig| o.max_age.map(|d| d.as_secs());
         assert_eq!(secs(resolve(None, None, None).unwrap()), Some(180));
         assert_eq!(secs(resolve(None, None, Some(15)).unwrap()), Some(180));
         assert_eq!(secs(resolve(None, None, Some(120)).unwrap()), Some(360));

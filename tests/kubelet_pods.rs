@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube_prober::Error;
 use kube_prober::hub::RunOutcome;
-use kube_prober::sources::task::kubelet::{KubeletAuth, KubeletPods, KubeletSettings};
+use kube_prober::sources::task::kubelet::{KubeletAuth, KubeletConfig, KubeletPods};
 use kube_prober::sources::task::pods::{TaskPodConfig, TaskPodIndex, task_pod};
 use kubelet::{Answer, FakeKubelet, KubeletFiles};
 
@@ -33,8 +33,8 @@ fn pod(ns: &str, name: &str, phase: &str) -> Pod {
     p
 }
 
-fn token_settings(k: &FakeKubelet, f: &KubeletFiles) -> KubeletSettings {
-    KubeletSettings {
+fn token_settings(k: &FakeKubelet, f: &KubeletFiles) -> KubeletConfig {
+    KubeletConfig {
         url: k.url.clone(),
         auth: KubeletAuth::TokenFile(f.token.clone()),
         ca_file: Some(f.ca.clone()),
@@ -42,7 +42,7 @@ fn token_settings(k: &FakeKubelet, f: &KubeletFiles) -> KubeletSettings {
     }
 }
 
-fn source(s: KubeletSettings) -> KubeletPods {
+fn source(s: KubeletConfig) -> KubeletPods {
     KubeletPods::new(s, Duration::from_secs(5), 32 * MIB).unwrap()
 }
 
@@ -248,13 +248,13 @@ fn unusable_files_are_config_errors_naming_the_flag() {
     std::fs::write(&token, "t").unwrap();
     let bad_pem = dir.path().join("bad.pem");
     std::fs::write(&bad_pem, "not a certificate").unwrap();
-    let base = KubeletSettings {
+    let base = KubeletConfig {
         url: "https://127.0.0.1:10250".into(),
         auth: KubeletAuth::TokenFile(token.clone()),
         ca_file: Some(dir.path().join("missing-ca.crt")),
         insecure_skip_verify: false,
     };
-    let option = |s: KubeletSettings| match KubeletPods::new(s, Duration::from_secs(1), MIB) {
+    let option = |s: KubeletConfig| match KubeletPods::new(s, Duration::from_secs(1), MIB) {
         Err(e @ Error::Config { .. }) => {
             assert_eq!(e.exit_code(), 2);
             match e {

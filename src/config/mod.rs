@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::config::cli::Cli;
-use crate::k8s::leader_options::{LeaderOptions, LeaderSettings};
+use crate::k8s::leader_options::{LeaderConfig, LeaderOptions};
 use crate::k8s::role::Role;
 use crate::outputs::gcm::{GcmConfig, GcmOptions};
 use crate::outputs::otlp::{OtlpConfig, OtlpOptions};
@@ -196,7 +196,7 @@ pub struct SinksConfig {
     /// The Cloud Monitoring sink's config; project and location may wait for the metadata
     /// server, the rest of the instance's facts are added at start.
     pub gcm: GcmConfig,
-    pub leader: LeaderSettings,
+    pub leader: LeaderConfig,
 }
 
 /// Everything the program runs with.
@@ -711,14 +711,14 @@ mod tests {
 
     #[test]
     fn kubelet_settings() {
-        use crate::sources::task::kubelet::{KubeletAuth, KubeletSettings};
+        use crate::sources::task::kubelet::{KubeletAuth, KubeletConfig};
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.task.kubelet, None, "off by default");
         let file = FileConfig::parse("kubelet_url: https://10.0.0.5:10250\n").unwrap();
         let c = Config::resolve(Cli::default(), file).unwrap();
         assert_eq!(
             c.task.kubelet,
-            Some(KubeletSettings {
+            Some(KubeletConfig {
                 url: "https://10.0.0.5:10250".into(),
                 auth: KubeletAuth::TokenFile(
                     "/var/run/secrets/kubernetes.io/serviceaccount/token".into()

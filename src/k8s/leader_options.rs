@@ -1,4 +1,4 @@
-//! Leader election's options (`--leader-elect*`), resolved into [`LeaderSettings`]; the
+//! Leader election's options (`--leader-elect*`), resolved into [`LeaderConfig`]; the
 //! Lease's namespace and this replica's identity, when not given, are found at start
 //! (`crate::app` makes the [`super::leader::LeaseConfig`]).
 
@@ -65,7 +65,7 @@ crate::merge_options!(LeaderOptions {
 
 /// Lease-based leader election (cluster role), as given and checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LeaderSettings {
+pub struct LeaderConfig {
     /// `None`: on in the cluster role when a sink runs.
     pub enabled: Option<bool>,
     pub lease_name: String,
@@ -78,7 +78,7 @@ pub struct LeaderSettings {
 }
 
 impl LeaderOptions {
-    pub fn resolve(self) -> Result<LeaderSettings> {
+    pub fn resolve(self) -> Result<LeaderConfig> {
         let dur = |option: &'static str, v: Option<String>, default: &str| {
             let v = v.unwrap_or_else(|| default.to_string());
             duration(
@@ -88,7 +88,7 @@ impl LeaderOptions {
                 Duration::from_secs(600),
             )
         };
-        let leader = LeaderSettings {
+        let leader = LeaderConfig {
             enabled: self.leader_elect,
             lease_name: self
                 .leader_elect_lease_name
@@ -116,7 +116,7 @@ impl LeaderOptions {
     }
 }
 
-impl LeaderSettings {
+impl LeaderConfig {
     /// The Lease name is an object name; renew deadline < lease duration; retry < renew.
     fn check(&self) -> Result<()> {
         let name_ok = |n: &str| {

@@ -49,7 +49,7 @@ pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings of `--auth kubernetes`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AuthSettings {
+pub struct AuthConfig {
     /// How long a TokenReview or SubjectAccessReview answer is reused.
     pub cache_ttl: Duration,
     pub cache_capacity: usize,
@@ -216,7 +216,7 @@ type AccessKey = (User, String, &'static str);
 /// The auth layer: a Kubernetes client for the reviews, the caches and the counters.
 pub struct Authorizer {
     client: kube::Client,
-    settings: AuthSettings,
+    settings: AuthConfig,
     tokens: Mutex<TtlCache<[u8; 32], Option<User>>>,
     access: Mutex<TtlCache<AccessKey, bool>>,
     pub stats: Arc<AuthStats>,
@@ -235,7 +235,7 @@ impl std::fmt::Debug for Authorizer {
 struct Unavailable(String);
 
 impl Authorizer {
-    pub fn new(client: kube::Client, settings: AuthSettings) -> Self {
+    pub fn new(client: kube::Client, settings: AuthConfig) -> Self {
         Authorizer {
             client,
             tokens: Mutex::new(TtlCache::new(settings.cache_ttl, settings.cache_capacity)),

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::auth::{AuthSettings, CACHE_CAPACITY, REVIEW_TIMEOUT};
-use super::tls::TlsSettings;
+use super::auth::{AuthConfig, CACHE_CAPACITY, REVIEW_TIMEOUT};
+use super::tls::TlsConfig;
 use crate::shared::error::Result;
 use crate::shared::options::{duration, invalid, path};
 
@@ -59,9 +59,9 @@ crate::merge_options!(ServeOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeConfig {
     /// `None`: plain HTTP.
-    pub tls: Option<TlsSettings>,
+    pub tls: Option<TlsConfig>,
     /// `None`: `/metrics` and `/watcher*` are open (`--auth none`).
-    pub auth: Option<AuthSettings>,
+    pub auth: Option<AuthConfig>,
 }
 
 impl ServeOptions {
@@ -101,7 +101,7 @@ impl ServeOptions {
                 ));
             }
         }
-        let auth = kubernetes.then_some(AuthSettings {
+        let auth = kubernetes.then_some(AuthConfig {
             cache_ttl,
             cache_capacity: CACHE_CAPACITY,
             review_timeout: REVIEW_TIMEOUT,
@@ -110,7 +110,7 @@ impl ServeOptions {
     }
 
     /// `--tls-cert-file`, `--tls-key-file`, `--tls-reload-interval` and `--client-ca-file`.
-    fn tls(&mut self) -> Result<(Option<TlsSettings>, Option<PathBuf>)> {
+    fn tls(&mut self) -> Result<(Option<TlsConfig>, Option<PathBuf>)> {
         let cert = path("--tls-cert-file", self.tls_cert_file.take())?;
         let key = path("--tls-key-file", self.tls_key_file.take())?;
         let client_ca = path("--client-ca-file", self.client_ca_file.take())?;
@@ -140,7 +140,7 @@ impl ServeOptions {
                     "needs --tls-cert-file too (both or neither)",
                 ));
             }
-            (Some(cert_file), Some(key_file)) => Some(TlsSettings {
+            (Some(cert_file), Some(key_file)) => Some(TlsConfig {
                 cert_file,
                 key_file,
                 client_ca_file: client_ca.clone(),

@@ -31,7 +31,7 @@ use crate::outputs::series::Labels;
 
 /// Where the listener's certificate, key and (optional) client CA come from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TlsSettings {
+pub struct TlsConfig {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     /// Verify client certificates against these CAs (offered certificates only: a client
@@ -96,13 +96,13 @@ pub struct CertStore {
     current: RwLock<Arc<CertifiedKey>>,
     /// The file contents last tried, good or bad: the same bad pair is reported once.
     last_seen: std::sync::Mutex<(Vec<u8>, Vec<u8>)>,
-    settings: TlsSettings,
+    settings: TlsConfig,
     pub stats: Arc<TlsStats>,
 }
 
 impl CertStore {
     /// Loads the pair; an error names the file and the problem.
-    pub fn load(settings: TlsSettings) -> Result<Arc<CertStore>, String> {
+    pub fn load(settings: TlsConfig) -> Result<Arc<CertStore>, String> {
         let cert = read(&settings.cert_file)?;
         let key = read(&settings.key_file)?;
         let pair = load_pair(&cert, &key)?;
@@ -370,7 +370,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (cert_a, key_a, der_a) = cert_with(&[(rcgen::DnType::CommonName, "a")]);
         let (cert_b, key_b, der_b) = cert_with(&[(rcgen::DnType::CommonName, "b")]);
-        let settings = TlsSettings {
+        let settings = TlsConfig {
             cert_file: dir.path().join("tls.crt"),
             key_file: dir.path().join("tls.key"),
             client_ca_file: None,

@@ -4,7 +4,7 @@
 //! slowed: pushes read the same immutable snapshot in their own tasks.
 
 pub mod options;
-pub use options::{PushOptions, PushPlan, SinkKind};
+pub use options::{PushConfig, PushOptions, SinkKind};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

@@ -53,14 +53,14 @@ impl SinkKind {
 
 /// The push outputs to run, each once in the order given, and their schedule.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PushPlan {
+pub struct PushConfig {
     pub kinds: Vec<SinkKind>,
     pub interval: Duration,
     pub timeout: Duration,
 }
 
 impl PushOptions {
-    pub fn resolve(self) -> Result<PushPlan> {
+    pub fn resolve(self) -> Result<PushConfig> {
         let kinds = sink_kinds(self.sinks.unwrap_or_default())?;
         let secs = Duration::from_secs;
         let interval_s = self.sink_interval.unwrap_or_else(|| "60s".into());
@@ -79,7 +79,7 @@ impl PushOptions {
             }
             None => interval.min(secs(30)),
         };
-        Ok(PushPlan {
+        Ok(PushConfig {
             kinds,
             interval,
             timeout,

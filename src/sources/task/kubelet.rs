@@ -48,7 +48,7 @@ pub enum KubeletAuth {
 
 /// `--kubelet-*` as resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeletSettings {
+pub struct KubeletConfig {
     /// Base URL, e.g. `https://10.0.0.5:10250`; `/pods` is appended.
     pub url: String,
     pub auth: KubeletAuth,
@@ -73,7 +73,7 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 }
 
 impl TlsFiles {
-    fn load(s: &KubeletSettings) -> Result<Self> {
+    fn load(s: &KubeletConfig) -> Result<Self> {
         let ca = match (&s.ca_file, s.insecure_skip_verify) {
             (Some(p), false) => Some(read(p)?),
             _ => None,
@@ -109,11 +109,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Builds the client for `files`. Errors name the file at fault (`Parse`); the caller decides
 /// whether that stops the start (a config error) or is counted (a rotated file gone bad).
-fn build_client(
-    s: &KubeletSettings,
-    files: &TlsFiles,
-    timeout: Duration,
-) -> Result<reqwest::Client> {
+fn build_client(s: &KubeletConfig, files: &TlsFiles, timeout: Duration) -> Result<reqwest::Client> {
     // Never follow a redirect (it would carry the request, and with some policies the bearer
     // token, to wherever the answer points: a 3xx is a counted failure) and never go through
     // HTTP(S)_PROXY/ALL_PROXY from the environment (the kubelet is reached directly).
@@ -151,7 +147,7 @@ pub type PodList = k8s_openapi::List<Pod>;
 /// Polls the kubelet's `/pods`.
 #[derive(Debug)]
 pub struct KubeletPods {
-    settings: KubeletSettings,
+    settings: KubeletConfig,
     url: String,
     timeout: Duration,
     max_body_bytes: usize,
@@ -162,11 +158,7 @@ pub struct KubeletPods {
 impl KubeletPods {
     /// Reads the TLS files and builds the client; any problem is a config error naming the flag
     /// (exit 2). A missing token file is one too: without it no poll could succeed.
-    pub fn new(
-        settings: KubeletSettings,
-        timeout: Duration,
-        max_body_bytes: usize,
-    ) -> Result<Self> {
+    pub fn new(settings: KubeletConfig, timeout: Duration, max_body_bytes: usize) -> Result<Self> {
         let cfg_err = |option: &'static str, value: String, e: Error| Error::Config {
             option,
             value,
@@ -203,7 +195,7 @@ impl KubeletPods {
         })
     }
 
-    pub fn settings(&self) -> &KubeletSettings {
+    pub fn settings(&self) -> &KubeletConfig {
         &self.settings
     }
 
@@ -324,7 +316,7 @@ impl KubeletPods {
 }
 
 /// The flag whose file `path` is.
-fn flag_of(s: &KubeletSettings, path: &Path) -> &'static str {
+fn flag_of(s: &KubeletConfig, path: &Path) -> &'static str {
     match &s.auth {
         KubeletAuth::ClientCert { cert, .. } if cert == path => return "--kubelet-client-cert-file",
         KubeletAuth::ClientCert { key, .. } if key == path => return "--kubelet-client-key-file",

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use super::cgroup::{DEFAULT_DETAIL_EVERY, MAX_DETAIL_EVERY};
-use super::kubelet::{DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE, KubeletAuth, KubeletSettings};
+use super::kubelet::{DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE, KubeletAuth, KubeletConfig};
 use crate::model::PerfMode;
 use crate::shared::error::Result;
 use crate::shared::options::{csv, invalid, is_namespace_name, path};
@@ -127,7 +127,7 @@ pub struct TaskSettings {
     pub namespaces: Vec<String>,
     pub label_allowlist: Vec<String>,
     /// `--kubelet-url` and its auth: task pods from the kubelet instead of the pod watch.
-    pub kubelet: Option<KubeletSettings>,
+    pub kubelet: Option<KubeletConfig>,
     /// `--task-perf-events`.
     pub perf_events: PerfMode,
     /// `--task-detail-every`: collections between two reads of a cgroup's detail files.
@@ -240,7 +240,7 @@ fn label_keys(list: Option<String>) -> Result<Vec<String>> {
 
 impl KubeletOptions {
     /// `None` without `--kubelet-url` (the other `--kubelet-*` flags then are an error).
-    pub fn resolve(self) -> Result<Option<KubeletSettings>> {
+    pub fn resolve(self) -> Result<Option<KubeletConfig>> {
         let token = path("--kubelet-token-file", self.kubelet_token_file)?;
         let cert = path("--kubelet-client-cert-file", self.kubelet_client_cert_file)?;
         let key = path("--kubelet-client-key-file", self.kubelet_client_key_file)?;
@@ -269,7 +269,7 @@ impl KubeletOptions {
             ));
         }
         let ca_file = (!insecure).then(|| ca.unwrap_or_else(|| PathBuf::from(DEFAULT_CA_FILE)));
-        Ok(Some(KubeletSettings {
+        Ok(Some(KubeletConfig {
             url,
             auth,
             ca_file,

@@ -149,20 +149,7 @@ mod tests {
             std::fs::write(t.join("physical_package_id"), format!("{pkg}\n")).unwrap();
             std::fs::write(t.join("core_id"), format!("{core}\n")).unwrap();
         }
-        let node = sys.join("devices/system/node");
-        std::fs::create_dir_all(node.join("node0")).unwrap();
-        std::fs::create_dir_all(node.join("node1")).unwrap();
-        std::fs::write(node.join("online"), "0-1\n").unwrap();
-        std::fs::write(
-            node.join("node0/meminfo"),
-            "Node 0 MemTotal: 100 kB\nNode 0 MemFree: 40 kB\n",
-        )
-        .unwrap();
-        std::fs::write(
-            node.join("node1/meminfo"),
-            "Node 1 MemTotal: 200 kB\nNode 1 MemFree: 50 kB\n",
-        )
-        .unwrap();
+        two_numa_nodes(&sys, "Node 1 MemFree: 50 kB");
         std::fs::create_dir_all(&proc_).unwrap();
         std::fs::write(proc_.join("stat"), "cpu0 100 0 0 0 0 0 0 0\n").unwrap();
         let (p, errors) = read_platform("n1", &sys, &proc_);
@@ -177,6 +164,20 @@ mod tests {
         // No meminfo, no vmstat: absent, not zero.
         assert_eq!(p.memory_usage_bytes, None);
         assert!(p.vmstat.is_empty());
+    }
+
+    /// Two online NUMA nodes under `sys`: node 0 of 100 kB with 40 free, node 1 of 200 kB whose
+    /// second meminfo line is `node1_free`.
+    fn two_numa_nodes(sys: &Path, node1_free: &str) {
+        let node = sys.join("devices/system/node");
+        for n in ["node0", "node1"] {
+            std::fs::create_dir_all(node.join(n)).unwrap();
+        }
+        std::fs::write(node.join("online"), "0-1\n").unwrap();
+        let node0 = "Node 0 MemTotal: 100 kB\nNode 0 MemFree: 40 kB\n";
+        std::fs::write(node.join("node0/meminfo"), node0).unwrap();
+        let node1 = format!("Node 1 MemTotal: 200 kB\n{node1_free}\n");
+        std::fs::write(node.join("node1/meminfo"), node1).unwrap();
     }
 
     fn procfs_fixture(name: &str) -> Vec<u8> {
@@ -220,20 +221,7 @@ mod tests {
     #[test]
     fn a_malformed_node_meminfo_is_an_error_and_that_node_is_left_out() {
         let dir = tempfile::tempdir().unwrap();
-        let node = dir.path().join("devices/system/node");
-        std::fs::create_dir_all(node.join("node0")).unwrap();
-        std::fs::create_dir_all(node.join("node1")).unwrap();
-        std::fs::write(node.join("online"), "0-1\n").unwrap();
-        std::fs::write(
-            node.join("node0/meminfo"),
-            "Node 0 MemTotal: 100 kB\nNode 0 MemFree: 40 kB\n",
-        )
-        .unwrap();
-        std::fs::write(
-            node.join("node1/meminfo"),
-            "Node 1 MemTotal: 200 kB\nNode 1 MemFree: many kB\n",
-        )
-        .unwrap();
+        two_numa_nodes(dir.path(), "Node 1 MemFree: many kB");
         let (p, errors) = read_platform("n1", dir.path(), &dir.path().join("no-proc"));
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].metric_label(), "parse");

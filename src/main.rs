@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     memory::limit_arenas(cfg.role);
     // From here on every line to stderr goes through the log queue: it never blocks on a pipe
     // nobody reads and never panics on a closed one. Dropped last, it flushes (bounded).
-    let logs = match telemetry::init(&cfg.log_level, cfg.log_format) {
+    let logs = match telemetry::init(&cfg.log.level, cfg.log.format) {
         Ok(g) => g,
         Err(e) => return fail(&e, &LogGuard::direct()),
     };

@@ -259,7 +259,11 @@ pub(super) fn start_election(
         lease_duration: l.lease_duration,
         renew_deadline: l.renew_deadline,
         retry_period: l.retry_period,
-        ..LeaseConfig::new(lease_name(&l.lease_name, &cfg.shard), namespace, identity)
+        ..LeaseConfig::new(
+            lease_name(&l.lease_name, &cfg.scope.shard),
+            namespace,
+            identity,
+        )
     };
     lc.validate()?;
     tracing::info!(

@@ -9,7 +9,7 @@ pub(super) fn spawn_probe<P: Probe>(
     provider: &Arc<dyn Provider>,
     cancel: &CancellationToken,
 ) -> Option<JoinHandle<()>> {
-    if !runs_probes(&cfg.shard) {
+    if !runs_probes(&cfg.scope.shard) {
         return None;
     }
     let (interval, timeout) = *cfg.probes.schedules.get(probe.name())?;
@@ -51,7 +51,7 @@ pub(super) fn spawn_probes(
 ) -> Result<Vec<JoinHandle<()>>> {
     let p = &cfg.probes;
     let mut tasks = Vec::new();
-    if !runs_probes(&cfg.shard) {
+    if !runs_probes(&cfg.scope.shard) {
         // Their targets are still validated below, so a bad URL fails on every shard alike.
         tracing::info!("probes run on shard 0 only; this shard runs none");
     }

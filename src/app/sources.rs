@@ -77,20 +77,20 @@ pub(super) fn spawn_watchers(
             name: place.node_name.clone(),
         },
         _ => Scope::Cluster {
-            namespaces: cfg.workload_namespaces.clone(),
-            pods: cfg.pod_scope,
+            namespaces: cfg.workloads.namespaces.clone(),
+            pods: cfg.scope.pods,
         },
     };
-    if role == Role::Node && cfg.pod_scope != PodScope::All {
+    if role == Role::Node && cfg.scope.pods != PodScope::All {
         tracing::warn!(
-            pod_scope = cfg.pod_scope.as_str(),
+            pod_scope = cfg.scope.pods.as_str(),
             "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
         );
     }
     let wc = WatchConfig {
         scope,
         derive: DeriveConfig {
-            addon_keys: cfg.addon_keys.clone(),
+            addon_keys: cfg.workloads.addon_keys.clone(),
             estimate: cfg.estimate,
             ..DeriveConfig::default()
         },
@@ -168,17 +168,17 @@ pub(super) fn start_selection(
     use crate::sources::cluster::options::ShardMode;
     store.set_excluded_families(cfg.excluded_families.clone());
     store.set_stale_after(cfg.watcher.max_age);
-    if cfg.shard != ShardMode::Off && role != Role::Cluster {
+    if cfg.scope.shard != ShardMode::Off && role != Role::Cluster {
         return Err(Error::Config {
             option: "--shard",
-            value: format!("{:?}", cfg.shard),
+            value: format!("{:?}", cfg.scope.shard),
             reason: format!(
                 "sharding applies to the cluster role only (this is the {} role)",
                 role.as_str()
             ),
         });
     }
-    match (&cfg.shard, kube_client) {
+    match (&cfg.scope.shard, kube_client) {
         (ShardMode::Off, _) => Ok(None),
         (ShardMode::Static(s), _) => {
             tracing::info!(shard = s.index, total = s.total, "sharded");

@@ -29,11 +29,11 @@ use crate::shared::error::{Error, Result};
 use crate::shared::limit::LimitOptions;
 use crate::shared::options::{Merge, check_keys, field_names};
 use crate::shared::suggest::did_you_mean;
-use crate::shared::telemetry::{LogFormat, LogOptions};
-use crate::sources::cluster::derive::AddonKeys;
+use crate::shared::telemetry::{LogConfig, LogOptions};
 use crate::sources::cluster::estimate::EstimateConfig;
-use crate::sources::cluster::options::{EstimateOptions, ScopeOptions, ShardMode, WorkloadOptions};
-use crate::sources::cluster::watchers::PodScope;
+use crate::sources::cluster::options::{
+    EstimateOptions, ScopeConfig, ScopeOptions, WorkloadConfig, WorkloadOptions,
+};
 use crate::sources::probe::options::{ProbeOptions, ProbesConfig};
 use crate::sources::task::options::{KubeletOptions, TaskOptions, TaskSettings};
 use crate::sources::usage::options::{BackendOptions, UsageConfig, UsageOptions};
@@ -217,24 +217,20 @@ pub struct Config {
     pub expire_after_fetches: u32,
     pub tick_interval: Duration,
     pub shutdown_timeout: Duration,
-    pub log_level: String,
-    pub log_format: LogFormat,
+    pub log: LogConfig,
     pub usage: UsageConfig,
     /// How `/watcher` writes values.
     pub watcher: WatcherConfig,
-    /// Namespaces whose DaemonSets and Deployments are addon candidates.
-    pub workload_namespaces: Vec<String>,
-    /// Addon markers, GKE's first.
-    pub addon_keys: Vec<AddonKeys>,
+    /// Where addons are looked for.
+    pub workloads: WorkloadConfig,
     pub probes: ProbesConfig,
     pub sinks: SinksConfig,
     pub serve: ServeConfig,
     pub task: TaskSettings,
     /// Cap on every answer read from outside (see [`crate::shared::limit`]).
     pub max_response_bytes: usize,
-    /// Cluster role: which pods the pod watcher follows.
-    pub pod_scope: PodScope,
-    pub shard: ShardMode,
+    /// Cluster role: which pods the pod watcher follows, and the shard.
+    pub scope: ScopeConfig,
     /// How the pod watcher estimates the load of just-bound pods.
     pub estimate: EstimateConfig,
     /// Families `--metric-allowlist`/`--metric-denylist` leave out.
@@ -261,13 +257,13 @@ impl Config {
         let sinks = Self::sinks(o.push, o.otlp, o.gcm, o.leader, max_response_bytes)?;
         let probes = o.probes.resolve()?;
         let task = o.task.resolve(o.kubelet)?;
-        let (pod_scope, shard) = o.scope.resolve()?;
+        let scope = o.scope.resolve()?;
         let estimate = o.estimate.resolve()?;
         let excluded_families = o.select.resolve()?;
-        let (workload_namespaces, addon_keys) = o.workloads.resolve()?;
+        let workloads = o.workloads.resolve()?;
         let i = o.instance.resolve()?;
         let s = o.schedule.resolve()?;
-        let (log_level, log_format) = o.log.resolve()?;
+        let log = o.log.resolve()?;
         Ok(Config {
             role: i.role,
             listen: i.listen,
@@ -280,19 +276,16 @@ impl Config {
             expire_after_fetches: s.expire_after_fetches,
             tick_interval: s.tick_interval,
             shutdown_timeout: s.shutdown_timeout,
-            log_level,
-            log_format,
+            log,
             usage,
             watcher: o.watcher.resolve(s.interval)?,
-            workload_namespaces,
-            addon_keys,
+            workloads,
             probes,
             sinks,
             serve,
             task,
             max_response_bytes,
-            pod_scope,
-            shard,
+            scope,
             estimate,
             excluded_families,
         })
@@ -329,6 +322,8 @@ impl Config {
 mod tests {
     use super::*;
     use crate::model::{MetricType, Resource};
+    use crate::shared::telemetry::LogFormat;
+    use crate::sources::cluster::options::ShardMode;
     use crate::sources::usage::MetricsProvider;
 
     /// Flags as if given on the command line, without the environment.
@@ -408,7 +403,7 @@ mod tests {
         assert_eq!(c.procfs, PathBuf::from("/proc"));
         assert_eq!(c.cluster_name, None);
         assert_eq!(c.role, None);
-        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.log.format, LogFormat::Text);
     }
 
     #[test]
@@ -424,7 +419,7 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:9100".parse().unwrap());
         assert_eq!(c.interval, Some(Duration::from_secs(30)));
         assert_eq!(c.role, Some(Role::Host));
-        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.log.format, LogFormat::Json);
         assert_eq!(c.node_name.as_deref(), Some("from-file"));
     }
 
@@ -796,7 +791,7 @@ mod tests {
     fn shard_and_metric_list_settings() {
         use crate::model::Shard;
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
-        assert_eq!(c.shard, ShardMode::Off);
+        assert_eq!(c.scope.shard, ShardMode::Off);
         let opt_in = crate::outputs::names::OPT_IN
             .iter()
             .map(|f| f.name.to_string());
@@ -808,13 +803,19 @@ mod tests {
             })
         };
         let c = Config::resolve(cli(Some("2"), Some("3")), FileConfig::default()).unwrap();
-        assert_eq!(c.shard, ShardMode::Static(Shard { index: 2, total: 3 }));
+        assert_eq!(
+            c.scope.shard,
+            ShardMode::Static(Shard { index: 2, total: 3 })
+        );
         let file = FileConfig::parse(
             "shard: 1\ntotal_shards: 4\nmetric_denylist: kube_prober_node_condition\n",
         )
         .unwrap();
         let c = Config::resolve(Cli::default(), file).unwrap();
-        assert_eq!(c.shard, ShardMode::Static(Shard { index: 1, total: 4 }));
+        assert_eq!(
+            c.scope.shard,
+            ShardMode::Static(Shard { index: 1, total: 4 })
+        );
         assert_eq!(
             c.excluded_families.iter().collect::<Vec<_>>(),
             [
@@ -824,7 +825,7 @@ mod tests {
         );
         // One shard of one is no sharding.
         let c = Config::resolve(cli(Some("0"), Some("1")), FileConfig::default()).unwrap();
-        assert_eq!(c.shard, ShardMode::Off);
+        assert_eq!(c.scope.shard, ShardMode::Off);
         for (shard, total, option, words) in [
             (Some("3"), Some("3"), "--shard", "below --total-shards"),
             (Some("0"), Some("0"), "--total-shards", "at least 1"),
@@ -842,7 +843,7 @@ mod tests {
         };
         let c = Config::resolve(sts("kube-prober-shard-12"), FileConfig::default()).unwrap();
         assert_eq!(
-            c.shard,
+            c.scope.shard,
             ShardMode::StatefulSet {
                 statefulset: "kube-prober-shard".into(),
                 ordinal: 12

@@ -320,12 +320,23 @@ crate::merge_options!(LogOptions {
     log_format
 });
 
+/// The logs as resolved: what [`init`] takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// A level or a list of tracing directives (checked).
+    pub level: String,
+    pub format: LogFormat,
+}
+
 impl LogOptions {
     /// The level or filter (checked) and the format.
-    pub fn resolve(self) -> Result<(String, LogFormat), crate::shared::error::Error> {
+    pub fn resolve(self) -> Result<LogConfig, crate::shared::error::Error> {
         let level = self.log_level.unwrap_or_else(|| "info".into());
         parse_filter(&level)?;
-        Ok((level, self.log_format.unwrap_or_default()))
+        Ok(LogConfig {
+            level,
+            format: self.log_format.unwrap_or_default(),
+        })
     }
 }
 

@@ -81,10 +81,19 @@ crate::merge_options!(ScopeOptions {
     pod_name
 });
 
+/// Where addons are looked for, as resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadConfig {
+    /// Namespaces whose DaemonSets and Deployments are addon candidates.
+    pub namespaces: Vec<String>,
+    /// Addon markers, GKE's first.
+    pub addon_keys: Vec<AddonKeys>,
+}
+
 impl WorkloadOptions {
     /// The namespaces whose DaemonSets and Deployments are addon candidates, and the addon
     /// markers (GKE's first).
-    pub fn resolve(self) -> Result<(Vec<String>, Vec<AddonKeys>)> {
+    pub fn resolve(self) -> Result<WorkloadConfig> {
         let ns_s = self
             .workload_namespaces
             .unwrap_or_else(|| "kube-system".into());
@@ -111,7 +120,10 @@ impl WorkloadOptions {
                 });
             }
         }
-        Ok((namespaces, addon_keys))
+        Ok(WorkloadConfig {
+            namespaces,
+            addon_keys,
+        })
     }
 }
 
@@ -128,9 +140,17 @@ pub enum ShardMode {
     StatefulSet { statefulset: String, ordinal: u32 },
 }
 
+/// What the cluster role watches and emits, as resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopeConfig {
+    /// Which pods the pod watcher follows.
+    pub pods: PodScope,
+    pub shard: ShardMode,
+}
+
 impl ScopeOptions {
     /// The pods to watch and the shard.
-    pub fn resolve(self) -> Result<(PodScope, ShardMode)> {
+    pub fn resolve(self) -> Result<ScopeConfig> {
         let pod_scope = match self.pod_scope.as_deref() {
             None => PodScope::All,
             Some(v) => PodScope::parse(v)
@@ -148,7 +168,10 @@ impl ScopeOptions {
         let total = number("--total-shards", self.total_shards)?;
         let from_sts = self.shard_from_statefulset.unwrap_or(false);
         let mode = shard_mode(shard, total, from_sts, self.pod_name)?;
-        Ok((pod_scope, mode))
+        Ok(ScopeConfig {
+            pods: pod_scope,
+            shard: mode,
+        })
     }
 }
 

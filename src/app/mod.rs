@@ -26,9 +26,7 @@ use crate::outputs::published::Published;
 use crate::serve::server::{self, AppState};
 use tokio::task::JoinHandle;
 
-use crate::config::{
-    Config, DEFAULT_HOST_INTERVAL, DEFAULT_METRICS_SERVER_INTERVAL, DEFAULT_REMOTE_INTERVAL,
-};
+use crate::config::Config;
 use crate::k8s::client;
 use crate::k8s::identity::{self, Identity, IdentityConfig};
 use crate::k8s::role::Role;
@@ -38,12 +36,9 @@ use crate::sources::probe::dns::DnsProbe;
 use crate::sources::probe::http::HttpProbe;
 use crate::sources::probe::kube::{ApiServerReadyProbe, MetricsServerProbe};
 use crate::sources::probe::{self, Probe};
+use crate::sources::usage;
 use crate::sources::usage::MetricsProvider;
-use crate::sources::usage::http::{HttpConfig, Token};
-use crate::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
-use crate::sources::usage::prometheus::{ClusterNodes, PrometheusConfig, PrometheusFetcher};
-use crate::sources::usage::signalfx::{SignalFxConfig, SignalFxFetcher};
-use crate::sources::usage::{self, Schedule, host};
+use crate::sources::usage::prometheus::ClusterNodes;
 
 use crate::hub::{Provider, Store};
 use crate::k8s::leader::{self, LeaseConfig};

@@ -118,7 +118,8 @@ pub(super) fn spawn_watchers(
             tasks.push(crate::sources::task::kubelet::spawn(
                 source,
                 index.clone(),
-                cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+                cfg.interval
+                    .unwrap_or(crate::sources::task::DEFAULT_INTERVAL),
                 provider.clone(),
                 cancel.clone(),
             ));
@@ -228,7 +229,9 @@ pub(super) fn spawn_tasks(
         cgroup_root: cfg.task.cgroup_root.clone(),
         sysfs: cfg.task.sysfs.clone(),
         procfs: cfg.procfs.clone(),
-        interval: cfg.interval.unwrap_or(crate::config::DEFAULT_HOST_INTERVAL),
+        interval: cfg
+            .interval
+            .unwrap_or(crate::sources::task::DEFAULT_INTERVAL),
         detail_every: cfg.task.detail_every,
         container_detail_every: cfg.task.container_detail_every,
     };
@@ -253,7 +256,8 @@ pub(super) fn spawn_tasks(
     })
 }
 
-/// Builds and spawns the usage source; returns its task and source name.
+/// The usage source, started with what only the wiring knows; in the cluster and node roles
+/// the node watcher's view goes with it.
 pub(super) fn spawn_usage(
     cfg: &Config,
     kind: MetricsProvider,
@@ -264,133 +268,44 @@ pub(super) fn spawn_usage(
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> Result<(JoinHandle<()>, &'static str)> {
-    let schedule = |default: Duration| Schedule {
-        interval: cfg.interval.unwrap_or(default),
+    let ctx = usage::start::StartContext {
+        kind,
+        node_name: node_name.to_string(),
+        procfs: cfg.procfs.clone(),
+        interval: cfg.interval,
         timeout: cfg.timeout,
         expire_after: cfg.expire_after_fetches,
+        max_response_bytes: cfg.max_response_bytes,
+        kube_client,
+        nodes: node_stores.map(|(stores, every)| watched_nodes(stores, every)),
     };
-    Ok(match kind {
-        MetricsProvider::Host => {
-            let f = host::HostFetcher::new(host::HostConfig {
-                procfs: cfg.procfs.clone(),
-                node_name: node_name.to_string(),
-            });
-            let s = schedule(DEFAULT_HOST_INTERVAL);
-            (tokio::spawn(usage::run(f, provider, s, cancel)), "host")
-        }
-        MetricsProvider::Prometheus => {
-            let f = prometheus_fetcher(cfg, node_stores)?;
-            let s = schedule(DEFAULT_REMOTE_INTERVAL);
-            (
-                tokio::spawn(usage::run(f, provider, s, cancel)),
-                "prometheus",
-            )
-        }
-        MetricsProvider::SignalFx => {
-            let f = SignalFxFetcher::new(SignalFxConfig {
-                http: remote_http(cfg, kind, "https://api.signalfx.com")?,
-                host_name_suffix: cfg.usage.signalfx_host_name_suffix.clone(),
-                cluster_name: cfg.usage.signalfx_cluster_name.clone(),
-            })?;
-            let s = schedule(DEFAULT_REMOTE_INTERVAL);
-            (tokio::spawn(usage::run(f, provider, s, cancel)), "signalfx")
-        }
-        MetricsProvider::KubernetesMetricsServer => {
-            let f = metrics_server_fetcher(cfg, kube_client, node_stores)?;
-            let s = schedule(DEFAULT_METRICS_SERVER_INTERVAL);
-            (
-                tokio::spawn(usage::run(f, provider, s, cancel)),
-                "metrics_server",
-            )
-        }
-    })
+    usage::start::spawn(&cfg.usage, ctx, provider, cancel)
 }
 
-/// The HTTP client settings of a remote usage backend (`kind`), at `--metrics-provider-address`
-/// or `default_address`.
-pub(super) fn remote_http(
-    cfg: &Config,
-    kind: MetricsProvider,
-    default_address: &str,
-) -> Result<HttpConfig> {
-    let u = &cfg.usage;
-    let mut h = HttpConfig::new(u.address.clone().unwrap_or_else(|| default_address.into()));
-    h.timeout = cfg.timeout;
-    h.insecure_skip_verify = u.insecure_skip_verify;
-    h.token = u.token.clone();
-    h.ca_file = u.ca_file.clone();
-    h.max_body_bytes = cfg.max_response_bytes;
-    if u.openshift_auth {
-        let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
-        h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
-        if kind == MetricsProvider::Prometheus {
-            h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
-        }
+/// The node watcher's view for the usage backends: names (every Node only in the cluster role,
+/// where Prometheus series are checked against them), addresses, and the Nodes themselves when
+/// it holds every one.
+fn watched_nodes(
+    stores: crate::sources::cluster::watchers::Stores,
+    every: bool,
+) -> usage::start::WatchedNodes {
+    let listed = stores.clone();
+    let every_node: Option<usage::metrics_server::NodeSource> =
+        every.then(|| Arc::new(stores.nodes.clone()) as _);
+    usage::start::WatchedNodes {
+        addresses: Arc::new(move || ClusterNodes {
+            names: match every {
+                true => stores
+                    .nodes
+                    .state()
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect(),
+                false => Default::default(),
+            },
+            by_address: stores.node_addresses(),
+        }),
+        every_node,
+        listed: Box::pin(async move { listed.nodes_listed().await }),
     }
-    Ok(h)
-}
-
-/// The Prometheus backend, asking the node watcher for node addresses when there is one.
-pub(super) fn prometheus_fetcher(
-    cfg: &Config,
-    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
-) -> Result<PrometheusFetcher> {
-    let mut pc = PrometheusConfig::new(remote_http(
-        cfg,
-        MetricsProvider::Prometheus,
-        "http://prometheus-k8s:9090",
-    )?);
-    pc.node_label = cfg.usage.prometheus_node_label.clone();
-    pc.fallback_resolution = cfg.usage.prometheus_fallback_resolution;
-    if let Some(m) = &cfg.usage.prometheus_metrics {
-        pc.metrics = m.clone();
-    }
-    let mut f = PrometheusFetcher::new(pc)?;
-    if let Some((stores, cluster)) = node_stores {
-        let listed = stores.clone();
-        f = f
-            .with_node_addresses(Arc::new(move || ClusterNodes {
-                // Every Node only in the cluster role: there the series are checked against them.
-                names: match cluster {
-                    true => stores
-                        .nodes
-                        .state()
-                        .iter()
-                        .filter_map(|n| n.metadata.name.clone())
-                        .collect(),
-                    false => Default::default(),
-                },
-                by_address: stores.node_addresses(),
-            }))
-            .with_nodes_listed(Box::pin(async move { listed.nodes_listed().await }));
-    }
-    Ok(f)
-}
-
-/// The metrics-server backend; in the cluster role it reads the watched Nodes.
-pub(super) fn metrics_server_fetcher(
-    cfg: &Config,
-    kube_client: Option<kube::Client>,
-    node_stores: Option<(crate::sources::cluster::watchers::Stores, bool)>,
-) -> Result<MetricsServerFetcher> {
-    let client = kube_client.ok_or_else(|| Error::Kube {
-        what: "the KubernetesMetricsServer backend".into(),
-        reason: "no Kubernetes client was built".into(),
-    })?;
-    let mut f = MetricsServerFetcher::new(
-        client,
-        MetricsServerConfig {
-            use_allocatable: cfg.usage.metrics_server_use_allocatable,
-            max_item_bytes: cfg.max_response_bytes,
-        },
-    );
-    // The cluster role watches every Node already: no LIST of all Nodes per fetch.
-    if let Some((stores, true)) = node_stores {
-        let listed = stores.clone();
-        f = f.with_node_source(
-            Arc::new(stores.nodes.clone()),
-            Box::pin(async move { listed.nodes_listed().await }),
-        );
-    }
-    Ok(f)
 }

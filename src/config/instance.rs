@@ -94,12 +94,6 @@ crate::merge_options!(ScheduleOptions {
 });
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:2020";
-/// Default fetch interval of the host source.
-pub const DEFAULT_HOST_INTERVAL: Duration = Duration::from_secs(15);
-/// Default fetch interval of the metrics-server backend (its own resolution).
-pub const DEFAULT_METRICS_SERVER_INTERVAL: Duration = Duration::from_secs(15);
-/// Default fetch interval of Prometheus and SignalFx (load-watcher refreshes every minute).
-pub const DEFAULT_REMOTE_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_TIMEOUT: &str = "10s";
 pub const DEFAULT_TICK_INTERVAL: &str = "10s";
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "10s";

@@ -38,10 +38,7 @@ use crate::sources::probe::options::{ProbeOptions, ProbesConfig};
 use crate::sources::task::options::{KubeletOptions, TaskOptions, TaskSettings};
 use crate::sources::usage::options::{BackendOptions, UsageConfig, UsageOptions};
 
-pub use instance::{
-    DEFAULT_HOST_INTERVAL, DEFAULT_LISTEN, DEFAULT_METRICS_SERVER_INTERVAL,
-    DEFAULT_REMOTE_INTERVAL, InstanceOptions, ScheduleOptions,
-};
+pub use instance::{DEFAULT_LISTEN, InstanceOptions, ScheduleOptions};
 
 /// Declares [`Options`], every component's options in the order `--help` lists them, with
 /// what the root does for each: parse it from the config file, merge flag over file, and

@@ -31,6 +31,9 @@ use cgroup::{CgroupReader, Hierarchies};
 
 /// Source names in the self-metrics.
 pub const TASK_SOURCE: &str = "task_cgroups";
+/// How often the node role's task sources (cgroups, the kubelet's pod list) run unless
+/// `--interval` says otherwise: the host usage source's default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 pub const PLATFORM_SOURCE: &str = "platform";
 
 /// Settings of the task source.

@@ -13,6 +13,7 @@ pub mod metrics_server;
 pub mod options;
 pub mod prometheus;
 pub mod signalfx;
+pub mod start;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -8,6 +8,7 @@ pub mod dns;
 pub mod http;
 pub mod kube;
 pub mod options;
+pub mod start;
 
 use std::future::Future;
 use std::sync::Arc;

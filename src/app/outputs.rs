@@ -156,22 +156,25 @@ pub(super) async fn build_gcm(
 ) -> Result<Arc<GcmSink>> {
     let sc = &cfg.sinks;
     let g = &sc.gcm;
-    let project = g.project.clone().or_else(|| ctx.identity.project.clone());
-    if project.is_none() {
-        return Err(Error::Config {
-            option: "--gcm-project",
+    // Given, or found by the metadata server; neither is a configuration error.
+    let needed = |value: Option<String>, option: &'static str, reason: &str| match value {
+        Some(v) => Ok(Some(v)),
+        None => Err(Error::Config {
+            option,
             value: String::new(),
-            reason: "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)".into(),
-        });
-    }
-    let location = g.location.clone().or_else(|| ctx.identity.location.clone());
-    if location.is_none() {
-        return Err(Error::Config {
-            option: "--gcm-location",
-            value: String::new(),
-            reason: "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location".into(),
-        });
-    }
+            reason: reason.into(),
+        }),
+    };
+    let project = needed(
+        g.project.clone().or_else(|| ctx.identity.project.clone()),
+        "--gcm-project",
+        "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)",
+    )?;
+    let location = needed(
+        g.location.clone().or_else(|| ctx.identity.location.clone()),
+        "--gcm-location",
+        "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location",
+    )?;
     let gc = GcmConfig {
         project,
         location,

@@ -12,7 +12,6 @@
 //! Under `cargo test --benches` (no `--bench` argument) it does nothing.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -116,10 +115,7 @@ fn start_kube_prober() -> (Guard, String) {
     }
 }
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("cannot bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
-}
+include!("../tests/support/ports.rs");
 
 fn start_node_exporter(port: u16) -> Guard {
     let child = Command::new(NODE_EXPORTER)

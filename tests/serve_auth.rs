@@ -878,12 +878,7 @@ async fn client_certificates_name_the_user_and_groups() {
 // ---------------------------------------------------------------------------------------------
 // A real Prometheus scraping over HTTPS with a bearer token
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
+include!("support/ports.rs");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_over_tls_with_a_bearer_token() {

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock, mpsc};
@@ -45,11 +44,7 @@ pub fn upstream(name: &str) -> PathBuf {
     p
 }
 
-/// A free TCP port of 127.0.0.1 (bound, read, released).
-pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
-}
+include!("ports.rs");
 
 // ---- processes: spawned from one thread that outlives every test, killed at exit ----
 

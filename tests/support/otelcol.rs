@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -36,13 +36,11 @@ pub fn otelcol_binary() -> PathBuf {
     p
 }
 
-/// Three distinct free ports of 127.0.0.1 (bound together, read, released).
+include!("ports.rs");
+
+/// Three distinct free ports of 127.0.0.1.
 fn free_ports() -> [u16; 3] {
-    let ls: Vec<TcpListener> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0"))
-        .collect();
-    let port = |i: usize| ls[i].local_addr().expect("local addr").port();
-    [port(0), port(1), port(2)]
+    [free_port(), free_port(), free_port()]
 }
 
 fn config(grpc: u16, http: u16, telemetry: u16, out: &Path) -> String {

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -288,23 +287,7 @@ impl Drop for ChildGuard {
     }
 }
 
-/// A 127.0.0.1 port that was free a moment ago and that this process has not handed out before
-/// (parallel tests would otherwise race for the same just-released port).
-fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("binding 127.0.0.1:0")
-            .port();
-        if !handed_out.contains(&port) {
-            handed_out.push(port);
-            return port;
-        }
-    }
-    panic!("no fresh free port on 127.0.0.1 after 100 tries");
-}
+include!("ports.rs");
 
 /// Starts `bin` with `args(addr)` on a free 127.0.0.1 port and waits (at most READY_TIMEOUT)
 /// until `ready(addr)`; picks another port when the child reports its port taken. `others` are

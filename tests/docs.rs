@@ -512,10 +512,23 @@ mod counts {
                     .map(|&r| (r, 0.9))
                     .collect(),
                 hour_coverage: 1.0,
-                bound: None,
             };
             Arc::make_mut(&mut snap.nodes).insert(node_name(i).into(), Arc::new(load));
         }
+        // An estimate of just-bound pods on node 0 alone: only nodes with one have rows.
+        if s.usage_nodes > 0 {
+            let pods = vec![
+                kube_prober::model::BoundPod {
+                    bound_at: now,
+                    cpu_cores: 0.5,
+                    memory_bytes: 1e9,
+                };
+                2
+            ];
+            let bound = kube_prober::model::BoundPods { pods };
+            Arc::make_mut(&mut snap.bound).insert(node_name(0).into(), Arc::new(bound));
+        }
+        v.insert("bound_nodes", s.usage_nodes.min(1) as f64);
         v.insert("usage_nodes", s.usage_nodes as f64);
         v.insert("host_nodes", s.host_nodes.min(s.usage_nodes) as f64);
         v.insert("windows", s.windows as f64);

@@ -111,7 +111,7 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
     assert_ne!(text(&first), text(&second), "the tick counter moved");
     // Not a node visited: every part kept whole by pointer, the /watcher entries shared (and
     // so compressed once for both bodies), only its head (the timestamp) new.
-    assert_eq!(m1.parts_kept - m0.parts_kept, 5, "{m1:?}");
+    assert_eq!(m1.parts_kept - m0.parts_kept, 6, "{m1:?}");
     let (w_first, w_second) = (
         first.watcher.as_ref().unwrap(),
         second.watcher.as_ref().unwrap(),
@@ -139,8 +139,8 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
     assert_eq!((shared, blocks), (blocks - 1, blocks), "one block written");
     assert!(blocks > 1 && (1..300).contains(&(w3 - w2)), "{w3} - {w2}");
     // The usage part is walked (one block written); the capacity part reads the nodes too;
-    // the three parts of the cluster state (none here) are kept.
-    assert_eq!(m3.parts_kept - m2.parts_kept, 3, "{m3:?}");
+    // the estimates (none here) and the three parts of the cluster state (none) are kept.
+    assert_eq!(m3.parts_kept - m2.parts_kept, 4, "{m3:?}");
     assert!(
         !changed
             .watcher
@@ -153,6 +153,33 @@ fn a_tick_without_change_renders_nothing_and_one_node_renders_its_own() {
     let fresh = Published::render(changed.snapshot.clone(), "host");
     assert_eq!(text(&changed), text(&fresh));
     assert_eq!(changed.watcher, fresh.watcher);
+
+    // A pod bound: the node map stays the same `Arc`, so neither the usage part nor a
+    // /watcher block is visited; the estimates' part writes its one block of one node, and
+    // /watcher its small tail.
+    s.node().record_binding(kube_prober::model::Binding {
+        pod: "default/web-1".into(),
+        node: "node-042".into(),
+        bound_at: at(T0 + 935),
+        shows_from: at(T0 + 1000),
+        cpu_cores: 0.5,
+        memory_bytes: 1e9,
+    });
+    let bound = tick(T0 + 941);
+    let (m4, w4) = (renderers.text_stats(), renderers.watcher_entries_rendered());
+    assert!(Arc::ptr_eq(&bound.snapshot.nodes, &changed.snapshot.nodes));
+    assert_eq!((m4.blocks - m3.blocks, m4.keys - m3.keys), (1, 1), "{m4:?}");
+    assert_eq!(w4, w3, "no /watcher entry written");
+    let w_bound = bound.watcher.as_ref().unwrap();
+    assert!(w_bound.shares_entries_with(changed.watcher.as_ref().unwrap()));
+    let decoded: WatcherMetrics = serde_json::from_slice(&w_bound.all()).unwrap();
+    let b = &decoded.data.bound_pods["node-042"];
+    assert_eq!((b.pods, b.cpu_cores, b.cpu), (1, 0.5, Some(12.5)));
+    let body = String::from_utf8(text(&bound)).unwrap();
+    assert!(body.contains("kube_prober_node_bound_pods{node=\"node-042\"} 1\n"));
+    let fresh = Published::render(bound.snapshot.clone(), "host");
+    assert_eq!(text(&bound), text(&fresh));
+    assert_eq!(bound.watcher, fresh.watcher);
 }
 
 #[tokio::test]

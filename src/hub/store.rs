@@ -13,7 +13,7 @@ use super::{
 };
 use crate::model::PROBE_BUCKETS;
 use crate::model::{
-    BackendStat, BackendWindow, Binding, BoundPod, BoundPods, ClusterInfo, ClusterState,
+    BackendStat, BackendWindow, Binding, BoundMap, BoundPod, BoundPods, ClusterInfo, ClusterState,
     NodeCapacity, NodeLoad, NodeMap, ProbeOutcome, ProbeState, Resource, ResourceMap, SinkPush,
     SinkStatus, Snapshot, SourceStatus, UsageSample, Window, WindowStats, unix_seconds,
 };
@@ -47,9 +47,6 @@ struct NodeState {
     load: Option<Arc<NodeLoad>>,
     /// A value of this node was recorded since `load` was made.
     dirty: bool,
-    /// Only its bindings changed since `load` was made: the next load is the last one with
-    /// its estimate made again (no window or percentile computed again).
-    bound_dirty: bool,
 }
 
 impl NodeState {
@@ -69,35 +66,17 @@ impl NodeState {
             missed: 0,
             load: None,
             dirty: true,
-            bound_dirty: false,
         }
     }
 
     /// This node's load for a snapshot: the previous one when nothing was recorded since, or
     /// when what was recorded left it equal (a backend re-reporting the same sample).
-    fn load(
-        &mut self,
-        bindings: Option<&mut Vec<Binding>>,
-        scratch: &mut Vec<f64>,
-    ) -> Arc<NodeLoad> {
-        let bound_only = std::mem::take(&mut self.bound_dirty);
+    fn load(&mut self, scratch: &mut Vec<f64>) -> Arc<NodeLoad> {
         if let Some(load) = self.load.as_ref().filter(|_| !self.dirty) {
-            if !bound_only {
-                return load.clone();
-            }
-            let bound = bindings.and_then(|b| bound_pods(b, self.sampled_at));
-            if load.bound == bound {
-                return load.clone();
-            }
-            let fresh = Arc::new(NodeLoad {
-                bound,
-                ..NodeLoad::clone(load)
-            });
-            self.load = Some(fresh.clone());
-            return fresh;
+            return load.clone();
         }
         self.dirty = false;
-        let fresh = node_load(self, bindings, scratch);
+        let fresh = node_load(self, scratch);
         match &self.load {
             Some(old) if **old == fresh => old.clone(),
             _ => {
@@ -174,6 +153,12 @@ struct Inner {
     nodes_changed: bool,
     /// A node may have been removed since `published` was made.
     nodes_removed: bool,
+    /// The estimates of just-bound pods the last snapshot handed out: only nodes of
+    /// `published` with one. Shared by the next snapshot unless an estimate changed.
+    bound_published: Arc<BoundMap>,
+    /// Nodes whose estimate is to be made again for the next snapshot: a pod bound or gone,
+    /// or a sample that may show some of its pods.
+    bound_dirty: HashSet<Arc<str>>,
     sources: BTreeMap<String, SourceStatus>,
     /// Source names shared by node states (see [`interned`]).
     source_names: Vec<Arc<str>>,
@@ -241,6 +226,7 @@ impl Store {
         let mut inner = self.lock();
         inner.ticks += 1;
         let nodes = publish_nodes(&mut inner);
+        let bound = publish_bound(&mut inner);
         let sources_synced = inner.sources.values().all(SourceStatus::synced);
         Snapshot {
             generated_at: now,
@@ -250,6 +236,7 @@ impl Store {
             cluster: inner.cluster.clone(),
             cluster_state: inner.cluster_state.clone(),
             nodes,
+            bound,
             sources: inner.sources.clone(),
             probes: inner.probes.values().cloned().collect(),
             sinks: inner.sinks.clone(),
@@ -272,18 +259,27 @@ fn publish_nodes(inner: &mut Inner) -> Arc<NodeMap> {
         nodes_changed,
         nodes_removed,
         bindings,
+        bound_published,
+        bound_dirty,
         ..
     } = inner;
     let mut scratch = Vec::new();
     if std::mem::take(nodes_removed) && published.keys().any(|k| !nodes.contains_key(&**k)) {
         Arc::make_mut(published).retain(|k, _| nodes.contains_key(&**k));
+        if bound_published.keys().any(|k| !nodes.contains_key(&**k)) {
+            Arc::make_mut(bound_published).retain(|k, _| nodes.contains_key(&**k));
+        }
     }
     if std::mem::take(nodes_changed) {
         let fresh: Vec<(Arc<str>, Arc<NodeLoad>)> = nodes
             .values_mut()
-            .filter(|st| st.dirty || st.bound_dirty || st.load.is_none())
+            .filter(|st| st.dirty || st.load.is_none())
             .filter_map(|st| {
-                let load = st.load(bindings.get_mut(&st.key), &mut scratch);
+                // A new sample may show some of its bound pods; a new node may have some.
+                if bindings.contains_key(&st.key) || bound_published.contains_key(&st.key) {
+                    bound_dirty.insert(st.key.clone());
+                }
+                let load = st.load(&mut scratch);
                 let same = published
                     .get(&st.key)
                     .is_some_and(|p| Arc::ptr_eq(p, &load));
@@ -295,6 +291,37 @@ fn publish_nodes(inner: &mut Inner) -> Arc<NodeMap> {
         }
     }
     published.clone()
+}
+
+/// The estimates for the next snapshot: the published map when none is to be made again,
+/// else that map with the nodes of `bound_dirty` made again (a copy of the small map's spine
+/// only when an estimate differs). Only nodes the hub holds have one.
+fn publish_bound(inner: &mut Inner) -> Arc<BoundMap> {
+    let Inner {
+        nodes,
+        bindings,
+        bound_published,
+        bound_dirty,
+        ..
+    } = inner;
+    for key in bound_dirty.drain() {
+        let sampled = nodes.get(&key).map(|st| st.sampled_at);
+        let bound = match (sampled, bindings.get_mut(&key)) {
+            (Some(sampled), Some(b)) => bound_pods(b, sampled),
+            _ => None,
+        };
+        match (bound, bound_published.get(&key)) {
+            (None, None) => {}
+            (Some(new), Some(old)) if *new == **old => {}
+            (Some(new), _) => {
+                Arc::make_mut(bound_published).insert(key, new);
+            }
+            (None, Some(_)) => {
+                Arc::make_mut(bound_published).remove(&key);
+            }
+        }
+    }
+    bound_published.clone()
 }
 
 /// Counts a value that never reaches an output, and logs it once per node per source run
@@ -365,11 +392,10 @@ fn unbind(inner: &mut Inner, pod: &str) {
 }
 
 /// Node `node`'s estimate of its bound pods is to be made again for the next snapshot (if
-/// the hub holds the node).
+/// the hub holds the node; a node's first load marks it too).
 fn mark_bound_dirty(inner: &mut Inner, node: &str) {
-    if let Some(st) = inner.nodes.get_mut(node) {
-        st.bound_dirty = true;
-        inner.nodes_changed = true;
+    if let Some(st) = inner.nodes.get(node) {
+        inner.bound_dirty.insert(st.key.clone());
     }
 }
 
@@ -394,11 +420,7 @@ fn check_capacity(inner: &mut Inner, source: &str, node: &str, c: NodeCapacity) 
     ok
 }
 
-fn node_load(
-    st: &NodeState,
-    bindings: Option<&mut Vec<Binding>>,
-    scratch: &mut Vec<f64>,
-) -> NodeLoad {
+fn node_load(st: &NodeState, scratch: &mut Vec<f64>) -> NodeLoad {
     // Held with room for exactly the windows (a slice, not a `Vec` of spare capacity): two
     // snapshots are alive while one is rendered.
     let windows: Arc<[WindowStats]> = Window::ALL
@@ -424,7 +446,6 @@ fn node_load(
         capacity: st.capacity,
         hour_max,
         hour_coverage,
-        bound: bindings.and_then(|b| bound_pods(b, st.sampled_at)),
     }
 }
 
@@ -1214,18 +1235,19 @@ mod tests {
         let fresh: NodeMap = inner
             .nodes
             .values_mut()
-            .map(|st| (st.key.clone(), st.load(None, &mut Vec::new())))
+            .map(|st| (st.key.clone(), st.load(&mut Vec::new())))
             .collect();
         assert_eq!(*moved.nodes, fresh);
     }
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-        /// Through any sequence of recordings, every snapshot's node map equals one made from
-        /// scratch, and it is the previous `Arc` exactly when every node in it is.
+        /// Through any sequence of recordings, every snapshot's node map and estimates equal
+        /// ones made from scratch, and the node map is the previous `Arc` exactly when every
+        /// node in it is.
         #[test]
         fn the_patched_node_map_equals_a_fresh_one(
-            ops in proptest::collection::vec((0u8..6, 0usize..5, 0u64..4, 0u8..8), 1..60)
+            ops in proptest::collection::vec((0u8..8, 0usize..5, 0u64..4, 0u8..8), 1..60)
         ) {
             let s = Store::new();
             let name = |i: usize| format!("n{i}");
@@ -1249,14 +1271,30 @@ mod tests {
                         s.cluster().record_cluster_state(state(&listed));
                     }
                     4 => s.node().forget_node(&name(node)),
-                    _ => s.node().record_fetch_end("ms", v % 2 == 0, 2),
+                    5 => s.node().record_fetch_end("ms", v % 2 == 0, 2),
+                    6 => s.record_binding(crate::model::Binding {
+                        pod: format!("ns/p{}", v % 3).into(),
+                        node: name(node).into(),
+                        bound_at: at(t),
+                        shows_from: at(t + u64::from(v)),
+                        cpu_cores: 0.25,
+                        memory_bytes: 1e8,
+                    }),
+                    _ => s.forget_binding(&format!("ns/p{}", v % 3)),
                 }
                 let snap = s.snapshot(at(t));
-                let fresh: NodeMap = {
+                let (fresh, fresh_bound): (NodeMap, BoundMap) = {
                     let mut inner = s.lock();
-                    inner.nodes.values_mut().map(|st| (st.key.clone(), st.load(None, &mut Vec::new()))).collect()
+                    let inner = &mut *inner;
+                    let loads = inner.nodes.values_mut().map(|st| (st.key.clone(), st.load(&mut Vec::new()))).collect();
+                    let bound = inner.nodes.values().filter_map(|st| {
+                        let mut held = inner.bindings.get(&st.key)?.clone();
+                        Some((st.key.clone(), bound_pods(&mut held, st.sampled_at)?))
+                    }).collect();
+                    (loads, bound)
                 };
                 proptest::prop_assert_eq!(&*snap.nodes, &fresh);
+                proptest::prop_assert_eq!(&*snap.bound, &fresh_bound);
                 // Every node the same `Arc` as before: no new map either (no copy, and the
                 // outputs skip the whole map by pointer).
                 if let Some(p) = &prev {
@@ -1287,20 +1325,21 @@ mod tests {
         });
         {
             let inner = s.lock();
-            let st = &inner.nodes["a"];
-            assert!(st.bound_dirty && !st.dirty, "no window to compute again");
+            assert!(!inner.nodes["a"].dirty, "no window to compute again");
+            assert!(!inner.nodes_changed, "no node to look at again");
         }
         let bound = s.snapshot(at(13));
-        let (a0, a1) = (&first.nodes["a"], &bound.nodes["a"]);
-        assert!(!Arc::ptr_eq(a0, a1) && a1.same_usage(a0));
-        // Its windows are shared, not copied: outputs compare them by pointer.
-        assert!(!a0.windows.is_empty() && Arc::ptr_eq(&a0.windows, &a1.windows));
-        assert_eq!(a1.bound.as_ref().map(|b| b.sum(None)), Some((0.5, 1e9)));
-        assert!(Arc::ptr_eq(&first.nodes["b"], &bound.nodes["b"]));
+        // The node map is the same `Arc`: nothing made of it is made again.
+        assert!(Arc::ptr_eq(&first.nodes, &bound.nodes));
+        assert_eq!(bound.bound.len(), 1);
+        assert_eq!(bound.bound["a"].sum(None), (0.5, 1e9));
+        // A tick with no binding or sample since shares the estimates as well.
+        let again = s.snapshot(at(13));
+        assert!(Arc::ptr_eq(&bound.bound, &again.bound));
         // Forgotten: the estimate goes, the usage is still the same.
         s.forget_binding("ns/p");
         let forgotten = s.snapshot(at(14));
-        assert!(forgotten.nodes["a"].bound.is_none() && forgotten.nodes["a"].same_usage(a0));
+        assert!(forgotten.bound.is_empty() && Arc::ptr_eq(&first.nodes, &forgotten.nodes));
         // A sample that shows the pod ends its estimate as well.
         s.record_binding(crate::model::Binding {
             pod: "ns/q".into(),
@@ -1310,9 +1349,23 @@ mod tests {
             cpu_cores: 0.5,
             memory_bytes: 1e9,
         });
-        assert!(s.snapshot(at(16)).nodes["a"].bound.is_some());
+        assert!(s.snapshot(at(16)).bound.contains_key("a"));
         s.node().record_node_usage("ms", sample("a", 31, 0.1, 0.2));
-        assert!(s.snapshot(at(32)).nodes["a"].bound.is_none());
+        assert!(s.snapshot(at(32)).bound.is_empty());
+        // A node the hub drops takes its estimate along; back, it has it again.
+        s.record_binding(crate::model::Binding {
+            pod: "ns/r".into(),
+            node: "b".into(),
+            bound_at: at(33),
+            shows_from: at(60),
+            cpu_cores: 0.25,
+            memory_bytes: 1e8,
+        });
+        assert!(s.snapshot(at(34)).bound.contains_key("b"));
+        s.node().forget_node("b");
+        assert!(s.snapshot(at(35)).bound.is_empty());
+        s.node().record_node_usage("ms", sample("b", 36, 0.1, 0.2));
+        assert_eq!(s.snapshot(at(37)).bound["b"].pods.len(), 1);
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub use resource_map::ResourceMap;
 pub use select::{Selection, Shard};
 pub use sink::{Leadership, SinkPush, SinkStatus};
 pub use snapshot::{
-    BackendStat, BoundPod, BoundPods, ClusterInfo, NodeLoad, NodeMap, ProbeState, Snapshot,
-    SourceStatus, Stat, WindowStats, unix_seconds,
+    BackendStat, BoundMap, BoundPod, BoundPods, ClusterInfo, NodeLoad, NodeMap, ProbeState,
+    Snapshot, SourceStatus, Stat, WindowStats, unix_seconds,
 };
 pub use task::{
     CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, TaskContainer, TaskPod,

@@ -86,9 +86,7 @@ pub struct NodeLoad {
     pub latest_at: SystemTime,
     /// The newest value per resource.
     pub latest: ResourceMap<f64>,
-    /// One entry per window that holds at least one sample, longest first. Shared: a load
-    /// remade only for its estimate ([`NodeLoad::bound`]) shares them with the previous one,
-    /// so it costs no copy, and comparing the two costs a pointer.
+    /// One entry per window that holds at least one sample, longest first.
     pub windows: Arc<[WindowStats]>,
     pub capacity: Option<NodeCapacity>,
     /// The largest CPU and memory sample of the last hour, present only when samples cover at
@@ -96,36 +94,6 @@ pub struct NodeLoad {
     pub hour_max: ResourceMap<f32>,
     /// The share of the hour's five-minute slots (0-1) that hold a sample.
     pub hour_coverage: f32,
-    /// The pods bound to the node whose use its newest sample cannot show yet; `None`: none.
-    /// They change with every pod bound, far more often than the rest: outputs compare the
-    /// two apart ([`NodeLoad::same_usage`]), so a binding rewrites only what shows it.
-    pub bound: Option<Arc<BoundPods>>,
-}
-
-impl NodeLoad {
-    /// Whether everything but [`NodeLoad::bound`] is the same in both.
-    pub fn same_usage(&self, other: &NodeLoad) -> bool {
-        // Every field named: a new one is compared, or left out, on purpose.
-        let NodeLoad {
-            node,
-            source,
-            latest_at,
-            latest,
-            windows,
-            capacity,
-            hour_max,
-            hour_coverage,
-            bound: _,
-        } = self;
-        *node == other.node
-            && *source == other.source
-            && *latest_at == other.latest_at
-            && *latest == other.latest
-            && (Arc::ptr_eq(windows, &other.windows) || *windows == other.windows)
-            && *capacity == other.capacity
-            && *hour_max == other.hour_max
-            && *hour_coverage == other.hour_coverage
-    }
 }
 
 /// Health and counters of one source (fetcher or probe loop).
@@ -203,6 +171,12 @@ pub struct ClusterInfo {
 /// ticks and patches only the nodes that changed.
 pub type NodeMap = BTreeMap<std::sync::Arc<str>, std::sync::Arc<NodeLoad>>;
 
+/// The estimate of just-bound pods by node name: only the nodes of the [`NodeMap`] that have
+/// one. Apart from the node map because it changes with every pod bound, far more often than
+/// the loads: a binding patches this small map, and the node map (with everything made of
+/// it) stays the same `Arc`.
+pub type BoundMap = BTreeMap<std::sync::Arc<str>, std::sync::Arc<BoundPods>>;
+
 /// The immutable state at one tick.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
@@ -220,6 +194,8 @@ pub struct Snapshot {
     /// snapshot to the next, and when no node changed the whole map is the same `Arc`, so
     /// outputs can reuse what they made of it (per node, or all at once).
     pub nodes: std::sync::Arc<NodeMap>,
+    /// The estimates of the nodes' just-bound pods; the same `Arc` while no estimate changed.
+    pub bound: std::sync::Arc<BoundMap>,
     pub sources: BTreeMap<String, SourceStatus>,
     pub probes: Vec<ProbeState>,
     pub sinks: BTreeMap<String, super::sink::SinkStatus>,
@@ -246,6 +222,7 @@ impl Snapshot {
             cluster: ClusterInfo::default(),
             cluster_state: None,
             nodes: Default::default(),
+            bound: Default::default(),
             sources: BTreeMap::new(),
             probes: Vec::new(),
             sinks: BTreeMap::new(),

@@ -5,7 +5,7 @@
 
 use super::names::{self, Family};
 use crate::model::{
-    AddonOnNode, ClusterState, NodeCapacity, NodeFacts, NodeLoad, NodePods, Operator,
+    AddonOnNode, BoundPods, ClusterState, NodeCapacity, NodeFacts, NodeLoad, NodePods, Operator,
     PROBE_BUCKETS, Resource, Snapshot, unix_seconds,
 };
 use crate::model::{CgroupStats, Platform, TaskSet};
@@ -65,21 +65,6 @@ pub trait Keyed {
     fn rows<'a>(family: usize, key: &'a str, item: &Self::Item<'a>, out: &mut Vec<Row<'a>>);
     /// Whether two items give the same rows (for the same key).
     fn same(a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool;
-    /// How many groups the part's families fall in, each group read from its own fields of
-    /// an item ([`Keyed::group`]). With more than one, a block whose items changed is
-    /// compared group by group ([`Keyed::same_group`]): once per item and group, not per
-    /// family. Only the families of the groups that changed are written again. With one, the
-    /// block is written whole.
-    const GROUPS: usize = 1;
-    /// The group of family `family`; below [`Keyed::GROUPS`].
-    fn group(_family: usize) -> usize {
-        0
-    }
-    /// Whether two items give the same rows in every family of group `group` (for the same
-    /// key); read only when there is more than one group.
-    fn same_group(_group: usize, a: &Self::Item<'_>, b: &Self::Item<'_>) -> bool {
-        Self::same(a, b)
-    }
     /// True when every key and item of `b` is certainly those of `a`, found without visiting
     /// them (the snapshots share the data the items are read from): an output then keeps all
     /// it made of `a`. False says nothing.
@@ -98,9 +83,6 @@ fn same_arc<T>(a: &Option<std::sync::Arc<T>>, b: &Option<std::sync::Arc<T>>) -> 
 /// A node's usage, from the hub (`snap.nodes`).
 pub struct NodeUsage;
 
-/// The index in [`NodeUsage`]'s families of the first bound-pod family (the last three).
-const FIRST_BOUND_FAMILY: usize = 9;
-
 impl Keyed for NodeUsage {
     type Item<'a> = &'a NodeLoad;
     const FAMILIES: &'static [&'static Family] = &[
@@ -113,12 +95,7 @@ impl Keyed for NodeUsage {
         &names::NODE_USAGE_SAMPLES,
         &names::NODE_USAGE_TIMESTAMP,
         &names::NODE_USAGE_QUANTILE,
-        &names::NODE_BOUND_PODS,
-        &names::NODE_BOUND_PODS_CPU,
-        &names::NODE_BOUND_PODS_MEMORY,
     ];
-
-    const GROUPS: usize = 2;
 
     fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a NodeLoad)>) {
         out.extend(snap.nodes.iter().map(|(k, v)| (&**k, &**v)));
@@ -193,14 +170,7 @@ impl Keyed for NodeUsage {
                 vec![("node", name), ("source", &*n.source)],
                 unix_seconds(n.latest_at),
             )),
-            8 => quantile_rows(name, n, out),
-            _ => {
-                let (cpu, memory) = n.bound.as_ref().map_or((0.0, 0.0), |b| b.sum(None));
-                let pods = n.bound.as_ref().map_or(0, |b| b.pods.len());
-                let v =
-                    [pods as f64, cpu, memory][family.saturating_sub(FIRST_BOUND_FAMILY).min(2)];
-                out.push((vec![("node", name)], v));
-            }
+            _ => quantile_rows(name, n, out),
         }
     }
 
@@ -208,24 +178,40 @@ impl Keyed for NodeUsage {
         std::ptr::eq(*a, *b) || a == b
     }
 
-    /// The bound-pod families (group 1) read only [`NodeLoad::bound`], the others (group 0)
-    /// everything else: a pod bound to a node writes its three bound-pod rows, not its usage
-    /// rows.
-    fn group(family: usize) -> usize {
-        usize::from(family >= FIRST_BOUND_FAMILY)
+    fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
+        std::sync::Arc::ptr_eq(&a.nodes, &b.nodes)
+    }
+}
+
+/// The estimate of a node's just-bound pods, from the hub (`snap.bound`): rows only for the
+/// nodes that have one (absent means none), so a pod bound writes the rows of its node's
+/// block here and nothing of the usage part.
+pub struct NodeBound;
+
+impl Keyed for NodeBound {
+    type Item<'a> = &'a BoundPods;
+    const FAMILIES: &'static [&'static Family] = &[
+        &names::NODE_BOUND_PODS,
+        &names::NODE_BOUND_PODS_CPU,
+        &names::NODE_BOUND_PODS_MEMORY,
+    ];
+
+    fn items<'a>(snap: &'a Snapshot, out: &mut Vec<(&'a str, &'a BoundPods)>) {
+        out.extend(snap.bound.iter().map(|(k, v)| (&**k, &**v)));
     }
 
-    fn same_group(group: usize, a: &&NodeLoad, b: &&NodeLoad) -> bool {
-        std::ptr::eq(*a, *b)
-            || if group == 1 {
-                a.bound == b.bound
-            } else {
-                a.same_usage(b)
-            }
+    fn rows<'a>(family: usize, name: &'a str, b: &&'a BoundPods, out: &mut Vec<Row<'a>>) {
+        let (cpu, memory) = b.sum(None);
+        let v = [b.pods.len() as f64, cpu, memory][family.min(2)];
+        out.push((vec![("node", name)], v));
+    }
+
+    fn same(a: &&BoundPods, b: &&BoundPods) -> bool {
+        std::ptr::eq(*a, *b) || a == b
     }
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
-        std::sync::Arc::ptr_eq(&a.nodes, &b.nodes)
+        std::sync::Arc::ptr_eq(&a.bound, &b.bound)
     }
 }
 
@@ -512,6 +498,8 @@ pub enum Step {
     /// Build and cluster info.
     Info,
     Usage(usize),
+    /// The estimates of just-bound pods ([`NodeBound`]).
+    Bound(usize),
     /// The ages of the nodes' newest samples, and the stale ones.
     Freshness,
     Capacity(usize),
@@ -535,6 +523,7 @@ pub enum Step {
 pub fn steps(has_cluster: bool) -> Vec<Step> {
     let mut s = vec![Step::Info];
     s.extend((0..NodeUsage::FAMILIES.len()).map(Step::Usage));
+    s.extend((0..NodeBound::FAMILIES.len()).map(Step::Bound));
     s.push(Step::Freshness);
     s.extend((0..NodeCapacities::FAMILIES.len()).map(Step::Capacity));
     if has_cluster {
@@ -623,7 +612,12 @@ pub fn visit_step<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
         Step::Platform => visit_platform(w, snap.platform.as_deref()),
         Step::Freshness => visit_freshness(w, snap),
         Step::Instance => visit_instance(w, snap),
-        Step::Usage(_) | Step::Capacity(_) | Step::Facts(_) | Step::Addons(_) | Step::Pods(_) => {}
+        Step::Usage(_)
+        | Step::Bound(_)
+        | Step::Capacity(_)
+        | Step::Facts(_)
+        | Step::Addons(_)
+        | Step::Pods(_) => {}
     }
 }
 
@@ -737,6 +731,7 @@ fn visit_keyed<V: Visitor>(step: Step, snap: &Snapshot, w: &mut V) {
     }
     match step {
         Step::Usage(f) => one::<NodeUsage, V>(f, snap, w),
+        Step::Bound(f) => one::<NodeBound, V>(f, snap, w),
         Step::Capacity(f) => one::<NodeCapacities, V>(f, snap, w),
         Step::Facts(f) => one::<NodeFactsRows, V>(f, snap, w),
         Step::Addons(f) => one::<NodeAddons, V>(f, snap, w),

@@ -276,7 +276,7 @@ struct PartCache {
 pub struct Renderer {
     format: Format,
     prev: Option<Arc<Snapshot>>,
-    parts: [PartCache; 5],
+    parts: [PartCache; 6],
     steps: HashMap<Step, Arc<Chunk>>,
     /// The steps written in pieces ([`pieced`]): their chunks in order, and by place.
     pieced: HashMap<Step, Pieces>,
@@ -346,10 +346,11 @@ impl Renderer {
 
     /// Brings the blocks of every keyed part up to `snap`.
     fn update_parts(&mut self, prev: Option<&Snapshot>, snap: &Snapshot) {
-        let [usage, capacity, facts, addons, pods] = &mut self.parts;
+        let [usage, bound, capacity, facts, addons, pods] = &mut self.parts;
         let fmt = self.format;
         let stats = &mut self.stats;
         update_part::<series::NodeUsage>(usage, prev, snap, fmt, stats);
+        update_part::<series::NodeBound>(bound, prev, snap, fmt, stats);
         update_part::<series::NodeCapacities>(capacity, prev, snap, fmt, stats);
         update_part::<series::NodeFactsRows>(facts, prev, snap, fmt, stats);
         update_part::<series::NodeAddons>(addons, prev, snap, fmt, stats);
@@ -457,10 +458,11 @@ impl Renderer {
 fn keyed(step: Step) -> Option<(usize, usize, &'static Family)> {
     match step {
         Step::Usage(f) => Some((0, f, series::NodeUsage::FAMILIES[f])),
-        Step::Capacity(f) => Some((1, f, series::NodeCapacities::FAMILIES[f])),
-        Step::Facts(f) => Some((2, f, series::NodeFactsRows::FAMILIES[f])),
-        Step::Addons(f) => Some((3, f, series::NodeAddons::FAMILIES[f])),
-        Step::Pods(f) => Some((4, f, series::NodePodSums::FAMILIES[f])),
+        Step::Bound(f) => Some((1, f, series::NodeBound::FAMILIES[f])),
+        Step::Capacity(f) => Some((2, f, series::NodeCapacities::FAMILIES[f])),
+        Step::Facts(f) => Some((3, f, series::NodeFactsRows::FAMILIES[f])),
+        Step::Addons(f) => Some((4, f, series::NodeAddons::FAMILIES[f])),
+        Step::Pods(f) => Some((5, f, series::NodePodSums::FAMILIES[f])),
         _ => None,
     }
 }
@@ -610,8 +612,7 @@ fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
 }
 
 /// Brings one part's blocks up to `snap`: a block whose keys and items are unchanged since
-/// `prev` is kept; in a block with the same keys, the families whose rows are unchanged
-/// ([`series::Keyed::same_group`]) are kept; anything else is written.
+/// `prev` is kept; anything else is written.
 fn update_part<P: series::Keyed>(
     cache: &mut PartCache,
     prev: Option<&Snapshot>,
@@ -677,7 +678,7 @@ fn update_part<P: series::Keyed>(
 type BlockRows = Vec<Option<Arc<Chunk>>>;
 
 /// The rows of block `new` per family: the previous block's (`before`, of the same keys, whose
-/// items were `olds`) where its rows are the same, written otherwise.
+/// items were `olds`) when every item gives the same rows, written otherwise.
 fn block_families<'a, P: series::Keyed>(
     new: &[(&'a str, P::Item<'a>)],
     before: Option<BlockRows>,
@@ -685,44 +686,15 @@ fn block_families<'a, P: series::Keyed>(
     format: Format,
     stats: &mut RenderStats,
 ) -> BlockRows {
-    let mut kept = match before {
-        Some(families) if P::GROUPS == 1 => {
-            if olds.iter().zip(new).all(|(o, n)| P::same(&o.1, &n.1)) {
-                return families;
-            }
-            Vec::new()
-        }
-        Some(families) => {
-            // One comparison per item and group, however many families the group has.
-            let same: Vec<bool> = (0..P::GROUPS)
-                .map(|g| {
-                    olds.iter()
-                        .zip(new)
-                        .all(|(o, n)| P::same_group(g, &o.1, &n.1))
-                })
-                .collect();
-            let kept: Vec<Option<Option<Arc<Chunk>>>> = families
-                .into_iter()
-                .enumerate()
-                .map(|(f, rows)| {
-                    same.get(P::group(f))
-                        .copied()
-                        .unwrap_or(false)
-                        .then_some(rows)
-                })
-                .collect();
-            if kept.iter().all(Option::is_some) {
-                return kept.into_iter().flatten().collect();
-            }
-            kept
-        }
-        None => Vec::new(),
-    };
-    kept.resize(P::FAMILIES.len(), None);
+    if let Some(families) = before
+        && olds.iter().zip(new).all(|(o, n)| P::same(&o.1, &n.1))
+    {
+        return families;
+    }
     stats.blocks += 1;
     stats.keys += new.len() as u64;
-    stats.families += kept.iter().filter(|k| k.is_none()).count() as u64;
-    render_block::<P>(new, kept, format)
+    stats.families += P::FAMILIES.len() as u64;
+    render_block::<P>(new, format)
 }
 
 /// A block's rows of one family are held compressed from this many bytes of text: the blocks
@@ -730,11 +702,9 @@ fn block_families<'a, P: series::Keyed>(
 const COMPRESS_FROM: usize = 4096;
 
 /// The rows of `items`, one chunk per family of the part (`None` when it has none); large
-/// ones held compressed only ([`Chunk::compressed`]). A family `kept` holds (`Some`) is not
-/// written: those rows are the same.
+/// ones held compressed only ([`Chunk::compressed`]).
 fn render_block<'a, P: series::Keyed>(
     items: &[(&'a str, P::Item<'a>)],
-    kept: Vec<Option<Option<Arc<Chunk>>>>,
     format: Format,
 ) -> Vec<Option<Arc<Chunk>>> {
     let mut rows = Vec::new();
@@ -743,12 +713,8 @@ fn render_block<'a, P: series::Keyed>(
     let mut compress = None;
     P::FAMILIES
         .iter()
-        .zip(kept)
         .enumerate()
-        .map(|(f, (family, kept))| {
-            if let Some(rows) = kept {
-                return rows;
-            }
+        .map(|(f, family)| {
             rows.clear();
             for (key, item) in items {
                 P::rows(f, key, item, &mut rows);
@@ -871,7 +837,6 @@ mod tests {
             }),
             hour_max: Default::default(),
             hour_coverage: 0.0,
-            bound: None,
         })
     }
 
@@ -1021,34 +986,52 @@ mod tests {
         let mut snap = cluster(1000);
         r.render(Arc::new(snap.clone()));
         let s0 = r.stats();
-        let mut bound = (*load("node-0500", 0.25)).clone();
-        bound.bound = Some(Arc::new(BoundPods {
-            pods: vec![BoundPod {
-                bound_at: SystemTime::UNIX_EPOCH,
-                cpu_cores: 0.5,
-                memory_bytes: 1e9,
-            }],
-        }));
-        Arc::make_mut(&mut snap.nodes).insert("node-0500".into(), Arc::new(bound));
+        // Nobody has an estimate: no row at all (absent means none).
+        assert!(!text(&r.render(Arc::new(snap.clone()))).contains("kube_prober_node_bound_pods"));
+        let bound = |pods: usize| {
+            Arc::new(BoundPods {
+                pods: vec![
+                    BoundPod {
+                        bound_at: SystemTime::UNIX_EPOCH,
+                        cpu_cores: 0.5,
+                        memory_bytes: 1e9,
+                    };
+                    pods
+                ],
+            })
+        };
+        Arc::make_mut(&mut snap.bound).insert("node-0500".into(), bound(1));
         let body = text(&r.render(Arc::new(snap.clone())));
         let s1 = r.stats();
+        // One block of the estimates' part, and the usage part not even visited.
         assert_eq!((s1.blocks - s0.blocks, s1.families - s0.families), (1, 3));
+        assert_eq!(s1.keys - s0.keys, 1);
         assert!(body == render(&snap, Format::Text));
         assert!(body.contains("kube_prober_node_bound_pods{node=\"node-0500\"} 1\n"));
         assert!(body.contains("kube_prober_node_bound_pods_cpu_cores{node=\"node-0500\"} 0.5\n"));
 
-        // Its usage changes, its estimate not: every family of its block but the three.
+        // A second pod: the same block again; then its usage: the usage block, not the estimate.
+        Arc::make_mut(&mut snap.bound).insert("node-0500".into(), bound(2));
+        let body = text(&r.render(Arc::new(snap.clone())));
+        let s2 = r.stats();
+        assert_eq!((s2.blocks - s1.blocks, s2.families - s1.families), (1, 3));
+        assert!(body.contains("kube_prober_node_bound_pods{node=\"node-0500\"} 2\n"));
         let mut both = (**snap.nodes.get("node-0500").unwrap()).clone();
         both.latest.insert(Resource::Cpu, 0.75);
         Arc::make_mut(&mut snap.nodes).insert("node-0500".into(), Arc::new(both));
         let body = text(&r.render(Arc::new(snap.clone())));
-        let s2 = r.stats();
-        assert_eq!(s2.blocks - s1.blocks, 1);
+        let s3 = r.stats();
+        assert_eq!(s3.blocks - s2.blocks, 1);
         assert_eq!(
-            s2.families - s1.families,
-            series::NodeUsage::FAMILIES.len() as u64 - 3
+            s3.families - s2.families,
+            series::NodeUsage::FAMILIES.len() as u64
         );
         assert!(body == render(&snap, Format::Text));
+        // Its estimate gone: its rows go.
+        Arc::make_mut(&mut snap.bound).clear();
+        let body = text(&r.render(Arc::new(snap.clone())));
+        assert!(body == render(&snap, Format::Text));
+        assert!(!body.contains("kube_prober_node_bound_pods"));
     }
 
     #[test]

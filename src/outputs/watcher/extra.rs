@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::{Fold, kinds, operators, push_metric};
-use crate::model::{NodeLoad, Resource, ResourceMap, Window, WindowStats, unix_seconds};
+use crate::model::{BoundPods, NodeLoad, Resource, ResourceMap, Window, WindowStats, unix_seconds};
 
 /// The hub's ratio resources and their load-watcher types.
 pub(super) const RATIOS: [(Resource, &str); 2] = [
@@ -16,12 +16,16 @@ pub(super) const RATIOS: [(Resource, &str); 2] = [
     (Resource::Memory, kinds::MEMORY),
 ];
 
-/// Percent of the node's CPU and memory that `fold` adds to its values; empty without a
-/// known capacity or bound pods.
-pub(super) fn folded(node: &NodeLoad, fold: Fold, end: SystemTime) -> ResourceMap<f64> {
+/// Percent of the node's CPU and memory that `fold` adds to its values from its estimate
+/// `bound`; empty without a known capacity or bound pods.
+pub(super) fn folded(
+    node: &NodeLoad,
+    bound: Option<&BoundPods>,
+    fold: Fold,
+    end: SystemTime,
+) -> ResourceMap<f64> {
     let mut out = ResourceMap::new();
-    let (Some(bound), Some(cap), Some(before)) = (&node.bound, node.capacity, fold.cutoff(end))
-    else {
+    let (Some(bound), Some(cap), Some(before)) = (bound, node.capacity, fold.cutoff(end)) else {
         return out;
     };
     let (cpu, memory) = bound.sum(before);
@@ -85,21 +89,18 @@ pub(super) fn push_freshness(out: &mut String, node: &NodeLoad) {
     let _ = write!(out, "\"1h\":{}}}}}", share(f64::from(node.hour_coverage)));
 }
 
-/// What closes the body: the host map, then `,"boundPods":{..}` (the estimate of every host
-/// in `hosts` with pods bound that its newest sample cannot show; nothing when none has), then
-/// `data` and the body. Apart from the hosts' entries, so that a pod bound writes this small
-/// piece again, not its host's block of entries (unless `fold` folds it into the values).
+/// What closes the body: the host map, then `,"boundPods":{..}` (the estimate of every served
+/// host in `hosts` with pods bound that its newest sample cannot show; nothing when none has),
+/// then `data` and the body. Apart from the hosts' entries, so that a pod bound writes this
+/// small piece again, not its host's block of entries (unless `fold` folds it into the values).
 pub(super) fn tail<'a>(
-    hosts: impl Iterator<Item = (&'a str, &'a NodeLoad)>,
+    hosts: impl Iterator<Item = (&'a str, &'a NodeLoad, &'a BoundPods)>,
     fold: Fold,
     end: SystemTime,
 ) -> String {
     let mut out = String::from("}");
     let mut first = true;
-    for (name, node) in hosts {
-        let Some(bound) = node.bound.as_ref().filter(|b| !b.pods.is_empty()) else {
-            continue;
-        };
+    for (name, node, bound) in hosts.filter(|(_, _, b)| !b.pods.is_empty()) {
         out.push_str(if first { ",\"boundPods\":{" } else { "," });
         first = false;
         super::push_json_string(&mut out, name);
@@ -120,7 +121,7 @@ pub(super) fn tail<'a>(
                 100.0 * memory / cap.memory_bytes
             );
         }
-        let folded = !folded(node, fold, end).is_empty();
+        let folded = !folded(node, Some(bound), fold, end).is_empty();
         let _ = write!(out, ",\"folded\":{folded}}}");
     }
     if !first {

@@ -17,7 +17,9 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds};
+use crate::model::{
+    BoundMap, BoundPods, NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds,
+};
 use crate::outputs::body::{self, Body, Chunk};
 use crate::shared::error::{Error, Result};
 
@@ -173,8 +175,10 @@ pub struct WatcherBodies {
     blocks: Arc<Vec<Arc<Block>>>,
     /// Everything after the last host entry (see [`extra::tail`]).
     tail: Bytes,
-    /// The nodes the entries were written from, with the window and options (for `?host=`).
+    /// The nodes the entries were written from and their estimates, with the window and
+    /// options (for `?host=`).
     nodes: Arc<NodeMap>,
+    bound: Arc<BoundMap>,
     window: Window,
     opts: WatcherConfig,
     /// The time hosts were found fresh at, and the answer's `window.end`.
@@ -276,15 +280,13 @@ impl WatcherBodies {
         if !is_fresh(node, self.now, self.opts) {
             return None;
         }
+        let bound = self.bound.get(host).map(|b| &**b);
         let mut entry = String::with_capacity(640);
         push_json_string(&mut entry, name);
         entry.push(':');
-        node_entry(&mut entry, node, self.window, self.opts, self.end);
-        let tail = extra::tail(
-            std::iter::once((&**name, &**node)),
-            self.opts.fold,
-            self.end,
-        );
+        node_entry(&mut entry, (node, bound), self.window, self.opts, self.end);
+        let hosts = bound.map(|b| (&**name, &**node, b));
+        let tail = extra::tail(hosts.into_iter(), self.opts.fold, self.end);
         Some(Bytes::from(
             [&self.head[..], entry.as_bytes(), tail.as_bytes()].concat(),
         ))
@@ -453,6 +455,8 @@ pub struct WatcherCache {
 #[derive(Debug)]
 struct Whole {
     nodes: Arc<NodeMap>,
+    /// The estimates the tail (and, when folded, the entries) were written from.
+    bound: Arc<BoundMap>,
     window: Window,
     opts: WatcherConfig,
     /// The snapshot time its hosts were found fresh at.
@@ -486,7 +490,15 @@ pub fn render_cached(
         .take()
         .filter(|w| w.window == window && w.opts == opts);
     let w = match previous {
-        Some(w) if Arc::ptr_eq(&w.nodes, &snap.nodes) && snap.generated_at < w.next_stale_at => w,
+        Some(mut w)
+            if Arc::ptr_eq(&w.nodes, &snap.nodes) && snap.generated_at < w.next_stale_at =>
+        {
+            if same_nodes(snap, window, &mut w) {
+                w
+            } else {
+                whole(snap, window, opts, Some(w), cache)
+            }
+        }
         previous => whole(snap, window, opts, previous, cache),
     };
     // The data stands for the time of the oldest newest-sample among the hosts served: a
@@ -509,6 +521,7 @@ pub fn render_cached(
         blocks: w.blocks.clone(),
         tail: w.tail.clone(),
         nodes: w.nodes.clone(),
+        bound: w.bound.clone(),
         window,
         opts,
         now: w.now,
@@ -554,6 +567,40 @@ fn served(
         })
         .collect();
     (nodes, stale, next_stale_at)
+}
+
+/// The previous part for a snapshot with the same node map and no host turned stale: as it is
+/// when the estimates are the same too; with only the tail written again when they are not
+/// folded into the entries (a pod bound, with every node's load the same `Arc`, costs the
+/// small tail, not a walk of the hosts). False: the entries must be looked at.
+fn same_nodes(snap: &Snapshot, window: Window, w: &mut Whole) -> bool {
+    if Arc::ptr_eq(&w.bound, &snap.bound) {
+        return true;
+    }
+    if w.opts.fold != Fold::Off {
+        return false;
+    }
+    // The hosts served are the previous part's: the same map, none turned stale since.
+    w.tail = Bytes::from(extra::tail(
+        served_bound(snap, window, w.opts, w.now),
+        w.opts.fold,
+        w.end,
+    ));
+    w.bound = snap.bound.clone();
+    true
+}
+
+/// The served hosts (at `now`) that have an estimate, in name order.
+fn served_bound(
+    snap: &Snapshot,
+    window: Window,
+    opts: WatcherConfig,
+    now: SystemTime,
+) -> impl Iterator<Item = (&str, &NodeLoad, &BoundPods)> {
+    snap.bound.iter().filter_map(move |(name, b)| {
+        let n = snap.nodes.get(name)?;
+        (has_window(n, window) && is_fresh(n, now, opts)).then_some((&**name, &**n, &**b))
+    })
 }
 
 /// The node-map part of a body: the blocks of entries, reusing the previous part's block
@@ -603,16 +650,17 @@ fn whole(
         let members = &nodes[from..=i];
         let leads = from == 0;
         from = i + 1;
-        let reused = old
-            .get(&**members[0].0)
-            .filter(|b| b.leads == leads && same_block(previous.as_ref(), window, end, b, members));
+        let reused = old.get(&**members[0].0).filter(|b| {
+            b.leads == leads
+                && same_block(previous.as_ref(), (window, end), &snap.bound, b, members)
+        });
         if let Some(b) = reused {
             blocks.push(Arc::clone(b));
             continue;
         }
         cache.entries_rendered += members.len() as u64;
         cache.blocks_rendered += 1;
-        let entries = block_entries(&mut plain, members, leads, (window, end), opts);
+        let entries = block_entries(&mut plain, members, &snap.bound, leads, (window, end), opts);
         blocks.push(Arc::new(Block {
             first: members[0].0.clone(),
             len: members.len(),
@@ -622,9 +670,10 @@ fn whole(
     }
     drop(old);
     drop(previous);
-    let tail = extra::tail(nodes.iter().map(|(k, n)| (&***k, &***n)), opts.fold, end);
+    let tail = extra::tail(served_bound(snap, window, opts, now), opts.fold, end);
     Whole {
         nodes: snap.nodes.clone(),
+        bound: snap.bound.clone(),
         window,
         opts,
         now,
@@ -655,11 +704,12 @@ fn log_stale(cache: &mut WatcherCache, stale: &[&str], opts: WatcherConfig) {
     }
 }
 
-/// Whether `block` (of the previous part) holds exactly `members`, with the same loads.
+/// Whether `block` (of the previous part) holds exactly `members`, with the same loads (and,
+/// when folded into the entries, the same estimates: `bound` is the new snapshot's).
 fn same_block(
     previous: Option<&Whole>,
-    window: Window,
-    end: SystemTime,
+    (window, end): (Window, SystemTime),
+    bound: &BoundMap,
     block: &Block,
     members: &[Member<'_>],
 ) -> bool {
@@ -682,14 +732,20 @@ fn same_block(
             .zip(members)
             .all(|((name, load), (new_name, new_load))| {
                 (Arc::ptr_eq(name, new_name) || name == *new_name)
-                    && (Arc::ptr_eq(load, new_load)
-                        // Bound pods are not in the entries unless folded into the values.
-                        || if prev.opts.fold == Fold::Off {
-                            load.same_usage(new_load)
-                        } else {
-                            **load == ***new_load
-                        })
+                    && (Arc::ptr_eq(load, new_load) || **load == ***new_load)
+                    // Bound pods are not in the entries unless folded into the values.
+                    && (prev.opts.fold == Fold::Off
+                        || same_estimate(prev.bound.get(name), bound.get(name)))
             })
+}
+
+/// Both absent, or the same estimate.
+fn same_estimate(a: Option<&Arc<BoundPods>>, b: Option<&Arc<BoundPods>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// The entries of one block's nodes, written into `plain` (cleared first): a comma before
@@ -697,6 +753,7 @@ fn same_block(
 fn block_entries<'p>(
     plain: &'p mut String,
     members: &[Member<'_>],
+    bound: &BoundMap,
     leads: bool,
     (window, end): (Window, SystemTime),
     opts: WatcherConfig,
@@ -708,7 +765,8 @@ fn block_entries<'p>(
         }
         push_json_string(plain, name);
         plain.push(':');
-        node_entry(plain, node, window, opts, end);
+        let estimate = bound.get(&***name).map(|b| &**b);
+        node_entry(plain, (node, estimate), window, opts, end);
     }
     plain
 }
@@ -746,14 +804,14 @@ pub(super) fn push_metric(out: &mut String, first: &mut bool, m: [&str; 4], valu
 /// is added to every CPU and Memory level (not to STD), at most up to 100 %.
 fn node_entry(
     out: &mut String,
-    node: &NodeLoad,
+    (node, bound): (&NodeLoad, Option<&BoundPods>),
     window: Window,
     opts: WatcherConfig,
     end: SystemTime,
 ) {
     out.push_str("{\"metrics\":[");
     let stats = node.windows.iter().find(|ws| ws.window == window);
-    let folded = extra::folded(node, opts.fold, end);
+    let folded = extra::folded(node, bound, opts.fold, end);
     let level =
         |r: Resource, v: f64| (v * 100.0 + folded.get(&r).copied().unwrap_or(0.0)).min(100.0);
     let mut first = true;
@@ -928,7 +986,6 @@ mod tests {
             capacity: None,
             hour_max: Default::default(),
             hour_coverage: 0.0,
-            bound: None,
         };
         Arc::make_mut(&mut snap.nodes).insert("n".into(), Arc::new(node.clone()));
         assert_eq!(served_window(&snap), None);
@@ -997,7 +1054,6 @@ mod tests {
             capacity: None,
             hour_max: Default::default(),
             hour_coverage: 0.0,
-            bound: None,
         })
     }
 
@@ -1047,9 +1103,16 @@ mod tests {
             first = false;
             push_json_string(&mut out, name);
             out.push(':');
-            node_entry(&mut out, node, bodies.window, bodies.opts, bodies.end);
+            let bound = snap.bound.get(name).map(|b| &**b);
+            node_entry(
+                &mut out,
+                (node, bound),
+                bodies.window,
+                bodies.opts,
+                bodies.end,
+            );
         }
-        let hosts = served().map(|(k, n)| (&**k, &**n));
+        let hosts = served().filter_map(|(k, n)| Some((&**k, &**n, &**snap.bound.get(k)?)));
         out.push_str(&extra::tail(hosts, bodies.opts.fold, bodies.end));
         out.into_bytes()
     }
@@ -1115,13 +1178,16 @@ mod tests {
             let mut entry = String::new();
             push_json_string(&mut entry, name);
             entry.push(':');
-            node_entry(&mut entry, node, bodies.window, bodies.opts, bodies.end);
-            expected.extend_from_slice(entry.as_bytes());
-            let tail = extra::tail(
-                std::iter::once((&**name, &**node)),
-                bodies.opts.fold,
+            node_entry(
+                &mut entry,
+                (node, None),
+                bodies.window,
+                bodies.opts,
                 bodies.end,
             );
+            expected.extend_from_slice(entry.as_bytes());
+            // No estimates here (see a_pod_bound_writes_the_tail_not_its_hosts_block_unless_folded).
+            let tail = extra::tail(std::iter::empty(), bodies.opts.fold, bodies.end);
             expected.extend_from_slice(tail.as_bytes());
             assert_eq!(one, expected);
             let decoded: WatcherMetrics = serde_json::from_slice(&one).unwrap();
@@ -1221,18 +1287,17 @@ mod tests {
             cpu_cores: 4.0,
             memory_bytes: 8e9,
         });
-        // The capacity first (it is in the entry when folded), then a pod bound.
+        // The capacity first (it is in the entry when folded), then a pod bound: the same
+        // node map, a new estimate.
         Arc::make_mut(&mut snap.nodes).insert(name.clone(), Arc::new(bound.clone()));
-        bound.bound = Some(Arc::new(BoundPods {
-            pods: vec![BoundPod {
+        let with_pod = {
+            let mut s = snap.clone();
+            let pods = vec![BoundPod {
                 bound_at: bound.latest_at,
                 cpu_cores: 1.0,
                 memory_bytes: 2e9,
-            }],
-        }));
-        let with_pod = {
-            let mut s = snap.clone();
-            Arc::make_mut(&mut s.nodes).insert(name.clone(), Arc::new(bound));
+            }];
+            Arc::make_mut(&mut s.bound).insert(name.clone(), Arc::new(BoundPods { pods }));
             s
         };
         for fold in [Fold::Off, Fold::All] {

@@ -114,48 +114,21 @@ pub(super) fn spawn_watchers(
             .map(|t| Arc::new(t) as Arc<dyn PodFollower>),
     );
     if let Some(index) = task_pods {
-        if let Some(source) = kubelet_pods {
-            tasks.push(crate::sources::task::kubelet::spawn(
-                source,
-                index.clone(),
-                cfg.interval
-                    .unwrap_or(crate::sources::task::DEFAULT_INTERVAL),
-                provider.clone(),
-                cancel.clone(),
-            ));
-        }
-        tasks.push(spawn_tasks(
-            cfg,
-            &place.node_name,
+        let ctx = crate::sources::task::start::StartContext {
+            node_name: place.node_name.clone(),
+            procfs: cfg.procfs.clone(),
+            interval: cfg.interval,
+        };
+        tasks.extend(crate::sources::task::start::spawn(
+            &cfg.task,
+            ctx,
             index,
+            kubelet_pods,
             provider.clone(),
             cancel,
         ));
     }
     (stores, tasks)
-}
-
-/// `--kubelet-url`'s source, built before anything starts so a bad CA, certificate or token
-/// file is a config error (exit 2). Only the node role has tasks.
-pub(super) fn kubelet_pods(
-    cfg: &Config,
-    role: Role,
-) -> Result<Option<crate::sources::task::kubelet::KubeletPods>> {
-    let Some(k) = &cfg.task.kubelet else {
-        return Ok(None);
-    };
-    if role != Role::Node {
-        return Err(Error::Config {
-            option: "--kubelet-url",
-            value: k.url.clone(),
-            reason: format!(
-                "only the node role reads the kubelet's /pods; this process runs the {} role",
-                role.as_str()
-            ),
-        });
-    }
-    crate::sources::task::kubelet::KubeletPods::new(k.clone(), cfg.timeout, cfg.max_response_bytes)
-        .map(Some)
 }
 
 /// The metric allow/denylist and the shard (`--shard`, or the StatefulSet watcher it starts).
@@ -214,46 +187,6 @@ pub(super) fn start_selection(
             reason: "no Kubernetes client was built".into(),
         }),
     }
-}
-
-/// The node role's task source: pods from the pod watcher, cgroups under `--cgroup-root`.
-pub(super) fn spawn_tasks(
-    cfg: &Config,
-    node_name: &str,
-    index: crate::sources::task::pods::TaskPodIndex,
-    provider: Arc<dyn Provider>,
-    cancel: &CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    let tc = crate::sources::task::TaskConfig {
-        node: node_name.to_string(),
-        cgroup_root: cfg.task.cgroup_root.clone(),
-        sysfs: cfg.task.sysfs.clone(),
-        procfs: cfg.procfs.clone(),
-        interval: cfg
-            .interval
-            .unwrap_or(crate::sources::task::DEFAULT_INTERVAL),
-        detail_every: cfg.task.detail_every,
-        container_detail_every: cfg.task.container_detail_every,
-    };
-    let pods: crate::sources::task::PodList = Arc::new(move || index.pods());
-    if cfg.task.perf_events == crate::model::PerfMode::Off {
-        return crate::sources::task::spawn(tc, pods, provider, cancel.clone());
-    }
-    // `--task-perf-events`: its own loop beside the cgroup reader; both end with `cancel`.
-    let pc = crate::sources::task::perf::PerfConfig {
-        node: node_name.to_string(),
-        cgroup_root: cfg.task.cgroup_root.clone(),
-        sysfs: cfg.task.sysfs.clone(),
-        mode: cfg.task.perf_events,
-        interval: tc.interval,
-    };
-    let perf =
-        crate::sources::task::perf::spawn(pc, pods.clone(), provider.clone(), cancel.clone());
-    let tasks = crate::sources::task::spawn(tc, pods, provider, cancel.clone());
-    tokio::spawn(async move {
-        let _ = tasks.await;
-        let _ = perf.await;
-    })
 }
 
 /// The usage source, started with what only the wiring knows; in the cluster and node roles

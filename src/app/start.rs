@@ -26,16 +26,14 @@ pub(super) fn choose_role(cfg: &Config) -> Result<Start> {
         metrics_provider = usage.as_str(),
         "role chosen"
     );
-    if choice.role == Role::Node && !cfg.task.cgroup_root.is_dir() {
-        return Err(Error::Config {
-            option: "--cgroup-root",
-            value: cfg.task.cgroup_root.display().to_string(),
-            reason: "not a directory".into(),
-        });
-    }
     Ok(Start {
         role: choice.role,
-        kubelet_pods: kubelet_pods(cfg, choice.role)?,
+        kubelet_pods: crate::sources::task::start::prepare(
+            &cfg.task,
+            choice.role,
+            cfg.timeout,
+            cfg.max_response_bytes,
+        )?,
         kubeconfig: choice.kubeconfig,
         usage,
     })

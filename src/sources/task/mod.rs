@@ -16,6 +16,7 @@ pub mod options;
 pub mod perf;
 pub mod platform;
 pub mod pods;
+pub mod start;
 
 use std::path::PathBuf;
 use std::sync::Arc;

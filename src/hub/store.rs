@@ -300,6 +300,7 @@ fn publish_bound(inner: &mut Inner) -> Arc<BoundMap> {
     let Inner {
         nodes,
         bindings,
+        bound_to,
         bound_published,
         bound_dirty,
         ..
@@ -307,7 +308,23 @@ fn publish_bound(inner: &mut Inner) -> Arc<BoundMap> {
     for key in bound_dirty.drain() {
         let sampled = nodes.get(&key).map(|st| st.sampled_at);
         let bound = match (sampled, bindings.get_mut(&key)) {
-            (Some(sampled), Some(b)) => bound_pods(b, sampled),
+            (Some(sampled), Some(held)) => {
+                let bound = bound_pods(held, sampled);
+                // The pods its samples show now are no one's bindings any more.
+                if let Some(at) = sampled {
+                    held.retain(|b| {
+                        let shown = b.shows_from <= at;
+                        if shown {
+                            bound_to.remove(&b.pod);
+                        }
+                        !shown
+                    });
+                }
+                if held.is_empty() {
+                    bindings.remove(&key);
+                }
+                bound
+            }
             _ => None,
         };
         match (bound, bound_published.get(&key)) {
@@ -485,23 +502,21 @@ fn window_stats(st: &NodeState, w: Window, scratch: &mut Vec<f64>) -> Option<Win
     })
 }
 
-/// The pods of `bindings` that a sample taken at `sampled` cannot show (all of them when the
-/// node has no sample yet); the others leave `bindings`, as later samples show them too.
-fn bound_pods(bindings: &mut Vec<Binding>, sampled: Option<SystemTime>) -> Option<Arc<BoundPods>> {
-    if let Some(at) = sampled {
-        bindings.retain(|b| b.shows_from > at);
-    }
-    if bindings.is_empty() {
-        return None;
-    }
+/// The estimate of the pods of `bindings` that a sample taken at `sampled` cannot show (all of
+/// them when the node has no sample yet); `None` when there are none.
+fn bound_pods(bindings: &[Binding], sampled: Option<SystemTime>) -> Option<Arc<BoundPods>> {
     let mut pods: Vec<BoundPod> = bindings
         .iter()
+        .filter(|b| sampled.is_none_or(|at| b.shows_from > at))
         .map(|b| BoundPod {
             bound_at: b.bound_at,
             cpu_cores: b.cpu_cores,
             memory_bytes: b.memory_bytes,
         })
         .collect();
+    if pods.is_empty() {
+        return None;
+    }
     pods.sort_by_key(|p| p.bound_at);
     Some(Arc::new(BoundPods { pods }))
 }
@@ -664,11 +679,20 @@ impl NodeRecorder for Store {
         let inner = &mut *inner;
         unbind(inner, &binding.pod);
         let node = binding.node.clone();
-        inner.bound_to.insert(binding.pod.clone(), node.clone());
-        let held = inner.bindings.entry(node.clone()).or_default();
+        let Inner {
+            bindings, bound_to, ..
+        } = &mut *inner;
+        let held = bindings.entry(node.clone()).or_default();
         // A node that never reports usage keeps no binding past half an hour of it.
         let old = SystemTime::now() - BINDING_KEPT;
-        held.retain(|b| b.shows_from > old || b.pod == binding.pod);
+        held.retain(|b| {
+            let kept = b.shows_from > old;
+            if !kept {
+                bound_to.remove(&b.pod);
+            }
+            kept
+        });
+        bound_to.insert(binding.pod.clone(), node.clone());
         held.push(binding);
         mark_bound_dirty(inner, &node);
     }
@@ -1276,7 +1300,12 @@ mod tests {
                         pod: format!("ns/p{}", v % 3).into(),
                         node: name(node).into(),
                         bound_at: at(t),
-                        shows_from: at(t + u64::from(v)),
+                        // Half shown by a later sample; half never shown (nor ever old).
+                        shows_from: if v % 2 == 0 {
+                            at(t + u64::from(v))
+                        } else {
+                            SystemTime::now() + Duration::from_secs(3600)
+                        },
                         cpu_cores: 0.25,
                         memory_bytes: 1e8,
                     }),
@@ -1288,13 +1317,25 @@ mod tests {
                     let inner = &mut *inner;
                     let loads = inner.nodes.values_mut().map(|st| (st.key.clone(), st.load(&mut Vec::new()))).collect();
                     let bound = inner.nodes.values().filter_map(|st| {
-                        let mut held = inner.bindings.get(&st.key)?.clone();
-                        Some((st.key.clone(), bound_pods(&mut held, st.sampled_at)?))
+                        let held = inner.bindings.get(&st.key)?;
+                        Some((st.key.clone(), bound_pods(held, st.sampled_at)?))
                     }).collect();
                     (loads, bound)
                 };
                 proptest::prop_assert_eq!(&*snap.nodes, &fresh);
                 proptest::prop_assert_eq!(&*snap.bound, &fresh_bound);
+                // Each pod held as a binding once, on the node `bound_to` names, and no other.
+                {
+                    let inner = s.lock();
+                    let mut held = 0;
+                    for (node, pods) in &inner.bindings {
+                        for b in pods {
+                            proptest::prop_assert_eq!(inner.bound_to.get(&b.pod), Some(node));
+                            held += 1;
+                        }
+                    }
+                    proptest::prop_assert_eq!(held, inner.bound_to.len());
+                }
                 // Every node the same `Arc` as before: no new map either (no copy, and the
                 // outputs skip the whole map by pointer).
                 if let Some(p) = &prev {

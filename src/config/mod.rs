@@ -35,7 +35,7 @@ use crate::sources::cluster::options::{
     EstimateOptions, ScopeConfig, ScopeOptions, WorkloadConfig, WorkloadOptions,
 };
 use crate::sources::probe::options::{ProbeOptions, ProbesConfig};
-use crate::sources::task::options::{KubeletOptions, TaskOptions, TaskSettings};
+use crate::sources::task::options::{KubeletOptions, TaskConfig, TaskOptions};
 use crate::sources::usage::options::{BackendOptions, UsageConfig, UsageOptions};
 
 pub use instance::{DEFAULT_LISTEN, InstanceOptions, ScheduleOptions};
@@ -223,7 +223,7 @@ pub struct Config {
     pub probes: ProbesConfig,
     pub sinks: SinksConfig,
     pub serve: ServeConfig,
-    pub task: TaskSettings,
+    pub task: TaskConfig,
     /// Cap on every answer read from outside (see [`crate::shared::limit`]).
     pub max_response_bytes: usize,
     /// Cluster role: which pods the pod watcher follows, and the shard.

@@ -37,9 +37,10 @@ pub const TASK_SOURCE: &str = "task_cgroups";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 pub const PLATFORM_SOURCE: &str = "platform";
 
-/// Settings of the task source.
+/// What the cgroup and platform loop runs with, made from the resolved [`options::TaskConfig`]
+/// and what only the wiring knows ([`start::spawn`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskConfig {
+pub struct CgroupConfig {
     pub node: String,
     /// Where the cgroup hierarchies are mounted (`/sys/fs/cgroup`, in a container
     /// `/host/sys/fs/cgroup`).
@@ -67,7 +68,7 @@ pub fn collect(reader: &mut CgroupReader, node: &str, pods: &[Arc<TaskPod>]) -> 
 
 /// Starts the task and platform collection loop.
 pub fn spawn(
-    cfg: TaskConfig,
+    cfg: CgroupConfig,
     pods: PodList,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
@@ -125,7 +126,7 @@ pub fn spawn(
 /// The platform run's outcome: failed with reason `parse` when a procfs file or a NUMA node's
 /// meminfo did not parse (the facts read are still recorded), with reason `io` when neither the
 /// sysfs CPU list nor `/proc/stat` could be read, else ok.
-fn platform_outcome(cfg: &TaskConfig, plat: &Platform, errors: &[Error]) -> RunOutcome {
+fn platform_outcome(cfg: &CgroupConfig, plat: &Platform, errors: &[Error]) -> RunOutcome {
     if let Some(first) = errors.first() {
         let message = errors
             .iter()
@@ -153,7 +154,7 @@ fn platform_outcome(cfg: &TaskConfig, plat: &Platform, errors: &[Error]) -> RunO
 
 /// The cgroup reader: the hierarchies under `--cgroup-root`, the open-file limit raised to
 /// the hard one, the detail schedules and this host's memory nodes.
-fn open_reader(cfg: &TaskConfig) -> CgroupReader {
+fn open_reader(cfg: &CgroupConfig) -> CgroupReader {
     let hier = Hierarchies::detect(&cfg.cgroup_root);
     let page_size = platform::read_page_size(&cfg.procfs);
     if hier.is_empty() {

@@ -1,6 +1,6 @@
 //! The task source's options: where cgroups and sysfs are, which pods and labels, perf
 //! counters and read scheduling ([`TaskOptions`]), and the kubelet as the source of task pods
-//! ([`KubeletOptions`]); resolved together into [`TaskSettings`].
+//! ([`KubeletOptions`]); resolved together into [`TaskConfig`].
 
 use std::path::PathBuf;
 
@@ -120,7 +120,7 @@ crate::merge_options!(KubeletOptions {
 
 /// The node role's task source: where cgroups and sysfs are, which pods, which labels.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskSettings {
+pub struct TaskConfig {
     pub cgroup_root: PathBuf,
     pub sysfs: PathBuf,
     /// Empty: every namespace.
@@ -138,7 +138,7 @@ pub struct TaskSettings {
 }
 
 impl TaskOptions {
-    pub fn resolve(mut self, kubelet: KubeletOptions) -> Result<TaskSettings> {
+    pub fn resolve(mut self, kubelet: KubeletOptions) -> Result<TaskConfig> {
         let dir = |option: &'static str, v: Option<PathBuf>, default: &str| -> Result<PathBuf> {
             let p = v.unwrap_or_else(|| PathBuf::from(default));
             if p.as_os_str().is_empty() {
@@ -170,7 +170,7 @@ impl TaskOptions {
             })?,
         };
         let (detail_every, container_detail_every) = self.detail_every()?;
-        Ok(TaskSettings {
+        Ok(TaskConfig {
             cgroup_root,
             sysfs,
             namespaces,

@@ -1,4 +1,4 @@
-//! The node role's task sources started from their resolved [`TaskSettings`]: the cgroup
+//! The node role's task sources started from their resolved [`TaskConfig`]: the cgroup
 //! reader with the platform facts, perf counters when `--task-perf-events` asks, and the
 //! kubelet's `/pods` feeding the pods when `--kubelet-url` is given. The wiring hands over only
 //! what it alone knows ([`StartContext`]) and the pod index the watchers (or the kubelet) fill.
@@ -11,10 +11,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::kubelet::KubeletPods;
-use super::options::TaskSettings;
+use super::options::TaskConfig;
 use super::perf::PerfConfig;
 use super::pods::TaskPodIndex;
-use super::{DEFAULT_INTERVAL, PodList, TaskConfig};
+use super::{CgroupConfig, DEFAULT_INTERVAL, PodList};
 use crate::hub::Provider;
 use crate::k8s::role::Role;
 use crate::model::PerfMode;
@@ -35,7 +35,7 @@ pub struct StartContext {
 /// CA, certificate or token file fails here), refused in any role but the node role, the only
 /// one with tasks. `timeout` and `max_body_bytes` are `--timeout` and `--max-response-bytes`.
 pub fn prepare(
-    cfg: &TaskSettings,
+    cfg: &TaskConfig,
     role: Role,
     timeout: Duration,
     max_body_bytes: usize,
@@ -67,7 +67,7 @@ pub fn prepare(
 /// `kubelet` is given (else the pod watch fills it), the cgroup reader, and the perf counters'
 /// own loop beside it when asked for. Every task ends with `cancel`.
 pub fn spawn(
-    cfg: &TaskSettings,
+    cfg: &TaskConfig,
     ctx: StartContext,
     index: TaskPodIndex,
     kubelet: Option<KubeletPods>,
@@ -97,7 +97,7 @@ pub fn spawn(
         let perf = super::perf::spawn(perf, pods.clone(), provider.clone(), cancel.clone());
         tasks.push(perf);
     }
-    let tc = TaskConfig {
+    let tc = CgroupConfig {
         node: ctx.node_name,
         cgroup_root: cfg.cgroup_root.clone(),
         sysfs: cfg.sysfs.clone(),
@@ -116,7 +116,7 @@ mod tests {
     use crate::sources::task::kubelet::{KubeletAuth, KubeletConfig};
     use crate::sources::task::options::{KubeletOptions, TaskOptions};
 
-    fn settings(cgroup_root: &std::path::Path) -> TaskSettings {
+    fn settings(cgroup_root: &std::path::Path) -> TaskConfig {
         let mut s = TaskOptions::default()
             .resolve(KubeletOptions::default())
             .expect("the defaults resolve");

@@ -312,13 +312,7 @@ fn publish_bound(inner: &mut Inner) -> Arc<BoundMap> {
                 let bound = bound_pods(held, sampled);
                 // The pods its samples show now are no one's bindings any more.
                 if let Some(at) = sampled {
-                    held.retain(|b| {
-                        let shown = b.shows_from <= at;
-                        if shown {
-                            bound_to.remove(&b.pod);
-                        }
-                        !shown
-                    });
+                    drop_bindings(held, bound_to, |b| b.shows_from <= at);
                 }
                 if held.is_empty() {
                     bindings.remove(&key);
@@ -406,6 +400,21 @@ fn unbind(inner: &mut Inner, pod: &str) {
         }
     }
     mark_bound_dirty(inner, &node);
+}
+
+/// Takes the bindings `gone` says out of `held` (one node's), and their pods out of `bound_to`.
+fn drop_bindings(
+    held: &mut Vec<Binding>,
+    bound_to: &mut HashMap<Arc<str>, Arc<str>>,
+    gone: impl Fn(&Binding) -> bool,
+) {
+    held.retain(|b| {
+        let drop = gone(b);
+        if drop {
+            bound_to.remove(&b.pod);
+        }
+        !drop
+    });
 }
 
 /// Node `node`'s estimate of its bound pods is to be made again for the next snapshot (if
@@ -685,13 +694,7 @@ impl NodeRecorder for Store {
         let held = bindings.entry(node.clone()).or_default();
         // A node that never reports usage keeps no binding past half an hour of it.
         let old = SystemTime::now() - BINDING_KEPT;
-        held.retain(|b| {
-            let kept = b.shows_from > old;
-            if !kept {
-                bound_to.remove(&b.pod);
-            }
-            kept
-        });
+        drop_bindings(held, bound_to, |b| b.shows_from <= old);
         bound_to.insert(binding.pod.clone(), node.clone());
         held.push(binding);
         mark_bound_dirty(inner, &node);

@@ -546,7 +546,7 @@ mod counts {
                     "False"
                 }
             };
-            cs.nodes.push(NodeFacts {
+            std::sync::Arc::make_mut(&mut cs.nodes).push(NodeFacts {
                 name: node_name(i),
                 placement: Placement {
                     pool: format!("pool-{}", i % 2),

@@ -87,7 +87,7 @@ fn restarts(pod: &str, node: &str, counts: &[(&str, u32)]) -> Arc<PodRestarts> {
 /// Deployments of one version, 2 pods, 1 ready) on node-000, restarts of one fluentbit pod.
 fn cluster(n: usize, fluentbit_restarts: u32) -> ClusterState {
     let mut cs = ClusterState {
-        nodes: (0..n).map(|i| node(i, i != 1, i != 1)).collect(),
+        nodes: std::sync::Arc::new((0..n).map(|i| node(i, i != 1, i != 1)).collect()),
         ..Default::default()
     };
     let fb = addon("fluentbit", "1.9", Controller::DaemonSet);

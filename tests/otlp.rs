@@ -74,7 +74,7 @@ fn store_with(nodes: &[String]) -> Store {
         controller: Controller::Deployment,
     };
     let mut state = ClusterState {
-        nodes: nodes.iter().map(|n| node_facts(n, "True")).collect(),
+        nodes: std::sync::Arc::new(nodes.iter().map(|n| node_facts(n, "True")).collect()),
         ..Default::default()
     };
     if let Some(first) = nodes.first() {

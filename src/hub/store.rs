@@ -547,46 +547,65 @@ impl ClusterRecorder for Store {
     fn record_cluster_state(&self, state: ClusterState) {
         let now = SystemTime::now();
         let mut inner = self.lock();
-        let listed: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
         let inner = &mut *inner;
-        inner.gone.retain(|name, at| {
-            !listed.contains(name.as_str())
-                && now.duration_since(*at).unwrap_or_default() < TOMBSTONE_FOR
-        });
-        // A node a cluster state listed before and this one does not was deleted (by a watch
-        // event or found missing on a relist). A node no state has listed yet stays: a
-        // backend may report a new node a moment before the Node watcher has it, and a
-        // backend's host names need not be Node names at all (those expire by fetches).
-        let gone = &mut inner.gone;
-        // Deleted even when the hub had already let its usage go (a fetch that stopped seeing
-        // the Node expired it first): a backend still reporting the host must not bring it back.
-        if let Some(previous) = &inner.cluster_state {
-            for n in &previous.nodes {
-                if !listed.contains(n.name.as_str()) {
-                    gone.insert(n.name.clone(), now);
-                }
-            }
+        // The same Nodes as the state before (the same `Arc`: only pods changed), and every
+        // node the hub holds was listed by it: nothing was deleted or is to be marked listed,
+        // so only tombstones may have run out (the 65,000 names are not gone through).
+        let same_nodes = inner
+            .cluster_state
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(&p.nodes, &state.nodes));
+        if same_nodes && inner.nodes.values().all(|st| st.in_cluster) {
+            let ran_out =
+                |at: &SystemTime| now.duration_since(*at).unwrap_or_default() >= TOMBSTONE_FOR;
+            inner.gone.retain(|_, at| !ran_out(at));
+        } else {
+            note_listed_nodes(inner, &state, now);
         }
-        let before = inner.nodes.len();
-        inner.nodes.retain(|name, st| {
-            if listed.contains(&**name) {
-                st.in_cluster = true;
-                true
-            } else if st.in_cluster || gone.contains_key(&**name) {
-                tracing::info!(node = %name, source = %st.source, "node deleted; its usage leaves every output");
-                gone.insert(name.to_string(), now);
-                false
-            } else {
-                true
-            }
-        });
-        inner.nodes_removed |= inner.nodes.len() != before;
         // An unchanged state (the watchers derive one every interval, changed or not) keeps
         // the previous `Arc`, so outputs can skip it by pointer.
         if inner.cluster_state.as_deref() != Some(&state) {
             inner.cluster_state = Some(Arc::new(state));
         }
     }
+}
+
+/// What a cluster state's node list means for the hub's nodes: tombstones for the nodes
+/// deleted since the state before, the listed ones marked so.
+fn note_listed_nodes(inner: &mut Inner, state: &ClusterState, now: SystemTime) {
+    let listed: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+    inner.gone.retain(|name, at| {
+        !listed.contains(name.as_str())
+            && now.duration_since(*at).unwrap_or_default() < TOMBSTONE_FOR
+    });
+    // A node a cluster state listed before and this one does not was deleted (by a watch
+    // event or found missing on a relist). A node no state has listed yet stays: a
+    // backend may report a new node a moment before the Node watcher has it, and a
+    // backend's host names need not be Node names at all (those expire by fetches).
+    let gone = &mut inner.gone;
+    // Deleted even when the hub had already let its usage go (a fetch that stopped seeing
+    // the Node expired it first): a backend still reporting the host must not bring it back.
+    if let Some(previous) = &inner.cluster_state {
+        for n in previous.nodes.iter() {
+            if !listed.contains(n.name.as_str()) {
+                gone.insert(n.name.clone(), now);
+            }
+        }
+    }
+    let before = inner.nodes.len();
+    inner.nodes.retain(|name, st| {
+        if listed.contains(&**name) {
+            st.in_cluster = true;
+            true
+        } else if st.in_cluster || gone.contains_key(&**name) {
+            tracing::info!(node = %name, source = %st.source, "node deleted; its usage leaves every output");
+            gone.insert(name.to_string(), now);
+            false
+        } else {
+            true
+        }
+    });
+    inner.nodes_removed |= inner.nodes.len() != before;
 }
 
 impl NodeRecorder for Store {
@@ -1065,7 +1084,7 @@ mod tests {
 
     fn state(names: &[&str]) -> ClusterState {
         ClusterState {
-            nodes: names.iter().map(|n| facts(n)).collect(),
+            nodes: Arc::new(names.iter().map(|n| facts(n)).collect()),
             ..ClusterState::default()
         }
     }
@@ -1101,6 +1120,42 @@ mod tests {
         s.cluster().record_cluster_state(state(&["a", "b", "new"]));
         s.node().record_node_usage("ms", sample("b", 15, 0.2, 0.2));
         assert_eq!(s.snapshot(at(16)).nodes["b"].latest[&Resource::Cpu], 0.2);
+    }
+
+    /// A state sharing the node list of the one before (only pods changed) changes no node:
+    /// a host the backend reports before its Node is listed stays, the listed ones stay, and
+    /// the next list without a node still deletes it.
+    #[test]
+    fn a_state_with_the_same_node_list_keeps_every_node() {
+        let s = Store::new();
+        for n in ["a", "b"] {
+            s.node().record_node_usage("ms", sample(n, 10, 0.1, 0.1));
+        }
+        let first = state(&["a", "b"]);
+        let nodes = first.nodes.clone();
+        s.cluster().record_cluster_state(first);
+        s.node()
+            .record_node_usage("ms", sample("new", 11, 0.1, 0.1));
+        let mut pods_moved = ClusterState {
+            nodes: nodes.clone(),
+            ..ClusterState::default()
+        };
+        pods_moved.skipped.insert("bad_pod".into(), 1);
+        s.cluster().record_cluster_state(pods_moved);
+        let snap = s.snapshot(at(12));
+        let names: Vec<&str> = snap.nodes.keys().map(|k| &**k).collect();
+        assert_eq!(names, ["a", "b", "new"]);
+        let cs = snap.cluster_state.as_ref().expect("a cluster state");
+        assert!(Arc::ptr_eq(&cs.nodes, &nodes), "the list is shared");
+        assert_eq!(cs.skipped["bad_pod"], 1, "the new state is kept");
+        s.cluster().record_cluster_state(state(&["a", "new"]));
+        let names: Vec<String> = s
+            .snapshot(at(13))
+            .nodes
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(names, ["a", "new"], "b deleted");
     }
 
     #[test]

@@ -203,9 +203,11 @@ impl NodeFacts {
 }
 
 /// The cluster as the Kubernetes watchers see it at one tick.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ClusterState {
-    pub nodes: Vec<NodeFacts>,
+    /// By name. Shared with the state before when no Node changed (and no node finished
+    /// warming) since: the hub and the outputs skip every per-node fact by pointer then.
+    pub nodes: Arc<Vec<NodeFacts>>,
     pub expected: Vec<AddonExpected>,
     /// By node name.
     pub node_pods: std::collections::BTreeMap<Arc<str>, NodePods>,
@@ -219,6 +221,28 @@ pub struct ClusterState {
     /// No pods were watched (cluster role, `--pod-scope none`): whether each node's addons are
     /// available is unknown here and left to the node role.
     pub addons_elsewhere: bool,
+}
+
+impl PartialEq for ClusterState {
+    /// Field by field, the cheap ones first; the nodes by pointer before their facts.
+    fn eq(&self, other: &Self) -> bool {
+        let ClusterState {
+            nodes,
+            expected,
+            node_pods,
+            addons,
+            restarts,
+            skipped,
+            addons_elsewhere,
+        } = self;
+        *addons_elsewhere == other.addons_elsewhere
+            && *skipped == other.skipped
+            && *expected == other.expected
+            && (Arc::ptr_eq(nodes, &other.nodes) || *nodes == other.nodes)
+            && *restarts == other.restarts
+            && *node_pods == other.node_pods
+            && *addons == other.addons
+    }
 }
 
 /// Nodes per (placement, condition type, status).

@@ -80,6 +80,47 @@ fn same_arc<T>(a: &Option<std::sync::Arc<T>>, b: &Option<std::sync::Arc<T>>) -> 
     }
 }
 
+/// Whether two snapshots hold the same Node facts: the same `Arc` (the watchers share it
+/// while no Node changed), or no cluster state in either.
+pub fn same_node_facts(a: &Snapshot, b: &Snapshot) -> bool {
+    match (&a.cluster_state, &b.cluster_state) {
+        (Some(x), Some(y)) => std::sync::Arc::ptr_eq(&x.nodes, &y.nodes),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Looks names up in a map keyed by name, at about one comparison a name while they come in
+/// ascending order (the nodes do: by name); a name out of order seeks from the top again.
+struct ByName<'a, V> {
+    map: &'a std::collections::BTreeMap<std::sync::Arc<str>, V>,
+    rest: std::iter::Peekable<std::collections::btree_map::Range<'a, std::sync::Arc<str>, V>>,
+    last: &'a str,
+}
+
+impl<'a, V> ByName<'a, V> {
+    fn new(map: &'a std::collections::BTreeMap<std::sync::Arc<str>, V>) -> Self {
+        ByName {
+            map,
+            rest: map.range::<str, _>(..).peekable(),
+            last: "",
+        }
+    }
+
+    fn get(&mut self, name: &'a str) -> Option<&'a V> {
+        if name < self.last {
+            let from = (std::ops::Bound::Included(name), std::ops::Bound::Unbounded);
+            self.rest = self.map.range::<str, _>(from).peekable();
+        }
+        self.last = name;
+        while self.rest.next_if(|(k, _)| &***k < name).is_some() {}
+        self.rest
+            .peek()
+            .filter(|(k, _)| &***k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
 /// A node's usage, from the hub (`snap.nodes`).
 pub struct NodeUsage;
 
@@ -290,13 +331,14 @@ impl Keyed for NodeCapacities {
         );
         // Capacity the usage source did not give, from the Node objects.
         if let Some(cs) = &snap.cluster_state {
-            let has_usage_capacity =
-                |name: &str| snap.nodes.get(name).is_some_and(|l| l.capacity.is_some());
-            for n in cs.nodes.iter().filter(|n| !has_usage_capacity(&n.name)) {
-                if let Some(c) = n.capacity {
+            let mut loads = ByName::new(&snap.nodes);
+            for n in cs.nodes.iter() {
+                let from_usage = loads.get(&n.name).is_some_and(|l| l.capacity.is_some());
+                if let (false, Some(c)) = (from_usage, n.capacity) {
                     out.push((n.name.as_str(), c));
                 }
             }
+            // Two runs by name (the nodes are): merged in one pass.
             out.sort_by(|a, b| a.0.cmp(b.0));
         }
     }
@@ -316,7 +358,7 @@ impl Keyed for NodeCapacities {
     }
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
-        std::sync::Arc::ptr_eq(&a.nodes, &b.nodes) && same_arc(&a.cluster_state, &b.cluster_state)
+        std::sync::Arc::ptr_eq(&a.nodes, &b.nodes) && same_node_facts(a, b)
     }
 }
 
@@ -338,9 +380,10 @@ impl Keyed for NodeFactsRows {
         let Some(cs) = &snap.cluster_state else {
             return;
         };
+        let mut addons = ByName::new(&cs.addons);
         out.extend(cs.nodes.iter().map(|n| {
             let addons_ok = (!cs.addons_elsewhere).then(|| {
-                cs.addons
+                addons
                     .get(n.name.as_str())
                     .is_none_or(|a| a.iter().all(|x| x.available()))
             });
@@ -405,6 +448,13 @@ impl Keyed for NodeFactsRows {
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
         same_arc(&a.cluster_state, &b.cluster_state)
+            || same_node_facts(a, b)
+                && match (&a.cluster_state, &b.cluster_state) {
+                    (Some(x), Some(y)) => {
+                        x.addons_elsewhere == y.addons_elsewhere && x.addons == y.addons
+                    }
+                    _ => true,
+                }
     }
 }
 
@@ -449,6 +499,7 @@ impl Keyed for NodeAddons {
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
         same_arc(&a.cluster_state, &b.cluster_state)
+            || matches!((&a.cluster_state, &b.cluster_state), (Some(x), Some(y)) if x.addons == y.addons)
     }
 }
 
@@ -1305,4 +1356,27 @@ fn visit_platform<V: Visitor>(w: &mut V, p: Option<&Platform>) {
         .map(|(k, v)| (vec![("node", node), ("key", *k)], *v))
         .collect();
     w.family(&names::PLATFORM_VMSTAT, &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ByName` finds what `BTreeMap::get` finds, for names in order, out of order, absent,
+    /// before the first key and after the last.
+    #[test]
+    fn by_name_finds_what_get_finds_in_any_order() {
+        let map: std::collections::BTreeMap<std::sync::Arc<str>, u32> =
+            [("b", 1), ("d", 2), ("f", 3)]
+                .into_iter()
+                .map(|(k, v)| (k.into(), v))
+                .collect();
+        let asks = [
+            "a", "b", "c", "d", "d", "e", "f", "g", "b", "a", "f", "c", "d",
+        ];
+        let mut by = ByName::new(&map);
+        for name in asks {
+            assert_eq!(by.get(name), map.get(name), "{name}");
+        }
+    }
 }

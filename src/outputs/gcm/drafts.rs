@@ -406,7 +406,7 @@ mod tests {
             controller: Controller::DaemonSet,
         };
         let mut cs = ClusterState {
-            nodes: vec![facts("a", true), facts("b", false)],
+            nodes: Arc::new(vec![facts("a", true), facts("b", false)]),
             ..Default::default()
         };
         cs.expected.push(AddonExpected {

@@ -459,6 +459,28 @@ pub fn cluster_state<'a, N: AsLeanNode + 'a, P: AsLeanPod + 'a>(
     cluster_state_from_facts(nodes, &facts, bad_pods, daemonsets, deployments, now, cfg)
 }
 
+/// Every node's facts, by name, and how many nodes could not be used (each logged).
+pub fn nodes_facts<'a, N: AsLeanNode + 'a>(
+    nodes: impl IntoIterator<Item = &'a N>,
+    now: SystemTime,
+    cfg: &DeriveConfig,
+) -> (Vec<NodeFacts>, u64) {
+    let mut facts = Vec::new();
+    let mut bad = 0;
+    for n in nodes {
+        match node_facts(n, now, cfg) {
+            Ok(f) => facts.push(f),
+            Err(e) => {
+                tracing::warn!(reason = "bad_node", error = %e, "object skipped");
+                bad += 1;
+            }
+        }
+    }
+    // By name, as every output lists nodes (and so the addons, kept by name, join in one pass).
+    facts.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    (facts, bad)
+}
+
 /// As [`cluster_state`], from pod facts derived earlier (the watchers keep facts, not Pods);
 /// `bad_pods` is how many pods could not be used.
 pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
@@ -471,14 +493,10 @@ pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
     cfg: &DeriveConfig,
 ) -> ClusterState {
     let mut st = ClusterState::default();
-    for n in nodes {
-        match node_facts(n, now, cfg) {
-            Ok(f) => st.nodes.push(f),
-            Err(e) => {
-                tracing::warn!(reason = "bad_node", error = %e, "object skipped");
-                *st.skipped.entry("bad_node".into()).or_default() += 1;
-            }
-        }
+    let (facts, bad_nodes) = nodes_facts(nodes, now, cfg);
+    st.nodes = Arc::new(facts);
+    if bad_nodes > 0 {
+        st.skipped.insert("bad_node".into(), bad_nodes);
     }
     if bad_pods > 0 {
         st.skipped.insert("bad_pod".into(), bad_pods);

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::aggregate::{PodAggregates, PodRecord};
-use super::derive::{DeriveConfig, cluster_state_from_facts, pod_facts};
+use super::derive::{DeriveConfig, cluster_state_from_facts, nodes_facts, pod_facts};
 use super::estimate::{OVER_AFTER, binding_of};
 use crate::hub::{DropReason, Provider, RunOutcome};
 use crate::k8s::backoff::{ReflectorBackoff, paced};
@@ -215,6 +215,8 @@ pub struct Stores {
     /// start and end): the derive loop derives again only when it moved (or the clock made a
     /// node done warming).
     changes: Arc<AtomicU64>,
+    /// Bumped after every event the Node watcher applied (a part of `changes`).
+    node_changes: Arc<AtomicU64>,
     /// Cluster states the derive loop derived (for tests: no events, no derivations).
     derivations: Arc<AtomicU64>,
 }
@@ -240,7 +242,23 @@ impl Stores {
     /// the per-node pod sums are left out (a node's sums from some of its pods would be
     /// wrong); the node role serves them.
     pub fn derive(&self, now: SystemTime, cfg: &DeriveConfig) -> ClusterState {
-        let nodes = self.nodes.state();
+        self.derive_reusing(now, cfg, &mut KeptNodes::default())
+    }
+
+    /// As [`Stores::derive`], with the node facts of `kept` when they are still what the Node
+    /// store would give (and `kept` updated when not).
+    pub fn derive_reusing(
+        &self,
+        now: SystemTime,
+        cfg: &DeriveConfig,
+        kept: &mut KeptNodes,
+    ) -> ClusterState {
+        // Read before the store: an event in between makes the next derivation make them again.
+        let node_generation = self.node_changes.load(Ordering::Acquire);
+        let (nodes, bad_nodes) = kept.get(node_generation, now, cfg.warming, || {
+            let nodes = self.nodes.state();
+            nodes_facts(nodes.iter().map(AsRef::as_ref), now, cfg)
+        });
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
         let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
@@ -248,7 +266,7 @@ impl Stores {
         // Nodes and workloads here; what comes of the pods from the per-node sums the pod
         // watchers keep up to date: one entry per node, not a visit of every pod.
         let mut st = cluster_state_from_facts(
-            nodes.iter().map(AsRef::as_ref),
+            std::iter::empty::<&LeanNode>(),
             std::iter::empty::<&PodFacts>(),
             bad,
             ds.iter().map(AsRef::as_ref),
@@ -256,6 +274,10 @@ impl Stores {
             now,
             cfg,
         );
+        st.nodes = nodes;
+        if bad_nodes > 0 {
+            st.skipped.insert("bad_node".into(), bad_nodes);
+        }
         st.node_pods = match (&guards[..], self.pod_scope) {
             ([one], PodScope::All) => one.agg.node_pods(),
             _ => Default::default(),
@@ -512,6 +534,9 @@ struct Shared {
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
     changes: Arc<AtomicU64>,
+    /// Bumped too by the one watcher it is given to: the Node watcher's own count, which the
+    /// node facts a derivation keeps ([`KeptNodes`]) depend on.
+    own_changes: Option<Arc<AtomicU64>>,
 }
 
 /// What a watcher's event was, once applied to its store.
@@ -619,6 +644,7 @@ where
         provider,
         cancel,
         changes,
+        own_changes,
     } = shared;
     let (reader, writer) = reflector::store();
     let book = WatchBook::new(source, resource, provider.clone());
@@ -643,6 +669,9 @@ where
                         _ => Seen::Object,
                     };
                     if store.apply(e) {
+                        if let Some(own) = &own_changes {
+                            own.fetch_add(1, Ordering::Release);
+                        }
                         changes.fetch_add(1, Ordering::Release);
                     }
                     seen
@@ -747,6 +776,7 @@ fn index_pods(
         provider,
         cancel,
         changes,
+        ..
     } = shared;
     let live = Arc::new(std::sync::Mutex::new(PodTable::default()));
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
@@ -1007,10 +1037,12 @@ pub fn spawn_with_tasks(
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let keys: Arc<[String]> = addon_key_names(&cfg.derive).into();
     let changes = Arc::new(AtomicU64::new(0));
+    let node_changes = Arc::new(AtomicU64::new(0));
     let shared = Shared {
         provider: provider.clone(),
         cancel: cancel.clone(),
         changes: changes.clone(),
+        own_changes: None,
     };
     let mut tasks = Vec::new();
     let (node_wc, pod_wc, pod_scope, pod_namespaces) = watch_scopes(&cfg.scope);
@@ -1022,7 +1054,10 @@ pub fn spawn_with_tasks(
         node_wc,
         ("watch_nodes", "nodes"),
         move |n: &mut LeanNode| trim_node(n, &node_keys, &mut node_strings),
-        shared.clone(),
+        Shared {
+            own_changes: Some(node_changes.clone()),
+            ..shared.clone()
+        },
     );
     tasks.push(t);
     let mut pods = Vec::new();
@@ -1053,6 +1088,7 @@ pub fn spawn_with_tasks(
         daemonsets,
         deployments,
         changes,
+        node_changes,
         derivations: Arc::new(AtomicU64::new(0)),
     };
     let loop_stores = stores.clone();
@@ -1172,12 +1208,13 @@ async fn derive_loop(
         "Kubernetes caches synced"
     );
     let mut last = DeriveSchedule::default();
+    let mut kept = KeptNodes::default();
     loop {
         let now = SystemTime::now();
         let generation = loop_stores.generation();
         if last.due(generation, now) {
             let started = Instant::now();
-            let state = loop_stores.derive(now, &cfg.derive);
+            let state = loop_stores.derive_reusing(now, &cfg.derive, &mut kept);
             loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
             last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
             tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
@@ -1187,6 +1224,58 @@ async fn derive_loop(
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(cfg.interval) => {}
         }
+    }
+}
+
+/// The earliest time one of `nodes` finishes warming: `done_warming` is
+/// `now - created >= warming`, so it flips at `created + warming`.
+fn next_warm(nodes: &[crate::model::NodeFacts], warming: Duration) -> Option<SystemTime> {
+    nodes
+        .iter()
+        .filter(|n| !n.done_warming)
+        .filter_map(|n| n.created?.checked_add(warming))
+        .min()
+}
+
+/// The node facts of the last derivation, kept while no Node event came and no node finished
+/// warming since (and the clock did not go back), so a derivation after pod events only shares
+/// them: at 65,000 nodes making them again, and the hub and the outputs comparing them, was a
+/// fifth of the cluster role's CPU under pod churn.
+#[derive(Debug, Default)]
+pub struct KeptNodes {
+    /// The Node watcher's change count they were made at, and when.
+    made: Option<(u64, SystemTime)>,
+    /// The earliest time one of them finishes warming.
+    next_warm: Option<SystemTime>,
+    facts: Arc<Vec<crate::model::NodeFacts>>,
+    /// Nodes that could not be used.
+    bad: u64,
+}
+
+impl KeptNodes {
+    /// The facts at Node change count `generation` and time `now`: the kept ones when still
+    /// true, else `make`'s (kept from now on).
+    fn get(
+        &mut self,
+        generation: u64,
+        now: SystemTime,
+        warming: Duration,
+        make: impl FnOnce() -> (Vec<crate::model::NodeFacts>, u64),
+    ) -> (Arc<Vec<crate::model::NodeFacts>>, u64) {
+        let still = self
+            .made
+            .is_some_and(|(g, at)| g == generation && now >= at)
+            && self.next_warm.is_none_or(|w| now < w);
+        if !still {
+            let (facts, bad) = make();
+            *self = KeptNodes {
+                made: Some((generation, now)),
+                next_warm: next_warm(&facts, warming),
+                facts: Arc::new(facts),
+                bad,
+            };
+        }
+        (self.facts.clone(), self.bad)
     }
 }
 
@@ -1209,16 +1298,9 @@ impl DeriveSchedule {
         state: &ClusterState,
         cfg: &DeriveConfig,
     ) -> Self {
-        // `done_warming` is `now - created >= warming`: it flips at `created + warming`.
-        let next_warm = state
-            .nodes
-            .iter()
-            .filter(|n| !n.done_warming)
-            .filter_map(|n| n.created?.checked_add(cfg.warming))
-            .min();
         DeriveSchedule {
             last: Some((generation, now)),
-            next_warm,
+            next_warm: next_warm(&state.nodes, cfg.warming),
         }
     }
 
@@ -1350,6 +1432,75 @@ mod tests {
         assert!(reader.state().is_empty());
     }
 
+    /// The node facts are shared with the derivation before while the Node watcher applied
+    /// nothing and no node finished warming, and made again (and right) otherwise: after a
+    /// Node event, when a node's warming ends, and when the clock went back.
+    #[test]
+    fn derivations_share_node_facts_until_a_node_event_or_warming_ends() {
+        use crate::k8s::lean::LeanNode;
+        let node = |name: &str, created: &str| -> LeanNode {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "creationTimestamp": created},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .expect("a lean node")
+        };
+        let (reader, mut writer) = reflector::store::<LeanNode>();
+        let (_tx, synced) = tokio::sync::watch::channel(true);
+        let stores = Stores {
+            nodes: reader,
+            nodes_listed: synced,
+            workloads_listed: Vec::new(),
+            pods: Vec::new(),
+            pod_scope: PodScope::None,
+            daemonsets: Vec::new(),
+            deployments: Vec::new(),
+            changes: Default::default(),
+            node_changes: Default::default(),
+            derivations: Default::default(),
+        };
+        let event = |writer: &mut reflector::store::Writer<LeanNode>, ev: Event<LeanNode>| {
+            writer.apply_watcher_event(&ev);
+            stores.node_changes.fetch_add(1, Ordering::Release);
+        };
+        // 2026-01-01T00:00:00Z, and the young node's warming (300 s) ends at +400 s.
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        event(&mut writer, Event::Apply(node("b", "2025-12-01T00:00:00Z")));
+        event(&mut writer, Event::Apply(node("a", "2026-01-01T00:01:40Z")));
+        let cfg = DeriveConfig::default();
+        let mut kept = KeptNodes::default();
+        let first = stores.derive_reusing(at(200), &cfg, &mut kept);
+        let names: Vec<&str> = first.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"], "by name");
+        assert!(!first.nodes[0].done_warming && first.nodes[1].done_warming);
+        let again = stores.derive_reusing(at(300), &cfg, &mut kept);
+        assert!(
+            Arc::ptr_eq(&first.nodes, &again.nodes),
+            "no Node event: shared"
+        );
+        // A Node event: made again, with the new node.
+        event(&mut writer, Event::Apply(node("c", "2025-12-01T00:00:00Z")));
+        let third = stores.derive_reusing(at(350), &cfg, &mut kept);
+        assert!(!Arc::ptr_eq(&again.nodes, &third.nodes));
+        assert_eq!(third.nodes.len(), 3);
+        assert_eq!(*third.nodes, *stores.derive(at(350), &cfg).nodes);
+        // Node a's warming ends at +400 s: made again without any event.
+        let warm = stores.derive_reusing(at(400), &cfg, &mut kept);
+        assert!(!Arc::ptr_eq(&third.nodes, &warm.nodes));
+        assert!(warm.nodes.iter().all(|n| n.done_warming));
+        let later = stores.derive_reusing(at(500), &cfg, &mut kept);
+        assert!(
+            Arc::ptr_eq(&warm.nodes, &later.nodes),
+            "nothing left warming"
+        );
+        // The clock set back makes node a warming again.
+        let back = stores.derive_reusing(at(250), &cfg, &mut kept);
+        assert!(!Arc::ptr_eq(&later.nodes, &back.nodes));
+        assert!(!back.nodes[0].done_warming);
+        assert_eq!(*back.nodes, *stores.derive(at(250), &cfg).nodes);
+    }
+
     /// The derivation from the per-node sums equals the one from every pod's facts, after
     /// random applies and deletes, for every pod scope.
     #[test]
@@ -1376,6 +1527,7 @@ mod tests {
                 daemonsets: Vec::new(),
                 deployments: Vec::new(),
                 changes: Default::default(),
+                node_changes: Default::default(),
                 derivations: Default::default(),
             };
             // Each index's pods as facts, beside the records the index keeps of them.
@@ -1583,12 +1735,12 @@ mod tests {
         let cfg = DeriveConfig::default(); // 300 s warming
         assert!(DeriveSchedule::default().due(0, t(0)), "never derived");
         let st = ClusterState {
-            nodes: vec![
+            nodes: Arc::new(vec![
                 facts("old", Some(0), true),
                 facts("young", Some(1_000), false),
                 facts("younger", Some(1_100), false),
                 facts("no-time", None, false),
-            ],
+            ]),
             ..Default::default()
         };
         let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
@@ -1604,7 +1756,10 @@ mod tests {
         assert!(s.due(7, t(1_199)), "the clock went back");
         // Every node done warming (or without a creation time): only events count.
         let st = ClusterState {
-            nodes: vec![facts("old", Some(0), true), facts("no-time", None, false)],
+            nodes: Arc::new(vec![
+                facts("old", Some(0), true),
+                facts("no-time", None, false),
+            ]),
             ..Default::default()
         };
         let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);

@@ -23,8 +23,9 @@
 //!   DUMP_HEAPTRACK_OUTPUT=/tmp/kp.heaptrack` for a heap profile of the run; the CPU figures of
 //!   such a run are heaptrack's too);
 //! - `PERF_CHURN=FILE`: records kube-prober's call stacks over the churn window (phase 6) with
-//!   `perf record` (no call graphs) into FILE (`perf report -i FILE` reads them; that run's churn CPU includes
-//!   perf's sampling);
+//!   `perf record` into FILE (`perf report -i FILE` reads them; that run's churn CPU includes
+//!   perf's sampling); no call graphs unless `PERF_CALL_GRAPH=MODE` gives perf's
+//!   `--call-graph` mode (`dwarf` works on the release build, which keeps its unwind tables);
 //! - `USAGE_SAMPLES=N` (default 0): after ready, move the stand-in's NodeMetrics on N times
 //!   (15 s of their time apart, each step fetched before the next), so each node's windows
 //!   hold N samples as after 15 minutes of metrics-server with N = 60 (without it they hold
@@ -127,8 +128,13 @@ struct PerfRecord {
 impl PerfRecord {
     fn start(pid: u32) -> Option<PerfRecord> {
         let out = std::env::var("PERF_CHURN").ok()?;
+        let mut args = vec!["record".to_string(), "-F".into(), "499".into()];
+        if let Ok(mode) = std::env::var("PERF_CALL_GRAPH") {
+            args.extend(["--call-graph".into(), mode]);
+        }
+        args.extend(["-o".into(), out.clone(), "-p".into(), pid.to_string()]);
         let child = Command::new("perf")
-            .args(["record", "-F", "499", "-o", &out, "-p", &pid.to_string()])
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();

@@ -139,54 +139,16 @@ pub(super) fn start_selection(
     kube_client: Option<&kube::Client>,
     cancel: &CancellationToken,
 ) -> Result<Option<JoinHandle<()>>> {
-    use crate::sources::cluster::options::ShardMode;
     store.set_excluded_families(cfg.excluded_families.clone());
     store.set_stale_after(cfg.watcher.max_age);
-    if cfg.scope.shard != ShardMode::Off && role != Role::Cluster {
-        return Err(Error::Config {
-            option: "--shard",
-            value: format!("{:?}", cfg.scope.shard),
-            reason: format!(
-                "sharding applies to the cluster role only (this is the {} role)",
-                role.as_str()
-            ),
-        });
-    }
-    match (&cfg.scope.shard, kube_client) {
-        (ShardMode::Off, _) => Ok(None),
-        (ShardMode::Static(s), _) => {
-            tracing::info!(shard = s.index, total = s.total, "sharded");
-            store.cluster().record_shard(Some(*s));
-            Ok(None)
-        }
-        (
-            ShardMode::StatefulSet {
-                statefulset,
-                ordinal,
-            },
-            Some(client),
-        ) => {
-            let namespace = cfg
-                .sinks
-                .leader
-                .namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_string());
-            tracing::info!(%namespace, %statefulset, ordinal, "shard from the StatefulSet");
-            Ok(Some(crate::sources::cluster::shard::spawn(
-                client.clone(),
-                &namespace,
-                statefulset,
-                *ordinal,
-                store.clone(),
-                cancel.clone(),
-            )))
-        }
-        (ShardMode::StatefulSet { .. }, None) => Err(Error::Kube {
-            what: "--shard-from-statefulset".into(),
-            reason: "no Kubernetes client was built".into(),
-        }),
-    }
+    crate::sources::cluster::shard::start(
+        &cfg.scope.shard,
+        role,
+        kube_client,
+        cfg.sinks.leader.namespace.as_deref(),
+        store.clone(),
+        cancel,
+    )
 }
 
 /// The usage source, started with what only the wiring knows; in the cluster and node roles

@@ -15,8 +15,11 @@ use kube::runtime::watcher::{self, Event};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::options::ShardMode;
 use crate::hub::{Provider, RunOutcome};
+use crate::k8s::role::Role;
 use crate::model::Shard;
+use crate::shared::error::{Error, Result};
 
 /// The source name on the self-metrics.
 pub const SOURCE: &str = "watch_statefulset";
@@ -28,6 +31,59 @@ pub fn shard_of_statefulset(sts: &StatefulSet, ordinal: u32) -> Shard {
     Shard {
         index: ordinal,
         total: u32::try_from(replicas).unwrap_or(0),
+    }
+}
+
+/// Starts what `mode` needs: nothing (`Off`), the fixed shard recorded (`--shard`), or the
+/// StatefulSet watcher (`--shard-from-statefulset`, in `namespace`, else the client's). Sharding
+/// is the cluster role's only: any other role with a shard mode is refused.
+pub fn start(
+    mode: &ShardMode,
+    role: Role,
+    client: Option<&kube::Client>,
+    namespace: Option<&str>,
+    provider: Arc<dyn Provider>,
+    cancel: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    if *mode != ShardMode::Off && role != Role::Cluster {
+        return Err(Error::Config {
+            option: "--shard",
+            value: format!("{mode:?}"),
+            reason: format!(
+                "sharding applies to the cluster role only (this is the {} role)",
+                role.as_str()
+            ),
+        });
+    }
+    match (mode, client) {
+        (ShardMode::Off, _) => Ok(None),
+        (ShardMode::Static(s), _) => {
+            tracing::info!(shard = s.index, total = s.total, "sharded");
+            provider.cluster().record_shard(Some(*s));
+            Ok(None)
+        }
+        (
+            ShardMode::StatefulSet {
+                statefulset,
+                ordinal,
+            },
+            Some(client),
+        ) => {
+            let namespace = namespace.unwrap_or_else(|| client.default_namespace());
+            tracing::info!(%namespace, %statefulset, ordinal, "shard from the StatefulSet");
+            Ok(Some(spawn(
+                client.clone(),
+                namespace,
+                statefulset,
+                *ordinal,
+                provider,
+                cancel.clone(),
+            )))
+        }
+        (ShardMode::StatefulSet { .. }, None) => Err(Error::Kube {
+            what: "--shard-from-statefulset".into(),
+            reason: "no Kubernetes client was built".into(),
+        }),
     }
 }
 
@@ -119,6 +175,49 @@ fn record_failure(provider: &dyn Provider, e: &watcher::Error) {
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::StatefulSetSpec;
+
+    /// The role check and the modes that need no API server: `--shard` outside the cluster
+    /// role is refused with the flag named, a fixed shard is recorded, no shard records
+    /// nothing, and a StatefulSet shard without a client is an error, not a silent no-shard.
+    #[test]
+    fn start_checks_the_role_and_records_a_fixed_shard() {
+        let cancel = CancellationToken::new();
+        let fixed = ShardMode::Static(Shard { index: 1, total: 3 });
+        let store = Arc::new(crate::hub::Store::new());
+        for role in [Role::Node, Role::Host] {
+            let err = start(&fixed, role, None, None, store.clone(), &cancel)
+                .expect_err("refused outside the cluster role")
+                .to_string();
+            assert!(
+                err.contains("--shard") && err.contains("cluster role only"),
+                "{err}"
+            );
+        }
+        let shard_now = || store.snapshot(SystemTime::now()).selection.shard;
+        assert!(matches!(
+            start(
+                &ShardMode::Off,
+                Role::Node,
+                None,
+                None,
+                store.clone(),
+                &cancel
+            ),
+            Ok(None)
+        ));
+        assert_eq!(shard_now(), None);
+        let started = start(&fixed, Role::Cluster, None, None, store.clone(), &cancel);
+        assert!(matches!(started, Ok(None)), "nothing to run");
+        assert_eq!(shard_now(), Some(Shard { index: 1, total: 3 }));
+        let sts = ShardMode::StatefulSet {
+            statefulset: "kube-prober".into(),
+            ordinal: 0,
+        };
+        let err = start(&sts, Role::Cluster, None, None, store.clone(), &cancel)
+            .expect_err("a StatefulSet shard needs a client")
+            .to_string();
+        assert!(err.contains("--shard-from-statefulset"), "{err}");
+    }
 
     #[test]
     fn total_is_spec_replicas_defaulting_to_one() {

@@ -90,6 +90,20 @@ pub fn same_node_facts(a: &Snapshot, b: &Snapshot) -> bool {
     }
 }
 
+/// Whether what `f` reads of the cluster state is the same in two snapshots: the same state
+/// (`Arc`), equal values, or no state in either.
+pub fn same_in_state<T: PartialEq + ?Sized>(
+    a: &Snapshot,
+    b: &Snapshot,
+    f: impl Fn(&ClusterState) -> &T,
+) -> bool {
+    match (&a.cluster_state, &b.cluster_state) {
+        (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y) || f(x) == f(y),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
 /// Looks names up in a map keyed by name, at about one comparison a name while they come in
 /// ascending order (the nodes do: by name); a name out of order seeks from the top again.
 struct ByName<'a, V> {
@@ -447,14 +461,9 @@ impl Keyed for NodeFactsRows {
     }
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
-        same_arc(&a.cluster_state, &b.cluster_state)
-            || same_node_facts(a, b)
-                && match (&a.cluster_state, &b.cluster_state) {
-                    (Some(x), Some(y)) => {
-                        x.addons_elsewhere == y.addons_elsewhere && x.addons == y.addons
-                    }
-                    _ => true,
-                }
+        same_node_facts(a, b)
+            && same_in_state(a, b, |c| &c.addons_elsewhere)
+            && same_in_state(a, b, |c| &c.addons)
     }
 }
 
@@ -498,8 +507,7 @@ impl Keyed for NodeAddons {
     }
 
     fn unchanged(a: &Snapshot, b: &Snapshot) -> bool {
-        same_arc(&a.cluster_state, &b.cluster_state)
-            || matches!((&a.cluster_state, &b.cluster_state), (Some(x), Some(y)) if x.addons == y.addons)
+        same_in_state(a, b, |c| &c.addons)
     }
 }
 

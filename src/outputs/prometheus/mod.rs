@@ -581,17 +581,7 @@ impl series::Visitor for PieceWriter<'_> {
 
 /// Whether a whole-snapshot step has the same data in both snapshots.
 fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
-    fn cs<T: PartialEq>(
-        a: &Snapshot,
-        b: &Snapshot,
-        f: impl Fn(&crate::model::ClusterState) -> &T,
-    ) -> bool {
-        match (&a.cluster_state, &b.cluster_state) {
-            (Some(x), Some(y)) => Arc::ptr_eq(x, y) || f(x) == f(y),
-            (None, None) => true,
-            _ => false,
-        }
-    }
+    use series::same_in_state as cs;
     fn arc<T: PartialEq>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
         match (a, b) {
             (Some(x), Some(y)) => Arc::ptr_eq(x, y) || x == y,
@@ -601,7 +591,7 @@ fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
     }
     match step {
         Step::Info => a.cluster == b.cluster,
-        Step::ClusterCounts => series::same_node_facts(a, b) || cs(a, b, |c| &c.nodes),
+        Step::ClusterCounts => series::same_node_facts(a, b) || cs(a, b, |c| &*c.nodes),
         Step::ExpectedPods => cs(a, b, |c| &c.expected),
         Step::Restarts => cs(a, b, |c| &c.restarts),
         Step::Skipped => cs(a, b, |c| &c.skipped),

@@ -492,9 +492,25 @@ pub fn cluster_state_from_facts<'a, 'p, N: AsLeanNode + 'a>(
     now: SystemTime,
     cfg: &DeriveConfig,
 ) -> ClusterState {
-    let mut st = ClusterState::default();
     let (facts, bad_nodes) = nodes_facts(nodes, now, cfg);
-    st.nodes = Arc::new(facts);
+    let nodes = (Arc::new(facts), bad_nodes);
+    cluster_state_with_nodes(nodes, pods, bad_pods, daemonsets, deployments, cfg)
+}
+
+/// As [`cluster_state_from_facts`], with the nodes' facts made already (by name, as
+/// [`nodes_facts`] gives them) and how many nodes could not be used.
+pub fn cluster_state_with_nodes<'a, 'p>(
+    (nodes, bad_nodes): (Arc<Vec<NodeFacts>>, u64),
+    pods: impl IntoIterator<Item = &'p PodFacts> + Clone,
+    bad_pods: u64,
+    daemonsets: impl IntoIterator<Item = &'a DaemonSet>,
+    deployments: impl IntoIterator<Item = &'a Deployment>,
+    cfg: &DeriveConfig,
+) -> ClusterState {
+    let mut st = ClusterState {
+        nodes,
+        ..ClusterState::default()
+    };
     if bad_nodes > 0 {
         st.skipped.insert("bad_node".into(), bad_nodes);
     }

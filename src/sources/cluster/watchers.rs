@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::aggregate::{PodAggregates, PodRecord};
-use super::derive::{DeriveConfig, cluster_state_from_facts, nodes_facts, pod_facts};
+use super::derive::{DeriveConfig, cluster_state_with_nodes, nodes_facts, pod_facts};
 use super::estimate::{OVER_AFTER, binding_of};
 use crate::hub::{DropReason, Provider, RunOutcome};
 use crate::k8s::backoff::{ReflectorBackoff, paced};
@@ -255,7 +255,7 @@ impl Stores {
     ) -> ClusterState {
         // Read before the store: an event in between makes the next derivation make them again.
         let node_generation = self.node_changes.load(Ordering::Acquire);
-        let (nodes, bad_nodes) = kept.get(node_generation, now, cfg.warming, || {
+        let nodes = kept.get(node_generation, now, cfg.warming, || {
             let nodes = self.nodes.state();
             nodes_facts(nodes.iter().map(AsRef::as_ref), now, cfg)
         });
@@ -265,19 +265,14 @@ impl Stores {
         let bad = guards.iter().map(|g| g.agg.bad()).sum();
         // Nodes and workloads here; what comes of the pods from the per-node sums the pod
         // watchers keep up to date: one entry per node, not a visit of every pod.
-        let mut st = cluster_state_from_facts(
-            std::iter::empty::<&LeanNode>(),
+        let mut st = cluster_state_with_nodes(
+            nodes,
             std::iter::empty::<&PodFacts>(),
             bad,
             ds.iter().map(AsRef::as_ref),
             deps.iter().map(AsRef::as_ref),
-            now,
             cfg,
         );
-        st.nodes = nodes;
-        if bad_nodes > 0 {
-            st.skipped.insert("bad_node".into(), bad_nodes);
-        }
         st.node_pods = match (&guards[..], self.pod_scope) {
             ([one], PodScope::All) => one.agg.node_pods(),
             _ => Default::default(),
@@ -1216,7 +1211,7 @@ async fn derive_loop(
             let started = Instant::now();
             let state = loop_stores.derive_reusing(now, &cfg.derive, &mut kept);
             loop_stores.derivations.fetch_add(1, Ordering::Relaxed);
-            last = DeriveSchedule::after(generation, now, &state, &cfg.derive);
+            last = DeriveSchedule::after(generation, now, &kept);
             tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
             provider.cluster().record_cluster_state(state);
         }
@@ -1291,16 +1286,12 @@ pub struct DeriveSchedule {
 }
 
 impl DeriveSchedule {
-    /// The schedule after deriving `state` at `now` from the stores at `generation`.
-    pub fn after(
-        generation: u64,
-        now: SystemTime,
-        state: &ClusterState,
-        cfg: &DeriveConfig,
-    ) -> Self {
+    /// The schedule after deriving at `now` from the stores at `generation`, with the node
+    /// facts `kept` holds then.
+    pub fn after(generation: u64, now: SystemTime, kept: &KeptNodes) -> Self {
         DeriveSchedule {
             last: Some((generation, now)),
-            next_warm: next_warm(&state.nodes, cfg.warming),
+            next_warm: kept.next_warm,
         }
     }
 
@@ -1317,6 +1308,7 @@ impl DeriveSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::cluster::derive::cluster_state_from_facts;
 
     fn facts(name: &str, created: Option<u64>, done_warming: bool) -> crate::model::NodeFacts {
         crate::model::NodeFacts {
@@ -1734,16 +1726,18 @@ mod tests {
         let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         let cfg = DeriveConfig::default(); // 300 s warming
         assert!(DeriveSchedule::default().due(0, t(0)), "never derived");
-        let st = ClusterState {
-            nodes: Arc::new(vec![
-                facts("old", Some(0), true),
-                facts("young", Some(1_000), false),
-                facts("younger", Some(1_100), false),
-                facts("no-time", None, false),
-            ]),
-            ..Default::default()
+        let kept_of = |nodes: Vec<crate::model::NodeFacts>| {
+            let mut kept = KeptNodes::default();
+            kept.get(0, t(1_200), cfg.warming, || (nodes, 0));
+            kept
         };
-        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        let kept = kept_of(vec![
+            facts("old", Some(0), true),
+            facts("young", Some(1_000), false),
+            facts("younger", Some(1_100), false),
+            facts("no-time", None, false),
+        ]);
+        let s = DeriveSchedule::after(7, t(1_200), &kept);
         // Nothing changed: no derivation, however many ticks, until "young" is done warming.
         for now in [1_200, 1_210, 1_299] {
             assert!(!s.due(7, t(now)), "idle at {now}");
@@ -1755,14 +1749,11 @@ mod tests {
         assert!(s.due(8, t(1_201)), "an event");
         assert!(s.due(7, t(1_199)), "the clock went back");
         // Every node done warming (or without a creation time): only events count.
-        let st = ClusterState {
-            nodes: Arc::new(vec![
-                facts("old", Some(0), true),
-                facts("no-time", None, false),
-            ]),
-            ..Default::default()
-        };
-        let s = DeriveSchedule::after(7, t(1_200), &st, &cfg);
+        let kept = kept_of(vec![
+            facts("old", Some(0), true),
+            facts("no-time", None, false),
+        ]);
+        let s = DeriveSchedule::after(7, t(1_200), &kept);
         assert!(!s.due(7, t(1_000_000)));
     }
 

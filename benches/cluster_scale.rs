@@ -77,8 +77,7 @@
 //! and prints what was measured until then. Under `cargo test --benches` (no `--bench`
 //! argument) it does nothing.
 
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
+use support::apiserver;
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

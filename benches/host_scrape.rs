@@ -115,7 +115,7 @@ fn start_kube_prober() -> (Guard, String) {
     }
 }
 
-include!("../tests/support/ports.rs");
+use support::ports::free_port;
 
 fn start_node_exporter(port: u16) -> Guard {
     let child = Command::new(NODE_EXPORTER)

@@ -50,8 +50,7 @@
 //! `/usr/bin/prometheus-node-exporter`. The report (markdown, on stdout) ends with the command.
 
 mod common;
-#[path = "../tests/support/control_plane.rs"]
-mod control_plane;
+use support::control_plane;
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -23,13 +23,10 @@
 //! The result is a markdown report on stdout. Under `cargo test --benches` (no `--bench`
 //! argument) it does nothing.
 
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
+use support::apiserver;
 mod common;
-#[path = "../tests/support/gcm.rs"]
-mod gcm_support;
-#[path = "../tests/support/otlp.rs"]
-mod otlp_support;
+use support::gcm as gcm_support;
+use support::otlp as otlp_support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -26,8 +26,7 @@
 //! binaries of `tests/upstream/build.sh` and curl.
 
 mod common;
-#[path = "../tests/support/control_plane.rs"]
-mod control_plane;
+use support::control_plane;
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};

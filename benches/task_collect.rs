@@ -24,8 +24,7 @@
 //! Budgets (issue #11): ≤ 5 ms CPU per collection of 110 pods, node-role RSS ≤ 16 MiB.
 //! The result is a markdown report on stdout. Under `cargo test --benches` it does nothing.
 
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
+use support::apiserver;
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -38,7 +37,7 @@ use kube_prober::outputs::prometheus::{Format, render};
 use kube_prober::sources::task::cgroup::{
     CgroupReader, DEFAULT_DETAIL_EVERY, Hier, Hierarchies, MAX_DETAIL_EVERY, memory_nodes,
 };
-use kube_prober::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
+use support::task_fixture::{self as fixture, Driver, Layout, Runtime, Values};
 
 const PODS: usize = 110;
 const NODE: &str = "bench-node";

@@ -36,8 +36,7 @@
 //! tests through the machine-wide lock file.
 
 mod common;
-#[path = "../tests/support/control_plane.rs"]
-mod control_plane;
+use support::control_plane;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;

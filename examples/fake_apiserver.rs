@@ -9,8 +9,7 @@
 //! bookmarks, resumption and 410s), field and label selectors, Leases and metrics.k8s.io behave
 //! as described in `tests/support/apiserver.rs`; `--churn` keeps modifying pods.
 
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
+use support::apiserver;
 
 use std::io::Write as _;
 use std::net::SocketAddr;

@@ -12,13 +12,8 @@
 //!
 //! One control plane serves every test of this file (they use their own nodes and namespaces).
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "deploy_support/mod.rs"]
-mod deploy;
-mod support;
+use support::control_plane;
+use support::deploy;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

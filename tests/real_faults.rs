@@ -10,13 +10,8 @@
 //!
 //! One control plane for the file; the tests take turns (each breaks it for the others).
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "deploy_support/mod.rs"]
-mod deploy;
-mod support;
+use support::control_plane;
+use support::deploy;
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;

@@ -1,6 +1,6 @@
 //! The metrics-server backend (`MetricsServerFetcher`) against the real metrics-server, through
 //! the real kube-apiserver's aggregation layer (tests/support/control_plane.rs): the same
-//! public API as tests/metrics_server_backend.rs uses against the stand-in, with what the real
+//! public API as tests/standins/metrics_server_backend.rs uses against the stand-in, with what the real
 //! components answer.
 //! - every node with pods gets a sample equal to its NodeMetrics ÷ allocatable, read by kubectl
 //!   at the same NodeMetrics timestamp;
@@ -18,8 +18,7 @@
 //! with metrics-server is one page). One control plane serves the file; the tests take turns
 //! (they count requests and stop metrics-server).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use support::control_plane;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -19,7 +19,7 @@ pub const MAX_MEMORY_BYTES: f64 = 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0;
 
 /// Why a value never reached an output: the `reason` label of
 /// `kube_prober_source_dropped_values_total`. Add a variant here and to [`DropReason::ALL`];
-/// docs/metrics.md must list it (tests/docs.rs checks both ways).
+/// docs/metrics.md must list it (tests/repo/docs.rs checks both ways).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DropReason {
     /// NaN or ±Inf.

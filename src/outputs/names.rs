@@ -1,5 +1,5 @@
 //! Every metric family this program exposes: name, help, type and unit, in one place.
-//! docs/metrics.md lists each of them; `tests/docs.rs` fails when the two drift apart.
+//! docs/metrics.md lists each of them; `tests/repo/docs.rs` fails when the two drift apart.
 
 /// The kind of a metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

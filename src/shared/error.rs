@@ -70,7 +70,7 @@ pub enum Error {
 /// Every `reason` a failed source run can carry in `kube_prober_source_errors_total` (the
 /// [`Error::metric_label`] of the errors fetchers return). Add a label here when a fetcher
 /// starts returning a new kind of error; docs/metrics.md must list exactly these
-/// (tests/docs.rs provokes each one from real input).
+/// (tests/repo/docs.rs provokes each one from real input).
 pub const SOURCE_ERROR_REASONS: &[&str] = &["http", "io", "parse", "timeout", "too_large"];
 
 impl Error {

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 pub fn upstream_bin() -> PathBuf {
     std::env::var_os("KUBE_PROBER_UPSTREAM_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/upstream/bin"))
+        .unwrap_or_else(|| crate::repo_root().join("target/upstream/bin"))
 }
 
 /// The path of upstream binary (or data folder) `name`; panics naming the build script.
@@ -44,7 +44,7 @@ pub fn upstream(name: &str) -> PathBuf {
     p
 }
 
-include!("ports.rs");
+pub use crate::ports::free_port;
 
 // ---- processes: spawned from one thread that outlives every test, killed at exit ----
 

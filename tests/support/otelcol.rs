@@ -21,7 +21,7 @@ use serde_json::Value;
 pub fn upstream_bin() -> PathBuf {
     std::env::var_os("KUBE_PROBER_UPSTREAM_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/upstream/bin"))
+        .unwrap_or_else(|| crate::repo_root().join("target/upstream/bin"))
 }
 
 /// The `otelcol` binary; panics naming the build script when it is missing.
@@ -36,7 +36,7 @@ pub fn otelcol_binary() -> PathBuf {
     p
 }
 
-include!("ports.rs");
+pub use crate::ports::free_port;
 
 /// Three distinct free ports of 127.0.0.1.
 fn free_ports() -> [u16; 3] {

@@ -3,7 +3,7 @@
 //! this machine's real values.
 //!
 //! Standalone: include it with `#[path = "support/prom.rs"] mod prom;` (or `mod prom;` from
-//! `tests/support/mod.rs`). It depends only on std, tempfile, serde_json, reqwest and tokio.
+//! `tests/support/lib.rs`). It depends only on std, tempfile, serde_json, reqwest and tokio.
 //! The helpers are blocking; they run their HTTP requests on a private thread with its own
 //! runtime, so they work from plain `#[test]`s and from inside `#[tokio::test]`s alike.
 #![allow(dead_code)]
@@ -287,7 +287,7 @@ impl Drop for ChildGuard {
     }
 }
 
-include!("ports.rs");
+pub use crate::ports::free_port;
 
 /// Starts `bin` with `args(addr)` on a free 127.0.0.1 port and waits (at most READY_TIMEOUT)
 /// until `ready(addr)`; picks another port when the child reports its port taken. `others` are

@@ -1,6 +1,6 @@
 //! Trimaran's three load-aware scores (scheduler-plugins v0.34.7, `pkg/trimaran`), written from
 //! their documented formulas over a `/watcher` node's metrics, for the fast unit tests
-//! (tests/trimaran.rs) and for the real scheduler's decisions (tests/real_trimaran.rs), which
+//! (tests/standins/trimaran.rs) and for the real scheduler's decisions (tests/real/trimaran.rs), which
 //! check these functions against the scores the real plugins log.
 //!
 //! Every score is the plugin's `int64(math.Round(..))`; Rust's `f64::round` also rounds half

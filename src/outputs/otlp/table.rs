@@ -64,7 +64,7 @@ use OtelKind::{Counter as C, Gauge as G, Histogram as H, UpDownCounter as U};
 
 /// Every OTLP metric, in the order of `names::ALL` (derived metrics after their family).
 /// Semantic-convention names where one exists and means the same; `kube_prober.*` otherwise.
-/// docs/metrics.md ("## OTLP names") lists this table; tests/otlp.rs checks they agree.
+/// docs/metrics.md ("## OTLP names") lists this table; tests/standins/otlp.rs checks they agree.
 pub const OTLP_METRICS: &[OtelMetric] = &[
     m(&names::BUILD_INFO, "kube_prober.build.info", "", G),
     m(&names::CLUSTER_INFO, "kube_prober.cluster.info", "", G),

@@ -10,7 +10,6 @@
 //! shared [`crate::sources::procfs`] parsers.
 
 pub mod cgroup;
-pub mod fixture;
 pub mod kubelet;
 pub mod options;
 pub mod perf;

@@ -142,7 +142,7 @@ mod tests {
     use super::*;
     use crate::sources::task::cgroup::testing::pod;
     use crate::sources::task::cgroup::{CgroupReader, Hierarchies};
-    use crate::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
+    use support::task_fixture::{self as fixture, Driver, Layout, Runtime, Values};
 
     /// Files stay open between collections (counted in the budget), are closed with their pod,
     /// and past the budget are read by path with the same values.

@@ -332,7 +332,7 @@ mod tests {
     use super::*;
     use crate::sources::task::cgroup::CgroupReader;
     use crate::sources::task::cgroup::testing::staggered_tree;
-    use crate::sources::task::fixture::{self, Layout, Values};
+    use support::task_fixture::{self as fixture, Layout, Values};
 
     /// On a host with one NUMA node the node's bytes come from `memory.stat` (the LRU lists)
     /// and equal what `memory.numa_stat` says, on every layout and through detail reads of

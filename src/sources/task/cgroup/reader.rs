@@ -343,7 +343,7 @@ impl PodPaths {
 mod tests {
     use super::*;
     use crate::sources::task::cgroup::testing::pod;
-    use crate::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
+    use support::task_fixture::{self as fixture, Driver, Layout, Runtime, Values};
 
     /// Every layout, driver, runtime and QoS class: the pod and its containers are found and
     /// their values read; the pause container's scope is not taken for a container.

@@ -91,7 +91,7 @@ mod tests {
     use crate::model::TaskPod;
     use crate::sources::task::cgroup::testing::{pod, staggered_tree};
     use crate::sources::task::cgroup::{CgroupReader, Hierarchies};
-    use crate::sources::task::fixture::{self, Driver, Layout, Values};
+    use support::task_fixture::{self as fixture, Driver, Layout, Values};
 
     /// Containers at their own cadence M (`--task-container-detail-every`), pods at N: in any
     /// M consecutive collections each container's detail files are read exactly once and each

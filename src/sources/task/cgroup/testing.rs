@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::model::{TaskContainer, TaskPod};
-use crate::sources::task::fixture::{self, Driver, Layout, Runtime, Values};
+use support::task_fixture::{self as fixture, Driver, Layout, Runtime, Values};
 
 /// A fixture tree of `pods` pods with two containers each; returns the pods and the
 /// relative directories of every cgroup (pod first, then its containers).

@@ -1,0 +1,13 @@
+//! What we ship, tested like code: the kustomize overlays rendered and validated, RBAC checked
+//! against every request, the workloads run as their containers would (bubblewrap), the
+//! Dockerfile's contract, the systemd unit, the Helm chart, dashboards and alerts on a real
+//! Prometheus. Index: tests/README.md.
+
+mod alerts;
+mod dashboards;
+mod helm_chart;
+mod image;
+mod manifests;
+mod prometheus;
+mod rbac;
+mod systemd;

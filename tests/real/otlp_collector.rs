@@ -1,0 +1,623 @@
+//! OTLP into the real OpenTelemetry Collector (v0.165.0, `tests/upstream/otelcol`), over gRPC and
+//! HTTP/protobuf at once, from the cluster, node and host roles of the binary. For each role two
+//! instances push to one Collector, one per transport. Asserted:
+//!
+//! - the Collector's OTLP receiver accepted points on both transports and refused and failed
+//!   none (`otelcol_receiver_*_metric_points`, `level: detailed`), and neither instance
+//!   counted a failed push; every accepted point reached the exporter, and the Collector logged
+//!   no warning or error;
+//! - what the Collector decoded holds exactly the names, units and kinds of docs/metrics.md's
+//!   "OTLP names" table: every metric sent is a row of it, and one push carries the OTLP
+//!   names of exactly the families the instance serves on /metrics before and after it;
+//! - no name carries a Prometheus suffix;
+//! - the resource attributes are those the docs promise for the role, with their values.
+
+use support::apiserver;
+use support::kubelet;
+use support::otelcol;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use otelcol::{Collector, Decoded};
+use serde_json::Value;
+use support::task_fixture::{self as fixture, Layout};
+use support::{Prober, wait_ready};
+
+const NODE: &str = "worker-7";
+const CLUSTER: &str = "c1";
+const TRANSPORTS: [(&str, &str); 2] = [("grpc", "grpc"), ("http", "http/protobuf")];
+
+fn crypto() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+/// What docs/metrics.md's "## OTLP names" section promises.
+struct Promised {
+    /// OTLP name → (unit, kind); `-` in the table is the empty unit.
+    rows: BTreeMap<String, (String, String)>,
+    /// Prometheus family (as its samples are named) → its OTLP names.
+    of_family: BTreeMap<String, BTreeSet<String>>,
+    /// Every resource attribute key the section names.
+    resource_keys: BTreeSet<String>,
+}
+
+fn promised() -> Promised {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let section = doc
+        .split("\n## OTLP names")
+        .nth(1)
+        .expect("docs/metrics.md has a '## OTLP names' section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let clean = |s: &str| s.trim().trim_matches('`').to_string();
+    let mut p = Promised {
+        rows: BTreeMap::new(),
+        of_family: BTreeMap::new(),
+        resource_keys: BTreeSet::new(),
+    };
+    for l in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<String> = l.trim_matches('|').split('|').map(clean).collect();
+        assert_eq!(cells.len(), 4, "{l}");
+        let unit = if cells[2] == "-" { "" } else { &cells[2] };
+        p.rows
+            .insert(cells[1].clone(), (unit.to_string(), cells[3].clone()));
+        p.of_family
+            .entry(cells[0].clone())
+            .or_default()
+            .insert(cells[1].clone());
+    }
+    let resource = section
+        .split("\nResource attributes:")
+        .nth(1)
+        .expect("a 'Resource attributes:' paragraph")
+        .split("\n\n")
+        .next()
+        .unwrap_or_default();
+    for code in resource.split('`').skip(1).step_by(2) {
+        let key = code.split('=').next().unwrap_or_default();
+        let is_key = key.contains('.')
+            && key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._".contains(c));
+        if is_key {
+            p.resource_keys.insert(key.to_string());
+        }
+    }
+    assert!(p.rows.len() > 50 && p.resource_keys.contains("service.name"));
+    p
+}
+
+/// The families with samples in a Prometheus text body, histograms by their family name.
+fn families(body: &str) -> BTreeSet<String> {
+    let mut kinds = BTreeMap::new();
+    for l in body.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let mut it = rest.split(' ');
+            if let (Some(n), Some(k)) = (it.next(), it.next()) {
+                kinds.insert(n.to_string(), k.to_string());
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    for l in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = l.split(['{', ' ']).next().unwrap_or_default();
+        if kinds.contains_key(name) {
+            out.insert(name.to_string());
+            continue;
+        }
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|f| kinds.get(*f).is_some_and(|k| k == "histogram"));
+        out.insert(family.unwrap_or(name).to_string());
+    }
+    out
+}
+
+/// One instance's pushes as the Collector decoded them: push time → (resource, metrics).
+#[derive(Default, Debug)]
+struct Pushes {
+    by_time: BTreeMap<u64, (BTreeMap<String, String>, BTreeSet<Decoded>)>,
+}
+
+fn point_time(metric: &Value) -> u64 {
+    let data = ["gauge", "sum", "histogram"]
+        .iter()
+        .find_map(|k| metric.get(*k))
+        .unwrap_or_else(|| panic!("no data in {metric}"));
+    let t = &data["dataPoints"][0]["timeUnixNano"];
+    t.as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| t.as_u64())
+        .unwrap_or_else(|| panic!("no point time in {metric}"))
+}
+
+/// The pushes of the instance with pid `pid` (its `service.instance.id` is `HOST_PID`).
+fn pushes_of(col: &Collector, pid: u32) -> Pushes {
+    let suffix = format!("_{pid}");
+    let mut out = Pushes::default();
+    for (res, m) in otelcol::metrics(&col.batches()) {
+        if !res
+            .get("service.instance.id")
+            .is_some_and(|id| id.ends_with(&suffix))
+        {
+            continue;
+        }
+        let slot = out.by_time.entry(point_time(m)).or_default();
+        if slot.0.is_empty() {
+            slot.0 = res.clone();
+        }
+        assert_eq!(slot.0, res, "one push, one resource");
+        slot.1.insert(otelcol::decoded(m));
+    }
+    out
+}
+
+/// A role's set-up: the instances' arguments and environment beside the sink's.
+struct Role {
+    name: &'static str,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Resource attributes the role sends (value `None`: any non-empty value).
+    resource: Vec<(&'static str, Option<String>)>,
+    /// OTLP names that must be sent (beyond what /metrics shows).
+    must_send: &'static [&'static str],
+    /// Point attribute keys that some point must carry.
+    point_keys: &'static [&'static str],
+}
+
+fn common_resource() -> Vec<(&'static str, Option<String>)> {
+    vec![
+        ("service.name", Some("kube-prober".into())),
+        ("service.version", Some(env!("CARGO_PKG_VERSION").into())),
+        ("service.instance.id", None),
+        ("telemetry.sdk.name", Some("kube-prober".into())),
+        ("telemetry.sdk.language", Some("rust".into())),
+        (
+            "telemetry.sdk.version",
+            Some(env!("CARGO_PKG_VERSION").into()),
+        ),
+    ]
+}
+
+fn start_instance(role: &Role, col: &Collector, transport: &str, protocol: &str) -> Prober {
+    let endpoint = match transport {
+        "grpc" => col.grpc_endpoint.clone(),
+        _ => col.http_endpoint.clone(),
+    };
+    let mut args: Vec<String> = role.args.clone();
+    args.extend(
+        [
+            "--sink",
+            "otlp",
+            "--otlp-endpoint",
+            &endpoint,
+            "--sink-interval",
+            "1s",
+        ]
+        .map(String::from),
+    );
+    if role.name == "cluster" {
+        // Each instance leads its own Lease: both push the cluster-level series.
+        args.extend([
+            "--leader-elect-lease-name".into(),
+            format!("lease-{transport}"),
+        ]);
+    }
+    let mut env = role.env.clone();
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL".into(), protocol.into()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Prober::start_with_env(&args, &env)
+}
+
+/// The names `families` are sent under.
+fn expected_names(p: &Promised, families: &BTreeSet<String>) -> BTreeSet<String> {
+    families
+        .iter()
+        .flat_map(|f| {
+            p.of_family
+                .get(f)
+                .unwrap_or_else(|| panic!("{f} is served but has no row in the OTLP table"))
+                .iter()
+                .cloned()
+        })
+        .collect()
+}
+
+/// Waits (bounded) until the instance's pushes hold one that started after `after` and a later
+/// one (so the first is complete); returns the first.
+async fn complete_push_after(
+    col: &Collector,
+    pid: u32,
+    after: u64,
+) -> (BTreeMap<String, String>, BTreeSet<Decoded>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut later = pushes_of(col, pid)
+            .by_time
+            .into_iter()
+            .filter(|(t, _)| *t > after);
+        if let (Some((_, first)), Some(_)) = (later.next(), later.next()) {
+            return first;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instance {pid}: no two pushes after {after} within 30 s; Collector log:\n{}",
+            col.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Checks one instance: its /metrics families against one complete push that followed.
+async fn check_instance(
+    p: &Promised,
+    role: &Role,
+    col: &Collector,
+    inst: &Prober,
+    transport: &str,
+) {
+    let pid = inst.child.id();
+    for n in role.must_send {
+        assert!(p.rows.contains_key(*n), "{n} is not in docs/metrics.md");
+    }
+    // Steady state first: a few pushes arrived and the instance reports no failed push.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (_, body) = support::get(&inst.url("/metrics")).await;
+        let steady = pushes_of(col, pid).by_time.len() >= 3
+            && body.contains("kube_prober_sink_pushes_total{sink=\"otlp\"}")
+            && role.must_send.iter().all(|n| {
+                let fam = p.of_family.iter().find(|(_, ns)| ns.contains(*n));
+                fam.is_some_and(|(f, _)| families(&body).contains(f))
+            });
+        if steady {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} over {transport}: not steady within 30 s:\n{body}\nCollector log:\n{}",
+            role.name,
+            col.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        !body.contains("kube_prober_sink_failures_total{sink=\"otlp\""),
+        "{} over {transport}: a failed push:\n{body}",
+        role.name
+    );
+    let before = families(&body);
+    let (resource, sent) = complete_push_after(col, pid, now_nanos()).await;
+    let (_, body) = support::get(&inst.url("/metrics")).await;
+    let after = families(&body);
+    let what = format!("{} over {transport}", role.name);
+
+    // Names, units, kinds: rows of the table, and exactly the served families' names (served
+    // before and after the push; one that came or went in between, say a skipped tick on a
+    // busy machine, may be there or not).
+    for d in &sent {
+        let (unit, kind) = p
+            .rows
+            .get(&d.name)
+            .unwrap_or_else(|| panic!("{what}: {} is not in docs/metrics.md", d.name));
+        assert_eq!(
+            (&d.unit, &d.kind),
+            (unit, kind),
+            "{what}: {} (unit, kind) differs from docs/metrics.md",
+            d.name
+        );
+        for suffix in ["_total", "_seconds", "_bytes"] {
+            assert!(
+                !d.name.ends_with(suffix),
+                "{what}: {} has a Prometheus suffix",
+                d.name
+            );
+        }
+    }
+    let names: BTreeSet<String> = sent.iter().map(|d| d.name.clone()).collect();
+    let must = expected_names(p, &before.intersection(&after).cloned().collect());
+    let may = expected_names(p, &before.union(&after).cloned().collect());
+    assert!(
+        must.is_subset(&names) && names.is_subset(&may),
+        "{what}: sent {:?} beyond /metrics, missing {:?}",
+        names.difference(&may).collect::<Vec<_>>(),
+        must.difference(&names).collect::<Vec<_>>()
+    );
+    for n in role.must_send {
+        assert!(names.contains(*n), "{what}: {n} not sent");
+    }
+
+    // Point attributes: the Prometheus label keys the docs rename arrive under their new names.
+    let mut all_keys = BTreeSet::new();
+    for (res, m) in otelcol::metrics(&col.batches()) {
+        if res.get("service.instance.id") != resource.get("service.instance.id") {
+            continue;
+        }
+        let keys = otelcol::point_attribute_keys(m);
+        all_keys.extend(keys.iter().cloned());
+        for renamed in ["node", "namespace", "pod", "container", "task_id"] {
+            assert!(
+                !keys.contains(renamed),
+                "{what}: {} has attribute `{renamed}`",
+                m["name"]
+            );
+        }
+    }
+    for k in role.point_keys {
+        assert!(all_keys.contains(*k), "{what}: no point has `{k}`");
+    }
+
+    // Resource: the role's attributes, no other, all of them documented.
+    let keys: BTreeSet<&str> = resource.keys().map(String::as_str).collect();
+    let want_keys: BTreeSet<&str> = role.resource.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, want_keys, "{what}: resource {resource:?}");
+    for (k, v) in &role.resource {
+        assert!(p.resource_keys.contains(*k), "{k} is not documented");
+        match v {
+            Some(v) => assert_eq!(&resource[*k], v, "{what}: {k}"),
+            None => assert!(!resource[*k].is_empty(), "{what}: {k} empty"),
+        }
+    }
+    assert!(
+        resource["service.instance.id"].ends_with(&format!("_{pid}")),
+        "{what}: {resource:?}"
+    );
+}
+
+/// Runs `role` with one instance per transport against one Collector and checks both, then
+/// the Collector's receiver counters.
+async fn check_role(role: Role) {
+    let p = promised();
+    let col = Collector::start().await;
+    let instances: Vec<(&str, Prober)> = TRANSPORTS
+        .iter()
+        .map(|(t, proto)| (*t, start_instance(&role, &col, t, proto)))
+        .collect();
+    for (_, inst) in &instances {
+        wait_ready(inst).await;
+    }
+    for (t, inst) in &instances {
+        check_instance(&p, &role, &col, inst, t).await;
+    }
+    // Each instance's last push goes out on SIGTERM; then nothing is in flight.
+    for (_, inst) in instances {
+        assert_eq!(inst.terminate(), 0);
+    }
+    let points = col.receiver_points().await;
+    for (t, _) in TRANSPORTS {
+        let got = points.get(t).copied().unwrap_or_default();
+        assert!(
+            got.accepted.is_some_and(|n| n > 0.0)
+                && got.refused == Some(0.0)
+                && got.failed == Some(0.0),
+            "{} over {t}: receiver {got:?} (all: {points:?}); Collector log:\n{}",
+            role.name,
+            col.stderr()
+        );
+    }
+    assert!(
+        points
+            .keys()
+            .all(|t| TRANSPORTS.iter().any(|(k, _)| k == t)),
+        "{points:?}"
+    );
+    // Nothing the Collector had to warn about (a partial success, a dropped point).
+    let log = col.stderr();
+    let bad: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\twarn\t") || l.contains("\terror\t"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{}: the Collector logged {bad:#?}",
+        role.name
+    );
+    // Every point accepted reached the exporter: the receiver's count is the file's.
+    let accepted: f64 = points.values().filter_map(|p| p.accepted).sum();
+    assert_eq!(
+        accepted as usize,
+        otelcol::point_count(&col.batches()),
+        "{}: points accepted vs. points exported",
+        role.name
+    );
+}
+
+#[test]
+fn receiver_points_are_read_per_transport() {
+    let text = "\
+# TYPE otelcol_receiver_accepted_metric_points counter
+otelcol_receiver_accepted_metric_points{receiver=\"otlp\",transport=\"http\"} 7
+otelcol_receiver_accepted_metric_points{receiver=\"otlp\",transport=\"grpc\"} 3
+otelcol_receiver_failed_metric_points{receiver=\"otlp\",transport=\"http\"} 0
+otelcol_receiver_refused_metric_points{receiver=\"otlp\",transport=\"http\"} 1
+otelcol_receiver_accepted_metric_points{receiver=\"other\",transport=\"http\"} 100
+otelcol_exporter_sent_metric_points{exporter=\"jsonfile\"} 10
+";
+    let p = otelcol::receiver_points(text);
+    assert_eq!(p.len(), 2);
+    assert_eq!(p["http"].accepted, Some(7.0));
+    assert_eq!(p["http"].refused, Some(1.0));
+    assert_eq!(p["http"].failed, Some(0.0));
+    assert_eq!(p["grpc"].accepted, Some(3.0));
+    assert_eq!(p["grpc"].refused, None, "absent is not 0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_role_into_the_collector_over_grpc_and_http() {
+    crypto();
+    let api = apiserver::start().await;
+    api.generate(3, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc).unwrap();
+    let mut resource = common_resource();
+    resource.push(("k8s.cluster.name", Some(CLUSTER.into())));
+    check_role(Role {
+        name: "cluster",
+        args: [
+            "--role",
+            "cluster",
+            "--cluster-name",
+            CLUSTER,
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+            "--tick-interval",
+            "1s",
+            "--probe-interval",
+            "1s",
+            // The DNS probe would ask the machine's resolver: off here.
+            "--disable-probes",
+            "cluster_dns",
+        ]
+        .map(String::from)
+        .to_vec(),
+        env: vec![("KUBECONFIG".into(), kc.to_string_lossy().into_owned())],
+        resource,
+        must_send: &[
+            "kube_prober.cluster.nodes",
+            "k8s.node.condition.status",
+            "k8s.node.cpu.usage",
+            "k8s.node.memory.working_set",
+            "k8s.node.cpu.allocatable",
+            "kube_prober.addon.pods",
+            "kube_prober.probe.duration",
+            "kube_prober.sink.pushes",
+        ],
+        point_keys: &["k8s.node.name", "k8s.node.condition.type"],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_role_into_the_collector_over_grpc_and_http() {
+    crypto();
+    let api = apiserver::start().await;
+    api.set_nodes(vec![apiserver::node(NODE, ("4", "8Gi"), ("4", "8Gi"))]);
+    let uid = "aaaaaaaa-1111-2222-3333-444444444444";
+    let k = kubelet::FakeKubelet::start("node-token").await;
+    k.set_pods(vec![apiserver::task_pod("web-a", uid, "c0ffee01", NODE)]);
+    let dir = tempfile::tempdir().unwrap();
+    let files = k.write_files(dir.path());
+    let (cg, sys, kc) = (
+        dir.path().join("cgroup"),
+        dir.path().join("sys"),
+        dir.path().join("kubeconfig"),
+    );
+    fixture::init(&cg, Layout::V2).unwrap();
+    support::write_task_cgroups(&cg, uid, "c0ffee01", 1);
+    support::write_sysfs_fixture(&sys);
+    api.write_kubeconfig(&kc).unwrap();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let mut resource = common_resource();
+    resource.push(("k8s.cluster.name", Some(CLUSTER.into())));
+    resource.push(("k8s.node.name", Some(NODE.into())));
+    let healthz = format!("{}/healthz", k.url);
+    check_role(Role {
+        name: "node",
+        args: vec![
+            "--role".into(),
+            "node".into(),
+            "--cluster-name".into(),
+            CLUSTER.into(),
+            "--tick-interval".into(),
+            "1s".into(),
+            "--interval".into(),
+            "1s".into(),
+            "--timeout".into(),
+            "1s".into(),
+            "--cgroup-root".into(),
+            s(&cg),
+            "--sysfs".into(),
+            s(&sys),
+            "--kubelet-url".into(),
+            k.url.clone(),
+            "--kubelet-token-file".into(),
+            s(&files.token),
+            "--kubelet-ca-file".into(),
+            s(&files.ca),
+            // The health probe asks the stand-in, not whatever listens on 127.0.0.1:10248.
+            "--kubelet-healthz-url".into(),
+            healthz,
+        ],
+        env: vec![
+            ("KUBECONFIG".into(), s(&kc)),
+            ("NODE_NAME".into(), NODE.into()),
+        ],
+        resource,
+        must_send: &[
+            "k8s.pod.cpu.time",
+            "container.cpu.time",
+            "k8s.pod.memory.working_set",
+            "kube_prober.task.up",
+            "kube_prober.platform.topology.cores",
+            "kube_prober.platform.memory.numa_capacity",
+            "kube_prober.platform.memory.numa_used",
+            "kube_prober.sink.pushes",
+        ],
+        point_keys: &[
+            "k8s.node.name",
+            "k8s.namespace.name",
+            "k8s.pod.name",
+            "k8s.pod.uid",
+            "k8s.container.name",
+        ],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_role_into_the_collector_over_grpc_and_http() {
+    crypto();
+    let mut resource = common_resource();
+    // No --cluster-name: the documented default (README, docs/metrics.md `cluster_info`).
+    resource.push(("k8s.cluster.name", Some("unknown".into())));
+    resource.push(("host.name", Some("host-1".into())));
+    resource.push(("host.arch", None));
+    resource.push(("os.type", Some("linux".into())));
+    if std::fs::read_to_string("/etc/machine-id").is_ok_and(|s| !s.trim().is_empty()) {
+        resource.push(("host.id", None));
+    }
+    check_role(Role {
+        name: "host",
+        args: [
+            "--role",
+            "host",
+            "--node-name",
+            "host-1",
+            "--interval",
+            "1s",
+            "--timeout",
+            "1s",
+            "--tick-interval",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec(),
+        env: Vec::new(),
+        resource,
+        must_send: &[
+            "kube_prober.node.cpu.utilization",
+            "k8s.node.cpu.usage",
+            "kube_prober.node.memory.capacity",
+            "kube_prober.sink.pushes",
+        ],
+        point_keys: &["k8s.node.name"],
+    })
+    .await;
+}

@@ -1,0 +1,6 @@
+//! The repository's own rules: the architecture's layers and import rules, the docs against the
+//! code (flags, families, links). Index: tests/README.md.
+
+mod architecture;
+mod doc_links;
+mod docs;

@@ -3,7 +3,7 @@
 //! args, so leader election and a failing sink are live) and the node role against the stand-in
 //! API server, and the host role (with an unreachable Prometheus backend, so a source fails),
 //! plus one dead target. The stand-in cluster has a NotReady node, a cordoned node and an addon
-//! pod that is not ready after 5 restarts (deploy_support::populate).
+//! pod that is not ready after 5 restarts (support::deploy::populate).
 //!
 //! The checks are support/dashboards.rs'. `$cluster` = the `cluster` target label given to
 //! every target, as a multi-cluster Prometheus adds; `$node` = two nodes, the NotReady one first.

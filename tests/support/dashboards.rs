@@ -2,8 +2,7 @@
 //! Prometheus (`support/prom.rs`): shared by tests/deploy/prometheus.rs (a hand-written scrape
 //! config) and tests/real/prometheus_operator.rs (the config the Prometheus Operator generates).
 //!
-//! Include it beside `support/prom.rs` as `prom`:
-//! `#[path = "support/dashboards.rs"] mod dashboards;`.
+//! Used as `support::dashboards`, on `support::prom`'s Prometheus.
 //!
 //! Template variables are substituted as Grafana would (`$cluster` and `$node` from [`Vars`],
 //! `$__rate_interval` = 1m). Every query must parse and return data. Alert expressions that

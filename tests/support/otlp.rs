@@ -3,7 +3,7 @@
 //! `Content-Encoding` understood). It keeps every accepted `ExportMetricsServiceRequest` with
 //! its headers and sizes, and can fail the next N requests (gRPC UNAVAILABLE / HTTP 503).
 //!
-//! Include with `#[path = "support/otlp.rs"] mod otlp_support;`.
+//! Used as `support::otlp` (the suites name it `otlp_support`).
 #![allow(dead_code)]
 
 use std::io::Read;

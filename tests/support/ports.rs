@@ -1,14 +1,14 @@
-// A port for a child process to listen on, included (`include!`) by the support files and
-// tests that hand ports to children: one definition, no module path games.
-//
-// Why not "bind 127.0.0.1:0, read the port, release it": the kernel hands the released port to
-// the next `bind(…:0)` or outgoing connection of any test running beside us, often before the
-// child (metrics-server, etcd, Prometheus, ...) has started and bound it. The child then dies
-// with "address already in use" or, worse, a client talks to the wrong server. So ports come
-// from *below* the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), where
-// the kernel never picks, each handed out once per process, starting at an offset of the pid
-// so that two test processes side by side do not walk the same ports. A port still taken by
-// some other program is passed over (it is bound once to check).
+//! A port for a child process to listen on (`support::ports::free_port`), for the support
+//! modules and tests that hand ports to children: one definition, one counter per process.
+//!
+//! Why not "bind 127.0.0.1:0, read the port, release it": the kernel hands the released port to
+//! the next `bind(…:0)` or outgoing connection of any test running beside us, often before the
+//! child (metrics-server, etcd, Prometheus, ...) has started and bound it. The child then dies
+//! with "address already in use" or, worse, a client talks to the wrong server. So ports come
+//! from *below* the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), where
+//! the kernel never picks, each handed out once per process, starting at an offset of the pid
+//! so that two test processes side by side do not walk the same ports. A port still taken by
+//! some other program is passed over (it is bound once to check).
 
 /// A 127.0.0.1 port outside the kernel's ephemeral range, free a moment ago and never handed
 /// out before by this process.

@@ -2,8 +2,7 @@
 //! (`prometheus-node-exporter`), both on 127.0.0.1, for tests of the Prometheus backend against
 //! this machine's real values.
 //!
-//! Standalone: include it with `#[path = "support/prom.rs"] mod prom;` (or `mod prom;` from
-//! `tests/support/lib.rs`). It depends only on std, tempfile, serde_json, reqwest and tokio.
+//! Used as `support::prom`. It depends only on std, tempfile, serde_json, reqwest and tokio.
 //! The helpers are blocking; they run their HTTP requests on a private thread with its own
 //! runtime, so they work from plain `#[test]`s and from inside `#[tokio::test]`s alike.
 #![allow(dead_code)]

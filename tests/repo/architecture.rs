@@ -230,7 +230,7 @@ const ROOMS: &[Rooms] = &[
     Rooms {
         layer: "sources",
         rooms: &["usage/", "cluster/", "probe/", "task/"],
-        shared: &["procfs.rs"],
+        shared: &["procfs.rs", "runner.rs"],
         exceptions: &[],
         rule: "never another source",
     },
@@ -1187,4 +1187,69 @@ fn forbidden_imports_are_reported() {
         "{}",
         found[5]
     );
+}
+
+/// The code of `text`, its `//` comments and doc comments left out (a name in a comment is no
+/// call).
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.split("//").next().unwrap_or("")))
+}
+
+/// What only the source runner (`src/sources/runner.rs`) may write in the library, and why.
+const RUNNER_ONLY: &[(&str, &str)] = &[
+    (
+        "record_source_run(",
+        "a source run reaches the hub through sources::runner::record or SourceRun",
+    ),
+    (
+        "register_source(",
+        "a periodic source registers through SourceRun::register",
+    ),
+    (
+        "time::interval(",
+        "a loop is paced by sources::runner::Pace",
+    ),
+    (
+        "MissedTickBehavior",
+        "a loop is paced by sources::runner::Pace",
+    ),
+];
+
+/// Every source runs through the one runner: no source records a run, registers itself or
+/// paces its loop but through `src/sources/runner.rs` (the hub declares and implements the
+/// recorder; the push runner of the outputs paces the pushes).
+#[test]
+fn every_source_runs_through_the_one_runner() {
+    let mut files = Vec::new();
+    rs_files(&root().join("src/sources"), &mut files);
+    rs_files(&root().join("src/app"), &mut files);
+    assert!(files.len() > 20, "the sources' files are read");
+    let mut found = Vec::new();
+    for path in &files {
+        if path.ends_with("sources/runner.rs") {
+            continue;
+        }
+        let text = read(path);
+        for (n, line) in code_lines(&text) {
+            for (needle, why) in RUNNER_ONLY {
+                if line.contains(needle) {
+                    found.push(format!("{}:{n}: `{needle}`: {why}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "outside the source runner:\n{}",
+        found.join("\n")
+    );
+    let runner = read(&root().join("src/sources/runner.rs"));
+    for (needle, _) in RUNNER_ONLY {
+        assert!(
+            code_lines(&runner).any(|(_, l)| l.contains(needle)),
+            "the runner itself no longer writes `{needle}`: update this test"
+        );
+    }
 }

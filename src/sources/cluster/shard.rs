@@ -5,7 +5,7 @@
 //! instance emits only its own self-metrics; readiness waits for that first read.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -20,6 +20,7 @@ use crate::hub::{Provider, RunOutcome};
 use crate::k8s::role::Role;
 use crate::model::Shard;
 use crate::shared::error::{Error, Result};
+use crate::sources::runner;
 
 /// The source name on the self-metrics.
 pub const SOURCE: &str = "watch_statefulset";
@@ -121,12 +122,7 @@ pub fn spawn(
                     continue;
                 }
                 Some(Ok(Event::InitDone)) => {
-                    provider.source().record_source_run(
-                        SOURCE,
-                        SystemTime::now(),
-                        listing.elapsed(),
-                        RunOutcome::Ok,
-                    );
+                    runner::record(provider.as_ref(), SOURCE, listing.elapsed(), RunOutcome::Ok);
                     if current.is_none() {
                         tracing::warn!(statefulset = %name, "StatefulSet not found; emitting self-metrics only until it is");
                     }
@@ -160,9 +156,9 @@ pub fn spawn(
 /// A failed watch: logged, and counted as a failed run of [`SOURCE`].
 fn record_failure(provider: &dyn Provider, e: &watcher::Error) {
     tracing::warn!(source = SOURCE, error = %e, "StatefulSet watch failed; retrying");
-    provider.source().record_source_run(
+    runner::record(
+        provider,
         SOURCE,
-        SystemTime::now(),
         Duration::ZERO,
         RunOutcome::Failed {
             reason: crate::sources::cluster::watchers::watch_error_reason(SOURCE, e).into(),
@@ -175,6 +171,7 @@ fn record_failure(provider: &dyn Provider, e: &watcher::Error) {
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::StatefulSetSpec;
+    use std::time::SystemTime;
 
     /// The role check and the modes that need no API server: `--shard` outside the cluster
     /// role is refused with the flag named, a fixed shard is recorded, no shard records

@@ -27,6 +27,7 @@ use crate::k8s::backoff::{ReflectorBackoff, paced};
 use crate::k8s::lean::PodFollower;
 use crate::k8s::lean::{LeanNode, LeanPod};
 use crate::model::{Binding, ClusterState, PodFacts};
+use crate::sources::runner;
 
 /// Which pods the cluster role watches (`--pod-scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -489,9 +490,9 @@ impl WatchBook {
         let pause = st.backoff.next_delay(tokio::time::Instant::now());
         drop(st);
         tracing::warn!(source = self.source, error = %e, ?pause, "watch failed; retrying after a pause");
-        self.provider.source().record_source_run(
+        runner::record(
+            self.provider.as_ref(),
             self.source,
-            SystemTime::now(),
             Duration::ZERO,
             RunOutcome::Failed {
                 reason: watch_error_reason(self.source, e).into(),
@@ -683,12 +684,7 @@ where
                     book.on_listed();
                     let took = listing.elapsed();
                     tracing::debug!(source, ?took, "listed");
-                    provider.source().record_source_run(
-                        source,
-                        SystemTime::now(),
-                        took,
-                        RunOutcome::Ok,
-                    );
+                    runner::record(provider.as_ref(), source, took, RunOutcome::Ok);
                 }
                 Some(Ok(Seen::Object)) => {}
                 Some(Err(e)) => {
@@ -909,9 +905,9 @@ impl PodIndexer {
         self.changes.fetch_add(1, Ordering::Release);
         self.tasks.iter().for_each(|t| t.end_relist());
         let _ = self.synced.send(true);
-        self.provider.source().record_source_run(
+        runner::record(
+            self.provider.as_ref(),
             Self::SOURCE,
-            SystemTime::now(),
             self.listing.elapsed(),
             RunOutcome::Ok,
         );
@@ -1204,7 +1200,8 @@ async fn derive_loop(
     );
     let mut last = DeriveSchedule::default();
     let mut kept = KeptNodes::default();
-    loop {
+    let mut pace = runner::Pace::every(cfg.interval);
+    while pace.next(&cancel).await {
         let now = SystemTime::now();
         let generation = loop_stores.generation();
         if last.due(generation, now) {
@@ -1214,10 +1211,6 @@ async fn derive_loop(
             last = DeriveSchedule::after(generation, now, &kept);
             tracing::debug!(nodes = state.nodes.len(), took = ?started.elapsed(), "cluster state derived");
             provider.cluster().record_cluster_state(state);
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(cfg.interval) => {}
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hub::Provider;
 use crate::model::ProbeOutcome;
+use crate::sources::runner::{self, Pace};
 
 /// Why a probe failed: `reason` is a label value from a small fixed set (`timeout`, `refused`,
 /// `dns`, `status_<code>`, `bad_body`, `no_items`, `error`); `detail` is for the log.
@@ -76,23 +77,19 @@ pub async fn run_once<P: Probe>(p: &P, timeout: Duration, provider: &dyn Provide
     outcome
 }
 
-/// Runs the probe now and then every `schedule.interval` until `cancel` fires.
+/// Runs the probe now and then every `schedule.interval` until `cancel` fires, paced by the
+/// source runner; each run is recorded as the probe's outcome.
 pub async fn run<P: Probe>(
     p: P,
     schedule: Schedule,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(schedule.interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = ticker.tick() => {}
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = run_once(&p, schedule.timeout, provider.as_ref()) => {}
+    let mut pace = Pace::every(schedule.interval);
+    while pace.next(&cancel).await {
+        let run = run_once(&p, schedule.timeout, provider.as_ref());
+        if runner::until_cancelled(&cancel, run).await.is_none() {
+            break;
         }
     }
 }

@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::task::JoinHandle;
@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::pods::TaskPodIndex;
 use crate::hub::{Provider, RunOutcome};
 use crate::shared::error::{Error, Result};
+use crate::sources::runner::{self, Pace, SourceRun};
 
 /// The source name in the self-metrics (`kube_prober_source_*{source="kubelet_pods"}`).
 pub const KUBELET_SOURCE: &str = "kubelet_pods";
@@ -304,11 +305,10 @@ impl KubeletPods {
                 }
             }
             Err(e) => {
-                let message = e.to_string();
-                tracing::warn!(source = KUBELET_SOURCE, reason = e.metric_label(), error = %message, "kubelet /pods failed; the last pods stay");
+                // Logged by the runner: the first failure and each new reason at WARN.
                 RunOutcome::Failed {
                     reason: e.metric_label().into(),
-                    message,
+                    message: format!("kubelet /pods failed; the last pods stay: {e}"),
                 }
             }
         }
@@ -334,24 +334,19 @@ pub fn spawn(
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {
-    provider.source().register_source(KUBELET_SOURCE);
+    let mut run = SourceRun::register(KUBELET_SOURCE, provider);
     if source.settings.insecure_skip_verify {
         tracing::warn!(url = %source.settings.url, "--kubelet-insecure-skip-tls-verify: the kubelet's serving certificate is not verified; anyone on the path can impersonate it and read the token");
     }
     tokio::spawn(async move {
-        loop {
+        let mut pace = Pace::every(interval);
+        while pace.next(&cancel).await {
             let started = Instant::now();
-            let outcome = source.poll_into(&index).await;
-            provider.source().record_source_run(
-                KUBELET_SOURCE,
-                SystemTime::now(),
-                started.elapsed(),
-                outcome,
-            );
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(interval) => {}
-            }
+            let Some(outcome) = runner::until_cancelled(&cancel, source.poll_into(&index)).await
+            else {
+                break;
+            };
+            run.record(started.elapsed(), outcome);
         }
     })
 }

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::hub::{Provider, RunOutcome};
 use crate::model::{Platform, TaskPod, TaskSet};
 use crate::shared::error::Error;
+use crate::sources::runner::{Pace, SourceRun};
 use cgroup::{CgroupReader, Hierarchies};
 
 /// Source names in the self-metrics.
@@ -72,12 +73,13 @@ pub fn spawn(
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {
-    provider.source().register_source(TASK_SOURCE);
-    provider.source().register_source(PLATFORM_SOURCE);
+    let mut task = SourceRun::register(TASK_SOURCE, provider.clone());
+    let mut platform = SourceRun::register(PLATFORM_SOURCE, provider.clone());
     tokio::spawn(async move {
         let r = open_reader(&cfg);
         let mut reader = Some(r);
-        loop {
+        let mut pace = Pace::every(cfg.interval);
+        while pace.next(&cancel).await {
             let started = Instant::now();
             let list = pods();
             let Some(mut r) = reader.take() else { break };
@@ -103,21 +105,12 @@ pub fn spawn(
                 RunOutcome::Ok
             };
             reader = Some(r);
-            let now = SystemTime::now();
             let plat_outcome = platform_outcome(&cfg, &plat, &plat_errors);
             provider.task().record_tasks(set);
             provider.task().record_platform(plat);
             let took = started.elapsed();
-            provider
-                .source()
-                .record_source_run(TASK_SOURCE, now, took, outcome);
-            provider
-                .source()
-                .record_source_run(PLATFORM_SOURCE, now, took, plat_outcome);
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(cfg.interval) => {}
-            }
+            task.record(took, outcome);
+            platform.record(took, plat_outcome);
         }
     })
 }
@@ -132,7 +125,6 @@ fn platform_outcome(cfg: &CgroupConfig, plat: &Platform, errors: &[Error]) -> Ru
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        tracing::warn!(source = PLATFORM_SOURCE, error = %message, "platform file did not parse; its values are left out");
         return RunOutcome::Failed {
             reason: first.metric_label().into(), // one of error::SOURCE_ERROR_REASONS
             message,

@@ -17,7 +17,7 @@ pub mod start;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::hub::{DropReason, NodeRecorder, Provider, RunOutcome};
 use crate::model::{BackendWindow, NodeCapacity, UsageSample};
 use crate::shared::error::Error;
+use crate::sources::runner::{self, Pace, SourceRun};
 
 /// The usage backend behind `/watcher`, by load-watcher's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +170,19 @@ pub async fn run_once_expiring<F: UsageFetcher>(
     timeout: Duration,
     expire_after: u32,
 ) -> RunOutcome {
+    let (took, outcome) = fetch_once(fetcher, provider, timeout, expire_after).await;
+    runner::record(provider, fetcher.name(), took, outcome.clone());
+    outcome
+}
+
+/// One fetch with the timeout, everything it produced recorded into `provider`: how long it
+/// took and how it ended, for the runner to record.
+async fn fetch_once<F: UsageFetcher>(
+    fetcher: &mut F,
+    provider: &dyn Provider,
+    timeout: Duration,
+    expire_after: u32,
+) -> (Duration, RunOutcome) {
     let name = fetcher.name();
     let started = Instant::now();
     let fetched = match tokio::time::timeout(timeout, fetcher.fetch_into(provider.node())).await {
@@ -212,10 +226,7 @@ pub async fn run_once_expiring<F: UsageFetcher>(
         None if had_samples => RunOutcome::Ok,
         None => RunOutcome::NoData,
     };
-    provider
-        .source()
-        .record_source_run(name, SystemTime::now(), took, outcome.clone());
-    outcome
+    (took, outcome)
 }
 
 /// The first few errors of a run, then how many more: a backend that is down fails every
@@ -234,44 +245,33 @@ fn summarize(errors: &[Error]) -> String {
     s
 }
 
-/// Fetches now and then every `schedule.interval` until `cancel` fires.
+/// Fetches now and then every `schedule.interval` until `cancel` fires, through the source
+/// runner (each fetch recorded and its failures and recovery logged).
 pub async fn run<F: UsageFetcher>(
     mut fetcher: F,
     provider: Arc<dyn Provider>,
     schedule: Schedule,
     cancel: CancellationToken,
 ) {
-    let name = fetcher.name();
-    provider.source().register_source(name);
-    tokio::select! {
-        _ = cancel.cancelled() => return,
-        _ = fetcher.before_first_fetch() => {}
+    let mut source = SourceRun::register(fetcher.name(), provider.clone());
+    if runner::until_cancelled(&cancel, fetcher.before_first_fetch())
+        .await
+        .is_none()
+    {
+        return;
     }
-    let mut ticker = tokio::time::interval(schedule.interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut was_failing = false;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = ticker.tick() => {}
-        }
-        let outcome = tokio::select! {
-            _ = cancel.cancelled() => break,
-            o = run_once_expiring(&mut fetcher, provider.as_ref(), schedule.timeout, schedule.expire_after) => o,
+    let mut pace = Pace::every(schedule.interval);
+    while pace.next(&cancel).await {
+        let fetch = fetch_once(
+            &mut fetcher,
+            provider.as_ref(),
+            schedule.timeout,
+            schedule.expire_after,
+        );
+        let Some((took, outcome)) = runner::until_cancelled(&cancel, fetch).await else {
+            break;
         };
-        match outcome {
-            RunOutcome::Failed { reason, message } => {
-                tracing::warn!(source = name, reason, error = %message, "source run failed; keeping the last good data");
-                was_failing = true;
-            }
-            RunOutcome::NoData => tracing::debug!(source = name, "source had no data"),
-            RunOutcome::Ok => {
-                if was_failing {
-                    tracing::info!(source = name, "source recovered");
-                    was_failing = false;
-                }
-            }
-        }
+        source.record(took, outcome);
     }
-    tracing::debug!(source = name, "source stopped");
+    tracing::debug!(source = source.name(), "source stopped");
 }

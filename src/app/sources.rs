@@ -164,7 +164,6 @@ pub(super) fn spawn_usage(
     cancel: CancellationToken,
 ) -> Result<(JoinHandle<()>, &'static str)> {
     let ctx = usage::start::StartContext {
-        kind,
         node_name: node_name.to_string(),
         procfs: cfg.procfs.clone(),
         interval: cfg.interval,
@@ -174,7 +173,7 @@ pub(super) fn spawn_usage(
         kube_client,
         nodes: node_stores.map(|(stores, every)| watched_nodes(stores, every)),
     };
-    usage::start::spawn(&cfg.usage, ctx, provider, cancel)
+    usage::start::spawn(cfg.usage.backend(kind), ctx, provider, cancel)
 }
 
 /// The node watcher's view for the usage backends: names (every Node only in the cluster role,

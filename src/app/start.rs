@@ -15,11 +15,7 @@ pub(super) struct Start {
 /// Chooses the role (logging why) and checks what the role needs before anything starts.
 pub(super) fn choose_role(cfg: &Config) -> Result<Start> {
     let choice = role::detect(cfg.role, cfg.kubeconfig.as_deref(), &role::Probe::system())?;
-    let usage = cfg.usage.provider.unwrap_or(match choice.role {
-        Role::Host => MetricsProvider::Host,
-        Role::Cluster => MetricsProvider::KubernetesMetricsServer,
-        Role::Node => MetricsProvider::Host,
-    });
+    let usage = cfg.usage.kind_for(choice.role);
     tracing::info!(
         role = choice.role.as_str(),
         reason = %choice.reason,

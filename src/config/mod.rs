@@ -393,8 +393,8 @@ mod tests {
         assert_eq!(c.listen, "0.0.0.0:2020".parse().unwrap());
         assert_eq!(c.interval, None);
         assert_eq!(c.usage.provider, None);
-        assert_eq!(c.usage.prometheus_node_label, "instance");
-        assert!(!c.usage.insecure_skip_verify);
+        assert_eq!(c.usage.prometheus.node_label, "instance");
+        assert!(!c.usage.remote.insecure_skip_verify);
         assert_eq!(c.timeout, Duration::from_secs(10));
         assert_eq!(c.tick_interval, Duration::from_secs(10));
         assert_eq!(c.procfs, PathBuf::from("/proc"));
@@ -505,8 +505,8 @@ mod tests {
         .unwrap();
         let c = Config::resolve(Cli::default(), file).unwrap();
         assert_eq!(c.usage.provider, Some(MetricsProvider::Prometheus));
-        assert_eq!(c.usage.address.as_deref(), Some("http://prom:9090"));
-        assert!(c.usage.insecure_skip_verify);
+        assert_eq!(c.usage.remote.address.as_deref(), Some("http://prom:9090"));
+        assert!(c.usage.remote.insecure_skip_verify);
         let e = FileConfig::parse("metrics_provider: datadog\n").unwrap_err();
         assert!(e.contains("unknown provider"), "{e}");
         let bad = flags(|o| {
@@ -545,7 +545,8 @@ mod tests {
         let m = Config::resolve(Cli::default(), file)
             .unwrap()
             .usage
-            .prometheus_metrics
+            .prometheus
+            .metrics
             .unwrap();
         assert_eq!(m.len(), 1);
         assert_eq!(

@@ -1,6 +1,6 @@
 //! The usage source's options: which backend feeds `/watcher` and how to reach it
 //! ([`UsageOptions`]), and each backend's own knobs ([`BackendOptions`]), resolved together
-//! into [`UsageConfig`].
+//! into [`UsageConfig`], which hands the backend that runs its own part ([`Backend`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::MetricsProvider;
 use super::http::Token;
 use super::prometheus::PromMetric;
+use crate::k8s::role::Role;
 use crate::model::{MetricType, Resource};
 use crate::shared::error::Result;
 use crate::shared::options::{duration, invalid};
@@ -133,23 +134,107 @@ pub struct PrometheusMetricEntry {
     pub resource: Option<String>,
 }
 
-/// The usage backend behind `/watcher` and its connection settings.
+/// The usage backend behind `/watcher`, resolved: the one `--metrics-provider` names (or the
+/// role's default, chosen at start by [`UsageConfig::kind_for`]) and every backend's own
+/// settings, of which [`UsageConfig::backend`] hands the chosen one its part.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageConfig {
-    /// `None`: the role's default (Host for host, KubernetesMetricsServer for cluster).
+    /// `None`: the role's default (Host for the host and node roles, KubernetesMetricsServer
+    /// for the cluster role).
     pub provider: Option<MetricsProvider>,
+    /// The remote backends' connection (Prometheus, SignalFx).
+    pub remote: RemoteConfig,
+    pub metrics_server: MetricsServerSettings,
+    pub prometheus: PrometheusSettings,
+    pub signalfx: SignalFxSettings,
+}
+
+/// A remote backend's address and how to authenticate to it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteConfig {
+    /// `None`: the backend's default address.
     pub address: Option<String>,
     pub token: Option<Token>,
     pub ca_file: Option<PathBuf>,
     pub insecure_skip_verify: bool,
+    /// `--enable-openshift-auth`: the service account's CA (and Prometheus' token) unless given.
     pub openshift_auth: bool,
-    pub metrics_server_use_allocatable: bool,
-    pub prometheus_node_label: String,
-    pub prometheus_fallback_resolution: Duration,
-    pub signalfx_host_name_suffix: String,
-    pub signalfx_cluster_name: String,
+}
+
+/// The metrics-server backend's settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsServerSettings {
+    /// Percentages of allocatable instead of capacity.
+    pub use_allocatable: bool,
+}
+
+/// The Prometheus backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrometheusSettings {
+    /// The label that names a series' node (`instance` by default).
+    pub node_label: String,
+    /// The step of the fallback subqueries.
+    pub fallback_resolution: Duration,
     /// `None`: load-watcher's 17 metrics.
-    pub prometheus_metrics: Option<Vec<PromMetric>>,
+    pub metrics: Option<Vec<PromMetric>>,
+}
+
+/// The SignalFx backend's settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SignalFxSettings {
+    /// Cut from host names (FQDN hosts become node names).
+    pub host_name_suffix: String,
+    /// Only hosts of this cluster.
+    pub cluster_name: String,
+}
+
+/// The backend to run, with only its own settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backend {
+    /// This machine's procfs.
+    Host,
+    /// metrics-server, through the Kubernetes client.
+    MetricsServer(MetricsServerSettings),
+    Prometheus(RemoteConfig, PrometheusSettings),
+    SignalFx(RemoteConfig, SignalFxSettings),
+}
+
+impl Backend {
+    /// Which backend this is.
+    pub fn kind(&self) -> MetricsProvider {
+        match self {
+            Backend::Host => MetricsProvider::Host,
+            Backend::MetricsServer(_) => MetricsProvider::KubernetesMetricsServer,
+            Backend::Prometheus(..) => MetricsProvider::Prometheus,
+            Backend::SignalFx(..) => MetricsProvider::SignalFx,
+        }
+    }
+}
+
+impl UsageConfig {
+    /// The backend the role runs: the configured one, or the role's default.
+    pub fn kind_for(&self, role: Role) -> MetricsProvider {
+        self.provider.unwrap_or(match role {
+            Role::Cluster => MetricsProvider::KubernetesMetricsServer,
+            Role::Host | Role::Node => MetricsProvider::Host,
+        })
+    }
+
+    /// Backend `kind` with its settings.
+    pub fn backend(&self, kind: MetricsProvider) -> Backend {
+        match kind {
+            MetricsProvider::Host => Backend::Host,
+            MetricsProvider::KubernetesMetricsServer => {
+                Backend::MetricsServer(self.metrics_server.clone())
+            }
+            MetricsProvider::Prometheus => {
+                Backend::Prometheus(self.remote.clone(), self.prometheus.clone())
+            }
+            MetricsProvider::SignalFx => {
+                Backend::SignalFx(self.remote.clone(), self.signalfx.clone())
+            }
+        }
+    }
 }
 
 impl UsageOptions {
@@ -181,22 +266,28 @@ impl UsageOptions {
         )?;
         Ok(UsageConfig {
             provider: self.metrics_provider,
-            address,
-            token,
-            ca_file,
-            insecure_skip_verify: self.insecure_skip_verify.unwrap_or(false),
-            openshift_auth: self.enable_openshift_auth.unwrap_or(false),
-            metrics_server_use_allocatable: backends
-                .metrics_server_use_allocatable
-                .unwrap_or(false),
-            prometheus_node_label: label,
-            prometheus_fallback_resolution,
-            signalfx_host_name_suffix: backends.signalfx_host_name_suffix.unwrap_or_default(),
-            signalfx_cluster_name: backends.signalfx_cluster_name.unwrap_or_default(),
-            prometheus_metrics: backends
-                .prometheus_metrics
-                .map(|entries| entries.into_iter().map(prom_metric).collect())
-                .transpose()?,
+            remote: RemoteConfig {
+                address,
+                token,
+                ca_file,
+                insecure_skip_verify: self.insecure_skip_verify.unwrap_or(false),
+                openshift_auth: self.enable_openshift_auth.unwrap_or(false),
+            },
+            metrics_server: MetricsServerSettings {
+                use_allocatable: backends.metrics_server_use_allocatable.unwrap_or(false),
+            },
+            prometheus: PrometheusSettings {
+                node_label: label,
+                fallback_resolution: prometheus_fallback_resolution,
+                metrics: backends
+                    .prometheus_metrics
+                    .map(|entries| entries.into_iter().map(prom_metric).collect())
+                    .transpose()?,
+            },
+            signalfx: SignalFxSettings {
+                host_name_suffix: backends.signalfx_host_name_suffix.unwrap_or_default(),
+                cluster_name: backends.signalfx_cluster_name.unwrap_or_default(),
+            },
         })
     }
 
@@ -297,4 +388,76 @@ fn prom_metric(e: PrometheusMetricEntry) -> Result<PromMetric> {
         resource,
         fallback: e.fallback,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolved(provider: Option<MetricsProvider>) -> UsageConfig {
+        let usage = UsageOptions {
+            metrics_provider: provider,
+            metrics_provider_address: Some("https://backend:443".into()),
+            metrics_provider_token: Some("t".into()),
+            ..UsageOptions::default()
+        };
+        let backends = BackendOptions {
+            metrics_server_use_allocatable: Some(true),
+            prometheus_node_label: Some("node".into()),
+            signalfx_cluster_name: Some("c1".into()),
+            ..BackendOptions::default()
+        };
+        usage.resolve(backends).expect("valid options")
+    }
+
+    #[test]
+    fn the_role_chooses_the_default_backend_and_a_given_one_wins() {
+        let default = resolved(None);
+        assert_eq!(
+            default.kind_for(Role::Cluster),
+            MetricsProvider::KubernetesMetricsServer
+        );
+        assert_eq!(default.kind_for(Role::Node), MetricsProvider::Host);
+        assert_eq!(default.kind_for(Role::Host), MetricsProvider::Host);
+        let given = resolved(Some(MetricsProvider::Prometheus));
+        for role in [Role::Cluster, Role::Node, Role::Host] {
+            assert_eq!(given.kind_for(role), MetricsProvider::Prometheus);
+        }
+    }
+
+    #[test]
+    fn each_backend_gets_its_own_settings_and_the_remote_ones_the_connection() {
+        let cfg = resolved(None);
+        let remote = RemoteConfig {
+            address: Some("https://backend:443".into()),
+            token: Some(Token::Value("t".into())),
+            ..RemoteConfig::default()
+        };
+        for kind in [
+            MetricsProvider::Host,
+            MetricsProvider::KubernetesMetricsServer,
+            MetricsProvider::Prometheus,
+            MetricsProvider::SignalFx,
+        ] {
+            let backend = cfg.backend(kind);
+            assert_eq!(backend.kind(), kind);
+            match backend {
+                Backend::Host => {}
+                Backend::MetricsServer(s) => assert!(s.use_allocatable),
+                Backend::Prometheus(r, p) => {
+                    assert_eq!(r, remote);
+                    assert_eq!(p.node_label, "node");
+                    assert_eq!(p.fallback_resolution, Duration::from_secs(60));
+                    assert_eq!(p.metrics, None, "load-watcher's 17");
+                }
+                Backend::SignalFx(r, s) => {
+                    assert_eq!(r, remote);
+                    assert_eq!(
+                        (s.cluster_name.as_str(), s.host_name_suffix.as_str()),
+                        ("c1", "")
+                    );
+                }
+            }
+        }
+    }
 }

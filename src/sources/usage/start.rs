@@ -1,7 +1,7 @@
-//! The usage source started: the backend its resolved [`UsageConfig`] names, built from that
-//! config and run on its schedule. The wiring hands over only what it alone knows
-//! ([`StartContext`]): which backend the role runs, this node's name, the Kubernetes client,
-//! and the node watcher's view when one runs.
+//! The usage source started: the [`Backend`] its resolved `UsageConfig` hands over for the role
+//! (`UsageConfig::backend`), built from its own settings and run on its schedule. The wiring
+//! hands over only what it alone knows ([`StartContext`]): this node's name, the Kubernetes
+//! client, and the node watcher's view when one runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::http::{HttpConfig, Token};
 use super::metrics_server::{MetricsServerConfig, MetricsServerFetcher, NodeSource, NodesListed};
-use super::options::UsageConfig;
+use super::options::{
+    Backend, MetricsServerSettings, PrometheusSettings, RemoteConfig, SignalFxSettings,
+};
 use super::prometheus::{NodeAddresses, PrometheusConfig, PrometheusFetcher};
 use super::signalfx::{SignalFxConfig, SignalFxFetcher};
 use super::{MetricsProvider, Schedule, host, run};
@@ -22,8 +24,6 @@ use crate::shared::error::{Error, Result};
 
 /// What a usage backend needs from the wiring, beside its own config.
 pub struct StartContext {
-    /// The backend to run: the configured one, or the role's default.
-    pub kind: MetricsProvider,
     /// This node's name (the host backend reports under it).
     pub node_name: String,
     /// The procfs root (the host backend).
@@ -77,30 +77,30 @@ impl MetricsProvider {
     }
 }
 
-/// Builds the backend `ctx.kind` from `cfg` and runs it until `cancel`; the task and the name
-/// its runs are recorded under.
+/// Builds `backend` and runs it until `cancel`; the task and the name its runs are recorded
+/// under.
 pub fn spawn(
-    cfg: &UsageConfig,
+    backend: Backend,
     ctx: StartContext,
     provider: Arc<dyn Provider>,
     cancel: CancellationToken,
 ) -> Result<(JoinHandle<()>, &'static str)> {
-    let kind = ctx.kind;
+    let kind = backend.kind();
     let schedule = Schedule {
         interval: ctx.interval.unwrap_or(kind.default_interval()),
         timeout: ctx.timeout,
         expire_after: ctx.expire_after,
     };
-    let task = match kind {
-        MetricsProvider::Host => {
+    let task = match backend {
+        Backend::Host => {
             let f = host::HostFetcher::new(host::HostConfig {
                 procfs: ctx.procfs,
                 node_name: ctx.node_name,
             });
             tokio::spawn(run(f, provider, schedule, cancel))
         }
-        MetricsProvider::Prometheus => {
-            let f = prometheus_fetcher(cfg, &ctx)?;
+        Backend::Prometheus(remote, settings) => {
+            let f = prometheus_fetcher(&remote, settings, &ctx)?;
             let f = match ctx.nodes {
                 Some(n) => f
                     .with_node_addresses(n.addresses)
@@ -109,16 +109,12 @@ pub fn spawn(
             };
             tokio::spawn(run(f, provider, schedule, cancel))
         }
-        MetricsProvider::SignalFx => {
-            let f = SignalFxFetcher::new(SignalFxConfig {
-                http: remote_http(cfg, &ctx, "https://api.signalfx.com"),
-                host_name_suffix: cfg.signalfx_host_name_suffix.clone(),
-                cluster_name: cfg.signalfx_cluster_name.clone(),
-            })?;
+        Backend::SignalFx(remote, settings) => {
+            let f = signalfx_fetcher(&remote, settings, &ctx)?;
             tokio::spawn(run(f, provider, schedule, cancel))
         }
-        MetricsProvider::KubernetesMetricsServer => {
-            let f = metrics_server_fetcher(cfg, ctx)?;
+        Backend::MetricsServer(settings) => {
+            let f = metrics_server_fetcher(settings, ctx)?;
             tokio::spawn(run(f, provider, schedule, cancel))
         }
     };
@@ -126,42 +122,70 @@ pub fn spawn(
 }
 
 /// The HTTP client settings of a remote backend, at `--metrics-provider-address` or
-/// `default_address`. With `--enable-openshift-auth`, the service account's CA (and, for
-/// Prometheus, its token) unless given.
-fn remote_http(cfg: &UsageConfig, ctx: &StartContext, default_address: &str) -> HttpConfig {
+/// `default_address`. With `--enable-openshift-auth`, the service account's CA (and, with
+/// `token_from_service_account`, its token) unless given.
+fn remote_http(
+    remote: &RemoteConfig,
+    ctx: &StartContext,
+    default_address: &str,
+    token_from_service_account: bool,
+) -> HttpConfig {
     let mut h = HttpConfig::new(
-        cfg.address
+        remote
+            .address
             .clone()
             .unwrap_or_else(|| default_address.into()),
     );
     h.timeout = ctx.timeout;
-    h.insecure_skip_verify = cfg.insecure_skip_verify;
-    h.token = cfg.token.clone();
-    h.ca_file = cfg.ca_file.clone();
+    h.insecure_skip_verify = remote.insecure_skip_verify;
+    h.token = remote.token.clone();
+    h.ca_file = remote.ca_file.clone();
     h.max_body_bytes = ctx.max_response_bytes;
-    if cfg.openshift_auth {
+    if remote.openshift_auth {
         let sa = Path::new(role::SERVICE_ACCOUNT_DIR);
         h.ca_file = h.ca_file.or_else(|| Some(sa.join("ca.crt")));
-        if ctx.kind == MetricsProvider::Prometheus {
+        if token_from_service_account {
             h.token = h.token.or_else(|| Some(Token::File(sa.join("token"))));
         }
     }
     h
 }
 
-/// The Prometheus backend (the node watcher's view is added by [`spawn`]).
-fn prometheus_fetcher(cfg: &UsageConfig, ctx: &StartContext) -> Result<PrometheusFetcher> {
-    let mut pc = PrometheusConfig::new(remote_http(cfg, ctx, "http://prometheus-k8s:9090"));
-    pc.node_label = cfg.prometheus_node_label.clone();
-    pc.fallback_resolution = cfg.prometheus_fallback_resolution;
-    if let Some(m) = &cfg.prometheus_metrics {
-        pc.metrics = m.clone();
+/// The Prometheus backend (the node watcher's view is added by [`spawn`]); with OpenShift's
+/// auth it sends the service account's token.
+fn prometheus_fetcher(
+    remote: &RemoteConfig,
+    settings: PrometheusSettings,
+    ctx: &StartContext,
+) -> Result<PrometheusFetcher> {
+    let http = remote_http(remote, ctx, "http://prometheus-k8s:9090", true);
+    let mut pc = PrometheusConfig::new(http);
+    pc.node_label = settings.node_label;
+    pc.fallback_resolution = settings.fallback_resolution;
+    if let Some(m) = settings.metrics {
+        pc.metrics = m;
     }
     PrometheusFetcher::new(pc)
 }
 
+/// The SignalFx backend (its own `X-SF-Token`, never the service account's).
+fn signalfx_fetcher(
+    remote: &RemoteConfig,
+    settings: SignalFxSettings,
+    ctx: &StartContext,
+) -> Result<SignalFxFetcher> {
+    SignalFxFetcher::new(SignalFxConfig {
+        http: remote_http(remote, ctx, "https://api.signalfx.com", false),
+        host_name_suffix: settings.host_name_suffix,
+        cluster_name: settings.cluster_name,
+    })
+}
+
 /// The metrics-server backend; where the node watcher holds every Node, it reads them there.
-fn metrics_server_fetcher(cfg: &UsageConfig, ctx: StartContext) -> Result<MetricsServerFetcher> {
+fn metrics_server_fetcher(
+    settings: MetricsServerSettings,
+    ctx: StartContext,
+) -> Result<MetricsServerFetcher> {
     let client = ctx.kube_client.ok_or_else(|| Error::Kube {
         what: "the KubernetesMetricsServer backend".into(),
         reason: "no Kubernetes client was built".into(),
@@ -169,7 +193,7 @@ fn metrics_server_fetcher(cfg: &UsageConfig, ctx: StartContext) -> Result<Metric
     let f = MetricsServerFetcher::new(
         client,
         MetricsServerConfig {
-            use_allocatable: cfg.metrics_server_use_allocatable,
+            use_allocatable: settings.use_allocatable,
             max_item_bytes: ctx.max_response_bytes,
         },
     );

@@ -166,9 +166,11 @@ fn dockerignore_keeps_the_build_inputs_only() {
     the_context_loads_as_a_workspace(&kept);
 }
 
-/// Copies what `.dockerignore` keeps into an empty folder and has Cargo resolve the workspace
-/// there (`cargo metadata --locked --offline`): every member's manifest and every path
-/// dependency must be in the build context, or the image's `cargo build` fails at its first step.
+/// Copies what `.dockerignore` keeps into an empty folder and has Cargo load the workspace there
+/// (`cargo metadata --no-deps --offline`: no download, no resolution): every member's manifest
+/// and every path dependency must be in the build context, or the image's `cargo build` fails
+/// at its first step. (Resolving the whole graph offline would need the sources of every
+/// platform's dependencies, which a Linux build never downloads.)
 fn the_context_loads_as_a_workspace(kept: &[&str]) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     for k in kept {
@@ -184,7 +186,7 @@ fn the_context_loads_as_a_workspace(kept: &[&str]) {
         assert!(status.success(), "copying {}", from.display());
     }
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--locked", "--offline", "--format-version", "1"])
+        .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
         .current_dir(dir.path())
         .output()
         .expect("running cargo metadata");

@@ -186,7 +186,13 @@ fn the_context_loads_as_a_workspace(kept: &[&str]) {
         assert!(status.success(), "copying {}", from.display());
     }
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
         .current_dir(dir.path())
         .output()
         .expect("running cargo metadata");

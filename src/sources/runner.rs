@@ -86,7 +86,8 @@ impl SourceRun {
     }
 
     /// Whether the last run failed.
-    pub fn is_failing(&self) -> bool {
+    #[cfg(test)]
+    fn is_failing(&self) -> bool {
         self.failing.is_some()
     }
 }

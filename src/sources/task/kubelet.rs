@@ -308,7 +308,7 @@ impl KubeletPods {
                 // Logged by the runner: the first failure and each new reason at WARN.
                 RunOutcome::Failed {
                     reason: e.metric_label().into(),
-                    message: format!("kubelet /pods failed; the last pods stay: {e}"),
+                    message: e.to_string(),
                 }
             }
         }

@@ -790,7 +790,7 @@ mod tests {
         use crate::model::Shard;
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.scope.shard, ShardMode::Off);
-        let opt_in = crate::outputs::names::OPT_IN
+        let opt_in = crate::outputs::families::OPT_IN
             .iter()
             .map(|f| f.name.to_string());
         assert_eq!(c.excluded_families, opt_in.collect());

@@ -4,7 +4,7 @@
 //! into [`published::Published`], as [`body::Body`] pieces. Push outputs ([`otlp`], [`gcm`])
 //! implement [`Sink`]: one push of one snapshot; the runner in [`push`] gives each its own
 //! ticker, timeout and self-metrics. The vocabulary every output shares lives here too: the
-//! metric families ([`names`]), their series ([`series`]) and which of them this instance emits
+//! metric families ([`families`]), their series ([`series`]) and which of them this instance emits
 //! ([`select`]).
 //!
 //! May import: [`crate::shared`], [`crate::model`], [`crate::hub`] (the push runner records its
@@ -13,8 +13,8 @@
 //! pull outputs ([`prometheus`], [`watcher`]), and [`push`] reads [`published`].
 
 pub mod body;
+pub mod families;
 pub mod gcm;
-pub mod names;
 pub mod otlp;
 pub mod prometheus;
 pub mod published;

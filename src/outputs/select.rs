@@ -18,11 +18,11 @@
 //! **Allow/denylist** (`--metric-allowlist`, `--metric-denylist`): comma-separated regular
 //! expressions, each anchored at both ends, matched against the family name (with or
 //! without `_total` for counters); evaluated once at start against every family of
-//! `names::ALL` and `names::SERVER`, so the outputs only look a name up in a set.
+//! `families::ALL` and `families::SERVER`, so the outputs only look a name up in a set.
 
 use std::collections::BTreeSet;
 
-use super::names::{self, Family};
+use super::families::{self, Family};
 use super::series::{Labels, Visitor};
 use crate::model::{Selection, Shard};
 
@@ -67,7 +67,7 @@ pub fn family_allowed(sel: &Selection, family: &Family) -> bool {
 }
 
 /// Families every shard emits whole, as their declared scope says
-/// ([`names::Scope::every_shard`]): the instance's own and the cluster's identity, but not the
+/// ([`families::Scope::every_shard`]): the instance's own and the cluster's identity, but not the
 /// probes, whose results describe the cluster and come from shard 0 like every cluster-level
 /// series.
 pub fn every_shard_emits(family: &Family) -> bool {
@@ -152,7 +152,7 @@ impl<V: Visitor> Visitor for Filter<'_, V> {
 
 /// Every family the allow/denylist is matched against.
 fn all_families() -> impl Iterator<Item = &'static Family> {
-    names::ALL.iter().chain(names::SERVER)
+    families::ALL.iter().chain(families::SERVER)
 }
 
 /// Compiles one list: comma-separated patterns, each anchored (`^(?:p)$`). An error names the
@@ -211,7 +211,7 @@ pub fn excluded_families(
 
 /// The opt-in families' names: left out unless the allowlist names them.
 fn opt_in() -> impl Iterator<Item = String> {
-    names::OPT_IN.iter().map(|f| f.name.to_string())
+    families::OPT_IN.iter().map(|f| f.name.to_string())
 }
 
 /// `--metric-allowlist` and `--metric-denylist`: which families are emitted.
@@ -315,27 +315,35 @@ mod tests {
             .find(|n| shard_of(n, 2) == 1)
             .unwrap();
         let labels = [("node", node.as_str())];
-        assert!(emits_row(&s1, &names::NODE_AVAILABLE, &labels));
+        assert!(emits_row(&s1, &families::NODE_AVAILABLE, &labels));
         assert!(!emits_row(
             &sel(Some((0, 2))),
-            &names::NODE_AVAILABLE,
+            &families::NODE_AVAILABLE,
             &labels
         ));
         // No node, or an empty one (an unscheduled pod): shard 0.
-        assert!(!emits_row(&s1, &names::CLUSTER_NODES, &[("pool", "p")]));
-        assert!(!emits_row(&s1, &names::CONTAINER_RESTARTS, &[("node", "")]));
-        assert!(!emits_row(&s1, &names::PROBE_SUCCESS, &[("probe", "dns")]));
-        assert!(emits_row(&s1, &names::TICKS, &[]));
-        assert!(emits_row(&s1, &names::CLUSTER_INFO, &[]));
-        assert!(emits_row(&s1, &names::SHARD_INFO, &[]));
+        assert!(!emits_row(&s1, &families::CLUSTER_NODES, &[("pool", "p")]));
+        assert!(!emits_row(
+            &s1,
+            &families::CONTAINER_RESTARTS,
+            &[("node", "")]
+        ));
+        assert!(!emits_row(
+            &s1,
+            &families::PROBE_SUCCESS,
+            &[("probe", "dns")]
+        ));
+        assert!(emits_row(&s1, &families::TICKS, &[]));
+        assert!(emits_row(&s1, &families::CLUSTER_INFO, &[]));
+        assert!(emits_row(&s1, &families::SHARD_INFO, &[]));
     }
 
     #[test]
     fn lists_are_anchored_exclusive_and_checked() {
         let ex = excluded_families(Some("kube_prober_node_.*"), None).unwrap();
-        assert!(!ex.contains(names::NODE_AVAILABLE.name));
-        assert!(ex.contains(names::CLUSTER_NODES.name));
-        assert!(ex.contains(names::TICKS.name));
+        assert!(!ex.contains(families::NODE_AVAILABLE.name));
+        assert!(ex.contains(families::CLUSTER_NODES.name));
+        assert!(ex.contains(families::TICKS.name));
         // Anchored: `node` alone matches nothing.
         let err = excluded_families(None, Some("node")).unwrap_err();
         assert!(err.contains("matches no metric family"), "{err}");
@@ -347,7 +355,7 @@ mod tests {
             BTreeSet::from([
                 "kube_prober_ticks".to_string(),
                 "kube_prober_leader".to_string(),
-                names::NODE_USAGE_QUANTILE.name.to_string(),
+                families::NODE_USAGE_QUANTILE.name.to_string(),
             ]),
             "the denied ones, and the opt-in ones the allowlist did not name"
         );
@@ -355,10 +363,10 @@ mod tests {
         assert!(err.contains("exclusive"), "{err}");
         let err = excluded_families(Some("kube_prober_(node"), None).unwrap_err();
         assert!(err.contains("not a regular expression"), "{err}");
-        let opt_in = BTreeSet::from([names::NODE_USAGE_QUANTILE.name.to_string()]);
+        let opt_in = BTreeSet::from([families::NODE_USAGE_QUANTILE.name.to_string()]);
         assert_eq!(excluded_families(None, None).unwrap(), opt_in);
         let named = excluded_families(Some("kube_prober_node_usage_.*"), None).unwrap();
-        assert!(!named.contains(names::NODE_USAGE_QUANTILE.name));
+        assert!(!named.contains(families::NODE_USAGE_QUANTILE.name));
         assert!(excluded_families(Some(" , "), None).is_err());
     }
 
@@ -380,7 +388,7 @@ mod tests {
         }
         let mut s = sel(Some((0, 2)));
         s.excluded_families
-            .insert(names::NODE_PODS.name.to_string());
+            .insert(families::NODE_PODS.name.to_string());
         let (a, b) = ["n0", "n1", "n2", "n3", "n4", "n5"]
             .iter()
             .partition::<Vec<&str>, _>(|n| shard_of(n, 2) == 0);
@@ -391,15 +399,15 @@ mod tests {
             .collect();
         let mut seen = Seen(vec![]);
         let mut f = Filter::new(&s, &mut seen);
-        f.family(&names::NODE_AVAILABLE, &rows);
-        f.family(&names::NODE_PODS, &rows);
-        f.family(&names::TICKS, &[(vec![], 1.0)]);
+        f.family(&families::NODE_AVAILABLE, &rows);
+        f.family(&families::NODE_PODS, &rows);
+        f.family(&families::TICKS, &[(vec![], 1.0)]);
         assert_eq!(
             seen.0,
             vec![
-                (names::NODE_AVAILABLE.name.to_string(), a.len()),
-                (names::NODE_PODS.name.to_string(), 0),
-                (names::TICKS.name.to_string(), 1),
+                (families::NODE_AVAILABLE.name.to_string(), a.len()),
+                (families::NODE_PODS.name.to_string(), 0),
+                (families::TICKS.name.to_string(), 1),
             ]
         );
     }
@@ -421,7 +429,7 @@ mod tests {
         let nodes = ["", "n0", "n1", "n2", "n3", "n4", "n5", "gke-a-1"];
         for shard in [None, Some((0, 3)), Some((1, 3)), Some((2, 3)), Some((0, 0))] {
             for exclude in [false, true] {
-                for family in names::ALL {
+                for family in families::ALL {
                     let mut s = sel(shard);
                     if exclude {
                         s.excluded_families.insert(family.name.to_string());

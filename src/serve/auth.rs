@@ -35,7 +35,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 
 use super::tls::ClientCertUser;
-use crate::outputs::names;
+use crate::outputs::families;
 use crate::outputs::series::Labels;
 
 /// The paths that need authorization; every other path stays open (`/healthz`, `/readyz`).
@@ -119,7 +119,7 @@ impl AuthStats {
 
     /// The families and rows this layer adds to `/metrics`; every label combination from the
     /// start, so `rate()` sees the first increase.
-    pub fn families(&self) -> Vec<(&'static names::Family, Vec<(Labels<'static>, f64)>)> {
+    pub fn families(&self) -> Vec<(&'static families::Family, Vec<(Labels<'static>, f64)>)> {
         let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let mut decisions = Vec::new();
         for (i, path) in PROTECTED_PATHS.iter().enumerate() {
@@ -144,9 +144,9 @@ impl AuthStats {
             hits.push((vec![("review", *review)], v(&self.cache_hits[i])));
         }
         vec![
-            (&names::HTTP_AUTH_DECISIONS, decisions),
-            (&names::HTTP_AUTH_REVIEWS, reviews),
-            (&names::HTTP_AUTH_CACHE_HITS, hits),
+            (&families::HTTP_AUTH_DECISIONS, decisions),
+            (&families::HTTP_AUTH_REVIEWS, reviews),
+            (&families::HTTP_AUTH_CACHE_HITS, hits),
         ]
     }
 }

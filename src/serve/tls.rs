@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::outputs::names;
+use crate::outputs::families;
 use crate::outputs::series::Labels;
 
 /// Where the listener's certificate, key and (optional) client CA come from.
@@ -57,10 +57,10 @@ pub struct TlsStats {
 
 impl TlsStats {
     /// The rows this layer adds to `/metrics`.
-    pub fn families(&self) -> Vec<(&'static names::Family, Vec<(Labels<'static>, f64)>)> {
+    pub fn families(&self) -> Vec<(&'static families::Family, Vec<(Labels<'static>, f64)>)> {
         let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         vec![(
-            &names::TLS_RELOADS,
+            &families::TLS_RELOADS,
             vec![
                 (vec![("result", "success")], v(&self.reloads_ok)),
                 (vec![("result", "error")], v(&self.reloads_failed)),

@@ -2,14 +2,14 @@
 //! hard-coded data source UID anywhere), have `cluster` and `node` variables used by their
 //! queries; Cloud Monitoring dashboards (for `gcloud monitoring dashboards create
 //! --config-from-file`) filter only on metric types the Cloud Monitoring sink writes
-//! (`kube_prober::outputs::names::GKE_PROBER`), on the resource type it writes each on, with label
+//! (`kube_prober::outputs::families::GKE_PROBER`), on the resource type it writes each on, with label
 //! keys that type carries. (Every Grafana query is evaluated on a real Prometheus in
 //! tests/deploy/prometheus.rs.)
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use kube_prober::outputs::names::GKE_PROBER;
+use kube_prober::outputs::families::GKE_PROBER;
 use serde_json::Value;
 
 fn files(dir: &str) -> Vec<PathBuf> {

@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_prober::outputs::names::{self, Family};
+use kube_prober::outputs::families::{self, Family};
 use kube_prober::outputs::select;
 use support::{Prober, get, run_binary, wait_ready};
 
 /// The family a sample belongs to (longest name that is the sample's name or its prefix + `_`).
 fn family_of(sample: &str) -> Option<&'static Family> {
-    names::ALL
+    families::ALL
         .iter()
-        .chain(names::SERVER)
+        .chain(families::SERVER)
         .filter(|f| sample == f.name || sample.starts_with(&format!("{}_", f.name)))
         .max_by_key(|f| f.name.len())
 }

@@ -244,7 +244,7 @@ const ROOMS: &[Rooms] = &[
             "push/",
             "published.rs",
         ],
-        shared: &["names.rs", "series.rs", "select.rs", "body.rs"],
+        shared: &["families/", "series.rs", "select.rs", "body.rs"],
         exceptions: &[
             ("published.rs", "prometheus/"),
             ("published.rs", "watcher/"),
@@ -1127,19 +1127,19 @@ fn forbidden_imports_are_reported() {
     let files = [
         file(
             "src/sources/usage/fake.rs",
-            "//! [`crate::outputs::names`] in a doc comment is no import\n\
+            "//! [`crate::outputs::families`] in a doc comment is no import\n\
              use crate::hub::Provider;\n\
-             use crate::outputs::{names, series::Labels};\n\
+             use crate::outputs::{families, series::Labels};\n\
              use super::super::cluster::derive;\n\
              use super::super::procfs::CpuStat;\n\
-             fn g() -> (char, &'static str) { ('\"', \"use crate::outputs::names;\") }\n\
-             const R: &str = r#\"crate::outputs::names\"#; /* crate::outputs::x */\n\
+             fn g() -> (char, &'static str) { ('\"', \"use crate::outputs::families;\") }\n\
+             const R: &str = r#\"crate::outputs::families\"#; /* crate::outputs::x */\n\
              #[serde(deserialize_with = \"crate::outputs::select::x\")]\n\
              struct S;\n",
         ),
         file(
             "src/outputs/otlp/fake.rs",
-            "fn f() { crate::outputs::gcm::connect(); crate::outputs::names::x(); }\n\
+            "fn f() { crate::outputs::gcm::connect(); crate::outputs::families::x(); }\n\
              #[cfg(test)]\n\
              mod tests {\n\
              \x20   use super::super::super::prometheus::Format;\n\
@@ -1151,7 +1151,7 @@ fn forbidden_imports_are_reported() {
             "use crate::outputs::published::Published;\nuse crate::hub::Store;\n",
         ),
         file(
-            "src/outputs/names.rs",
+            "src/outputs/families/mod.rs",
             "use super::otlp::X;\nuse super::series;\n",
         ),
     ];
@@ -1168,12 +1168,12 @@ fn forbidden_imports_are_reported() {
         "src/outputs/otlp/fake.rs:1",
         "src/outputs/otlp/fake.rs:4",
         "src/outputs/otlp/fake.rs:5",
-        "src/outputs/names.rs:1",
+        "src/outputs/families/mod.rs:1",
     ];
     assert_eq!(at, want, "reported:\n{}", found.join("\n"));
     let never = "shared, model, hub, k8s; never another source, an output or config";
     assert!(
-        found[0].contains("`use crate::outputs::names`") && found[0].contains(never),
+        found[0].contains("`use crate::outputs::families`") && found[0].contains(never),
         "{}",
         found[0]
     );

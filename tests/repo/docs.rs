@@ -1,4 +1,4 @@
-//! docs/metrics.md lists exactly the metric families in src/outputs/names.rs, and exactly the
+//! docs/metrics.md lists exactly the metric families declared in src/outputs/families/, and exactly the
 //! `reason` values the source counters can carry; each documented reason is provoked here from
 //! real input (stand-ins over HTTP, a procfs directory), so a reason that is never produced or
 //! one produced but undocumented fails a test.
@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use apiserver::{node, node_metrics};
 use fake_prom::{Behaviour, FakePrometheus};
 use kube_prober::hub::{RunOutcome, Store, validate};
-use kube_prober::outputs::names;
+use kube_prober::outputs::families;
 use kube_prober::sources::usage::host::{HostConfig, HostFetcher};
 use kube_prober::sources::usage::http::HttpConfig;
 use kube_prober::sources::usage::metrics_server::{MetricsServerConfig, MetricsServerFetcher};
@@ -26,9 +26,9 @@ fn doc() -> String {
 #[test]
 fn every_metric_is_documented_and_every_documented_metric_exists() {
     let doc = doc();
-    let code: BTreeSet<String> = names::ALL
+    let code: BTreeSet<String> = families::ALL
         .iter()
-        .chain(names::SERVER)
+        .chain(families::SERVER)
         .map(|f| f.sample_name())
         .collect();
     let documented: BTreeSet<String> = doc
@@ -223,7 +223,7 @@ mod counts {
         Selection, Shard, SinkStatus, Snapshot, SourceStatus, Stat, TaskContainer, TaskPerfSample,
         TaskPerfSet, TaskPod, TaskSample, TaskSet, Window, WindowStats,
     };
-    use kube_prober::outputs::names::{self, Family, Kind};
+    use kube_prober::outputs::families::{self, Family, Kind};
     use kube_prober::outputs::prometheus::{Format, render, render_families, render_tail};
 
     /// The `series` formula of each family row of the "Series per family" section.
@@ -360,7 +360,7 @@ mod counts {
     /// documented name (counters with `_total`).
     pub fn series_per_family(body: &str) -> BTreeMap<String, u64> {
         let mut by_sample: BTreeMap<String, String> = BTreeMap::new();
-        for f in names::ALL.iter().chain(names::SERVER) {
+        for f in families::ALL.iter().chain(families::SERVER) {
             let doc_name = f.sample_name();
             if f.kind == Kind::Histogram {
                 for suffix in ["_bucket", "_sum", "_count"] {
@@ -955,9 +955,9 @@ mod counts {
 fn every_family_has_a_documented_series_count_that_matches_the_exposition() {
     use counts::{Shape, documented_formulas, eval, exposition, fixture, series_per_family};
     let formulas = documented_formulas(&doc());
-    let code: BTreeSet<String> = names::ALL
+    let code: BTreeSet<String> = families::ALL
         .iter()
-        .chain(names::SERVER)
+        .chain(families::SERVER)
         .map(|f| f.sample_name())
         .collect();
     let in_table: BTreeSet<String> = formulas.keys().cloned().collect();

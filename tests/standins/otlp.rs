@@ -15,7 +15,7 @@ use kube_prober::model::{
     Addon, ClusterInfo, ClusterState, ContainerRestarts, Controller, NodeCapacity, NodeFacts,
     Placement, PodRestarts, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
-use kube_prober::outputs::names;
+use kube_prober::outputs::families;
 use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
 use kube_prober::outputs::{PushReport, PushScope, Sink};
 use kube_prober::shared::error::Error;
@@ -977,7 +977,7 @@ async fn instance_only_scope_sends_only_instance_level_families() {
     let instance_names: BTreeSet<&str> = OTLP_METRICS
         .iter()
         .filter(|m| {
-            names::ALL
+            families::ALL
                 .iter()
                 .any(|f| f.name == m.family && kube_prober::outputs::series::is_instance_level(f))
         })
@@ -1201,7 +1201,7 @@ fn docs_list_the_otlp_names_of_the_code() {
     let code: BTreeSet<(String, String, String, String)> = OTLP_METRICS
         .iter()
         .map(|m| {
-            let family = names::ALL
+            let family = families::ALL
                 .iter()
                 .find(|f| f.name == m.family)
                 .unwrap()

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{ClusterState, NodeFacts, Snapshot};
-use crate::outputs::names::{self, GkeProberMetric};
+use crate::outputs::families::{self, GkeProberMetric};
 use crate::outputs::select;
 
 /// The monitored resource a series belongs to (project, location and cluster are common).
@@ -72,11 +72,11 @@ fn tf(b: bool) -> &'static str {
 }
 
 fn gke(suffix: &str) -> Option<&'static GkeProberMetric> {
-    names::GKE_PROBER.iter().find(|m| m.suffix == suffix)
+    families::GKE_PROBER.iter().find(|m| m.suffix == suffix)
 }
 
 /// Collects drafts, mapping our label names to gke-prober's keys through
-/// [`names::GKE_PROBER`]; identical series are merged (counts add up).
+/// [`families::GKE_PROBER`]; identical series are merged (counts add up).
 #[derive(Default)]
 struct Drafts {
     by_key: BTreeMap<String, Draft>,
@@ -176,7 +176,7 @@ pub(super) fn drafts(snap: &Snapshot, own_node: Option<&str>, node_series: bool)
         .into_values()
         .filter(|d| {
             let Some(family) =
-                gke(d.suffix).and_then(|m| names::ALL.iter().find(|f| f.name == m.family))
+                gke(d.suffix).and_then(|m| families::ALL.iter().find(|f| f.name == m.family))
             else {
                 return true;
             };
@@ -464,7 +464,7 @@ mod tests {
     #[test]
     fn every_gke_prober_metric_is_written_with_all_its_label_keys() {
         let d = drafts(&snap("cluster"), None, true);
-        for m in names::GKE_PROBER {
+        for m in families::GKE_PROBER {
             let of: Vec<_> = d.iter().filter(|x| x.suffix == m.suffix).collect();
             assert!(!of.is_empty(), "{} not written", m.suffix);
             for x in of {

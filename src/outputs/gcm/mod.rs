@@ -1,7 +1,7 @@
 //! Google Cloud Monitoring output: gke-prober's metrics, pushed with `CreateTimeSeries`.
 //!
 //! The series are gke-prober's (`workload.googleapis.com/<prefix>/<suffix>`, its label keys
-//! from [`names::GKE_PROBER`](super::names::GKE_PROBER), `True`/`False` booleans), so its
+//! from [`families::GKE_PROBER`](super::families::GKE_PROBER), `True`/`False` booleans), so its
 //! dashboards keep working, with its bugs fixed: every pod of an addon counts, restarts are
 //! real cumulative counters per container, requests are split at 200 series, and no error is
 //! dropped: failed and partly failed requests are logged with the points they lost, counted by

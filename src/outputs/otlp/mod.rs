@@ -88,7 +88,7 @@ use prost::Message;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use super::names::{self, Family};
+use super::families::{self, Family};
 use super::series::{self, Labels, Visitor};
 use super::{PushError, PushReport, PushScope, Sink};
 use crate::model::{PROBE_BUCKETS, Snapshot};
@@ -100,12 +100,13 @@ pub mod options;
 mod table;
 pub use options::OtlpOptions;
 
+pub use crate::outputs::families::{Derivation, OTLP_METRICS, OtelKind, OtelMetric};
 use config::config_err;
 pub use config::{
     DEFAULT_MAX_POINTS_PER_REQUEST, DEFAULT_TIMEOUT, OtlpCompression, OtlpConfig, OtlpProtocol,
     OtlpResource, OtlpSettings, OtlpTls,
 };
-pub use table::{Derivation, OTLP_METRICS, OtelKind, OtelMetric, attribute_key};
+pub use table::attribute_key;
 
 /// The instrumentation scope name the metrics carry.
 pub const SCOPE_NAME: &str = "kube-prober";
@@ -163,7 +164,7 @@ impl std::fmt::Debug for OtlpSink {
 /// Whether a metric belongs to an instance-level family (probes, sources, sinks, build, ...):
 /// those and the probe histogram go in the push's first request, the rest in batches.
 fn is_instance_metric(metric: &OtelMetric) -> bool {
-    names::ALL
+    families::ALL
         .iter()
         .any(|f| f.name == metric.family && series::is_instance_level(f))
 }
@@ -420,7 +421,7 @@ impl OtlpSink {
                 continue;
             }
             points += n as u64;
-            let description = names::ALL
+            let description = families::ALL
                 .iter()
                 .find(|f| f.name == m.family)
                 .map(|f| f.help)
@@ -865,7 +866,7 @@ fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRo
         .duration_since(snapshot.generated_at)
         .unwrap_or_default()
         .as_secs_f64();
-    c.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    c.family(&families::SNAPSHOT_AGE, &[(vec![], age)]);
     c.derive();
     for rows in &mut c.rows {
         rows.retain(|(_, v)| v.is_finite());

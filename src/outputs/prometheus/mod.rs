@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::body::{Body, Chunk, ends_block};
-use super::names::{self, Family, Kind};
+use super::families::{self, Family, Kind};
 use super::select;
 use super::series::{self, Keyed as _, Labels, Step};
 use crate::model::Snapshot;
@@ -222,7 +222,7 @@ fn push_value(out: &mut String, v: f64) {
     }
 }
 
-/// Every family but the snapshot age, in `names::ALL` order, as one string (tests, benches).
+/// Every family but the snapshot age, in `families::ALL` order, as one string (tests, benches).
 pub fn render(snap: &Snapshot, format: Format) -> String {
     let body = Renderer::new(format).update(snap);
     let mut out = Vec::with_capacity(body.len());
@@ -457,12 +457,12 @@ impl Renderer {
 /// the part and the family; `None` for a whole-snapshot step.
 fn keyed(step: Step) -> Option<(usize, usize, &'static Family)> {
     match step {
-        Step::Usage(f) => Some((0, f, series::NodeUsage::FAMILIES[f])),
-        Step::Bound(f) => Some((1, f, series::NodeBound::FAMILIES[f])),
-        Step::Capacity(f) => Some((2, f, series::NodeCapacities::FAMILIES[f])),
-        Step::Facts(f) => Some((3, f, series::NodeFactsRows::FAMILIES[f])),
-        Step::Addons(f) => Some((4, f, series::NodeAddons::FAMILIES[f])),
-        Step::Pods(f) => Some((5, f, series::NodePodSums::FAMILIES[f])),
+        Step::Usage(f) => Some((0, f, series::NodeUsage::FAMILIES[f].0)),
+        Step::Bound(f) => Some((1, f, series::NodeBound::FAMILIES[f].0)),
+        Step::Capacity(f) => Some((2, f, series::NodeCapacities::FAMILIES[f].0)),
+        Step::Facts(f) => Some((3, f, series::NodeFactsRows::FAMILIES[f].0)),
+        Step::Addons(f) => Some((4, f, series::NodeAddons::FAMILIES[f].0)),
+        Step::Pods(f) => Some((5, f, series::NodePodSums::FAMILIES[f].0)),
         _ => None,
     }
 }
@@ -704,7 +704,7 @@ fn render_block<'a, P: series::Keyed>(
     P::FAMILIES
         .iter()
         .enumerate()
-        .map(|(f, family)| {
+        .map(|(f, (family, _))| {
             rows.clear();
             for (key, item) in items {
                 P::rows(f, key, item, &mut rows);
@@ -741,8 +741,8 @@ pub fn render_tail(snap: &Snapshot, now: SystemTime, format: Format) -> String {
         out: String::with_capacity(256),
         format,
     };
-    if super::select::family_allowed(&snap.selection, &names::SNAPSHOT_AGE) {
-        w.family(&names::SNAPSHOT_AGE, &[(vec![], age)]);
+    if super::select::family_allowed(&snap.selection, &families::SNAPSHOT_AGE) {
+        w.family(&families::SNAPSHOT_AGE, &[(vec![], age)]);
     }
     if format == Format::OpenMetrics {
         w.out.push_str("# EOF\n");
@@ -750,7 +750,7 @@ pub fn render_tail(snap: &Snapshot, now: SystemTime, format: Format) -> String {
     w.out
 }
 
-/// Families kept outside the snapshot (the server's own counters, [`names::SERVER`]), rendered
+/// Families kept outside the snapshot (the server's own counters, [`families::SERVER`]), rendered
 /// on each scrape; placed before [`render_tail`], which ends an OpenMetrics body.
 pub fn render_families(
     families: &[(&'static Family, Vec<(Labels<'_>, f64)>)],

@@ -96,6 +96,13 @@ pub const NODE_ADDONS_AVAILABLE: Family = gauge(
         kind: "GAUGE",
 });
 
+pub const NODE_CREATED: Family = gauge(
+    "kube_prober_node_created_timestamp_seconds",
+    "Unix time the Node object was created (metadata.creationTimestamp): node age, and the start of its warming (done_warming).",
+    Some("seconds"),
+)
+.otel(&[o("kube_prober.node.created.timestamp", "s", G)]);
+
 /// The rest of [`NodeFactsRows`]' table, after the cluster counts.
 pub const FACTS: &[Family] = &families_of::<{ NodeFactsRows::FAMILIES.len() - ALLOCATABLE_LEN }, _>(
     NodeFactsRows::FAMILIES.split_at(ALLOCATABLE_LEN).1,
@@ -214,6 +221,11 @@ impl Keyed for NodeFactsRows {
                 let (pool, zone) = (n.placement.pool.as_str(), n.placement.zone.as_str());
                 let labels = vec![("node", node), ("pool", pool), ("zone", zone)];
                 out.push((labels, one_if(n.available() && *addons_ok)));
+            }
+        }),
+        (&NODE_CREATED, |node, (n, _), out| {
+            if let Some(created) = n.created {
+                out.push((vec![("node", node)], unix_seconds(created)));
             }
         }),
     ];

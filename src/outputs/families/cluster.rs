@@ -30,12 +30,7 @@ pub const CLUSTER_NODE_CONDITIONS: Family = gauge(
 .otel(&[o("kube_prober.cluster.node.conditions", "{node}", G)])
 .gke(GkeProber {
     suffix: "cluster/node_condition",
-    labels: &[
-        ("nodepool", "pool"),
-        ("zone", "zone"),
-        ("type", "condition"),
-        ("status", "status"),
-    ],
+    labels: GKE_CONDITION_LABELS,
     kind: "GAUGE",
 });
 

@@ -230,6 +230,15 @@ pub struct GkeProber {
     pub kind: &'static str,
 }
 
+/// gke-prober's label keys of both its node condition metrics (`cluster/node_condition`,
+/// `node/condition`), mapped to ours.
+const GKE_CONDITION_LABELS: &[(&str, &str)] = &[
+    ("nodepool", "pool"),
+    ("zone", "zone"),
+    ("type", "condition"),
+    ("status", "status"),
+];
+
 /// The tables of families in exposition order (each a step of `series::steps`).
 const PARTS: &[&[Family]] = &[
     INFO,

@@ -54,12 +54,7 @@ pub const NODE_CONDITION: Family = gauge(
     }])
 .gke(GkeProber {
         suffix: "node/condition",
-        labels: &[
-            ("nodepool", "pool"),
-            ("zone", "zone"),
-            ("type", "condition"),
-            ("status", "status"),
-        ],
+        labels: GKE_CONDITION_LABELS,
         kind: "GAUGE",
 });
 pub const NODE_AVAILABLE: Family = gauge(

@@ -26,7 +26,7 @@ use crate::outputs::published::Published;
 use crate::serve::server::{self, AppState};
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, SinksConfig};
 use crate::k8s::client;
 use crate::k8s::identity::{self, Identity, IdentityConfig};
 use crate::k8s::role::Role;
@@ -39,17 +39,12 @@ use crate::sources::usage::prometheus::ClusterNodes;
 
 use crate::hub::{Provider, Store};
 use crate::k8s::leader::{self, LeaseConfig};
-use crate::k8s::lean::PodFollower;
 use crate::k8s::role;
 use crate::model::{ClusterInfo, Snapshot};
-use crate::outputs::Sink;
-use crate::outputs::gcm::{GcmConfig, GcmSink};
-use crate::outputs::otlp::{OtlpResource, OtlpSink};
-use crate::outputs::push::SinkKind;
-use crate::outputs::push::{Leadership, SinkSchedule, run_sink};
-use crate::sources::cluster::derive::DeriveConfig;
-use crate::sources::cluster::watchers::{self, PodScope, Scope, WatchConfig};
-use crate::sources::task::pods::{TaskPodConfig, TaskPodIndex};
+use crate::outputs::push::{self, Leadership, SinkKind, SinkSchedule};
+use crate::outputs::{gcm, otlp};
+use crate::sources::cluster::{self, watchers};
+use crate::sources::task;
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
 /// `after_tick` runs (on a blocking thread) after each published snapshot; the binary uses it

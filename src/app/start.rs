@@ -9,7 +9,8 @@ pub(super) struct Start {
     /// The kubeconfig the role detection found, if any.
     pub(super) kubeconfig: Option<std::path::PathBuf>,
     pub(super) usage: MetricsProvider,
-    pub(super) kubelet_pods: Option<crate::sources::task::kubelet::KubeletPods>,
+    /// The node role's task sources, checked and ready to start.
+    pub(super) tasks: Option<crate::sources::task::start::Prepared>,
 }
 
 /// Chooses the role (logging why) and checks what the role needs before anything starts.
@@ -24,7 +25,7 @@ pub(super) fn choose_role(cfg: &Config) -> Result<Start> {
     );
     Ok(Start {
         role: choice.role,
-        kubelet_pods: crate::sources::task::start::prepare(
+        tasks: crate::sources::task::start::prepare(
             &cfg.task,
             choice.role,
             cfg.timeout,
@@ -146,11 +147,4 @@ pub(super) fn local_hostname() -> Result<String> {
         });
     }
     Ok(name)
-}
-
-/// This machine's id for OTLP's `host.id` (host role): `/etc/machine-id`, empty when unreadable.
-pub(super) fn machine_id() -> String {
-    std::fs::read_to_string("/etc/machine-id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }

@@ -97,6 +97,7 @@ use crate::shared::limit::{ReadError, read_capped};
 
 mod config;
 pub mod options;
+pub mod start;
 mod table;
 pub use options::OtlpOptions;
 

@@ -350,7 +350,7 @@ async fn serve_security(
     if let Some(settings) = &cfg.serve.auth {
         let client = match kube_client {
             Some(c) => c,
-            None => client::client(cfg.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+            None => client::client(cfg.kubeconfig.as_deref(), cfg.limit.max_response_bytes).await?,
         };
         if cfg.serve.tls.is_none() {
             tracing::warn!(

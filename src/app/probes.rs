@@ -29,7 +29,7 @@ pub(super) fn spawn_probes(
         on_gce,
         metadata_host: IdentityConfig::from_env().metadata_host,
         client,
-        max_response_bytes: cfg.max_response_bytes,
+        max_response_bytes: cfg.limit.max_response_bytes,
     };
     probe::start::spawn(&cfg.probes, &ctx, &provider, cancel)
 }

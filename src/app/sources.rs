@@ -141,7 +141,7 @@ pub(super) fn spawn_usage(
         interval: cfg.interval,
         timeout: cfg.timeout,
         expire_after: cfg.expire_after_fetches,
-        max_response_bytes: cfg.max_response_bytes,
+        max_response_bytes: cfg.limit.max_response_bytes,
         kube_client,
         nodes: node_stores.map(|(stores, every)| watched_nodes(stores, every)),
     };

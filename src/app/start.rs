@@ -29,7 +29,7 @@ pub(super) fn choose_role(cfg: &Config) -> Result<Start> {
             &cfg.task,
             choice.role,
             cfg.timeout,
-            cfg.max_response_bytes,
+            cfg.limit.max_response_bytes,
         )?,
         kubeconfig: choice.kubeconfig,
         usage,
@@ -48,7 +48,7 @@ pub(super) async fn connect_kube(
         return Ok(None);
     }
     let kube_client = client::honour_retry_after(
-        client::client(start.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+        client::client(start.kubeconfig.as_deref(), cfg.limit.max_response_bytes).await?,
     );
     if let Some(f) = hooks.after_setup {
         f("kube client");

@@ -26,7 +26,7 @@ use crate::outputs::select::SelectOptions;
 use crate::outputs::watcher::{WatcherConfig, WatcherOptions};
 use crate::serve::options::{ServeConfig, ServeOptions};
 use crate::shared::error::{Error, Result};
-use crate::shared::limit::LimitOptions;
+use crate::shared::limit::{LimitConfig, LimitOptions};
 use crate::shared::options::{Merge, check_keys, field_names};
 use crate::shared::suggest::did_you_mean;
 use crate::shared::telemetry::{LogConfig, LogOptions};
@@ -225,7 +225,7 @@ pub struct Config {
     pub serve: ServeConfig,
     pub task: TaskConfig,
     /// Cap on every answer read from outside (see [`crate::shared::limit`]).
-    pub max_response_bytes: usize,
+    pub limit: LimitConfig,
     /// Cluster role: which pods the pod watcher follows, and the shard.
     pub scope: ScopeConfig,
     /// How the pod watcher estimates the load of just-bound pods.
@@ -250,8 +250,8 @@ impl Config {
         let o = cli.options.or(file);
         let usage = o.usage.resolve(o.backends)?;
         let serve = o.serve.resolve()?;
-        let max_response_bytes = o.limit.resolve()?;
-        let sinks = Self::sinks(o.push, o.otlp, o.gcm, o.leader, max_response_bytes)?;
+        let limit = o.limit.resolve()?;
+        let sinks = Self::sinks(o.push, o.otlp, o.gcm, o.leader, limit)?;
         let probes = o.probes.resolve()?;
         let task = o.task.resolve(o.kubelet)?;
         let scope = o.scope.resolve()?;
@@ -281,7 +281,7 @@ impl Config {
             sinks,
             serve,
             task,
-            max_response_bytes,
+            limit,
             scope,
             estimate,
             excluded_families,
@@ -295,13 +295,13 @@ impl Config {
         otlp: OtlpOptions,
         gcm: GcmOptions,
         leader: LeaderOptions,
-        max_response_bytes: usize,
+        limit: LimitConfig,
     ) -> Result<SinksConfig> {
         let plan = push.resolve()?;
         let mut otlp = otlp.resolve()?;
         // Retries stop before the runner's timeout would cut the push off.
         otlp.timeout = Some(plan.timeout.mul_f64(0.9));
-        otlp.max_response_bytes = Some(max_response_bytes);
+        otlp.max_response_bytes = Some(limit.max_response_bytes);
         let mut gcm = gcm.resolve()?;
         gcm.push_deadline = plan.timeout.mul_f64(0.9);
         Ok(SinksConfig {

@@ -171,8 +171,8 @@ async fn build_sinks(
     );
     let (mut gcm, mut otlp) = (None, None);
     for kind in &sc.kinds {
-        match kind {
-            SinkKind::Gcm => {
+        match (kind, &sc.otlp) {
+            (SinkKind::Gcm, _) => {
                 let gctx = gcm::start::StartContext {
                     role,
                     node_name: ctx.node_name,
@@ -182,7 +182,7 @@ async fn build_sinks(
                 };
                 gcm = Some(gcm::start::start(&sc.gcm, &gctx).await?);
             }
-            SinkKind::Otlp => {
+            (SinkKind::Otlp, Some(config)) => {
                 let octx = otlp::start::StartContext {
                     role,
                     node_name: ctx.node_name,
@@ -191,8 +191,10 @@ async fn build_sinks(
                     location,
                     instance_id,
                 };
-                otlp = Some(otlp::start::start(&sc.otlp, &octx)?);
+                otlp = Some(otlp::start::start(config, &octx)?);
             }
+            // Resolved whenever `--sink otlp` is given (`Config::sinks`).
+            (SinkKind::Otlp, None) => {}
         }
     }
     Ok((gcm, otlp))

@@ -1,4 +1,4 @@
-//! The OTLP output started from its config, with this instance's resource attributes from what
+//! The OTLP output started from its resolved config, with this instance's resource attributes from what
 //! only the wiring knows ([`StartContext`]).
 
 use std::sync::Arc;
@@ -35,10 +35,10 @@ pub fn start(cfg: &OtlpConfig, ctx: &StartContext<'_>) -> Result<Arc<OtlpSink>> 
             String::new()
         },
     };
-    let sink = OtlpSink::new(cfg, &resource)?;
+    let sink = OtlpSink::new(cfg.clone(), &resource)?;
     tracing::info!(
-        protocol = sink.settings().protocol.as_str(),
-        endpoint = %sink.settings().endpoint,
+        protocol = sink.config().protocol.as_str(),
+        endpoint = %sink.config().endpoint,
         "OTLP sink configured"
     );
     Ok(Arc::new(sink))

@@ -38,7 +38,7 @@ use crate::sources::usage::MetricsProvider;
 use crate::sources::usage::prometheus::ClusterNodes;
 
 use crate::hub::{Provider, Store};
-use crate::k8s::leader::{self, LeaseConfig};
+use crate::k8s::leader;
 use crate::k8s::role;
 use crate::model::{ClusterInfo, Snapshot};
 use crate::outputs::push::{self, Leadership, SinkKind, SinkSchedule};
@@ -158,7 +158,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
 async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) -> Result<()> {
     let mut start = choose_role(&cfg)?;
     let kube_client = connect_kube(&cfg, &start, hooks).await?;
-    check_procfs(&cfg, start.usage)?;
+    usage::start::check(start.usage, &cfg.procfs)?;
     let place = where_we_run(&cfg, start.role).await?;
     let store = make_hub(&place, start.role);
     let (listener, local) = bind(&cfg).await?;

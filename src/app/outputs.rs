@@ -238,23 +238,11 @@ pub(super) fn start_election(
     instance_id: String,
     store: &Arc<Store>,
 ) -> Result<(tokio::sync::watch::Receiver<bool>, Elector)> {
-    let l = &cfg.sinks.leader;
-    let namespace = l
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let identity = instance_id;
-    let lc = LeaseConfig {
-        lease_duration: l.lease_duration,
-        renew_deadline: l.renew_deadline,
-        retry_period: l.retry_period,
-        ..LeaseConfig::new(
-            lease_name(&l.lease_name, &cfg.scope.shard),
-            namespace,
-            identity,
-        )
-    };
-    lc.validate()?;
+    let lc = cfg.sinks.leader.lease(
+        cfg.scope.shard.index(),
+        client.default_namespace(),
+        instance_id,
+    )?;
     tracing::info!(
         lease = %format!("{}/{}", lc.namespace, lc.name),
         identity = %lc.identity,
@@ -280,18 +268,4 @@ pub(super) fn start_election(
         let _ = mirror.await;
     });
     Ok((elector.leading, (elector_cancel, task)))
-}
-
-/// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has
-/// its own pusher and two replicas of one shard still push once.
-pub(super) fn lease_name(
-    name: &str,
-    shard: &crate::sources::cluster::options::ShardMode,
-) -> String {
-    use crate::sources::cluster::options::ShardMode;
-    match shard {
-        ShardMode::Off => name.to_string(),
-        ShardMode::Static(s) => format!("{name}-shard-{}", s.index),
-        ShardMode::StatefulSet { ordinal, .. } => format!("{name}-shard-{ordinal}"),
-    }
 }

@@ -56,18 +56,6 @@ pub(super) async fn connect_kube(
     Ok(Some(kube_client))
 }
 
-/// `--procfs` must be a directory when the host source reads it.
-pub(super) fn check_procfs(cfg: &Config, usage: MetricsProvider) -> Result<()> {
-    if usage == MetricsProvider::Host && !cfg.procfs.is_dir() {
-        return Err(Error::Config {
-            option: "--procfs",
-            value: cfg.procfs.display().to_string(),
-            reason: "not a directory".into(),
-        });
-    }
-    Ok(())
-}
-
 /// Where this instance runs: its cloud identity, node name and cluster name.
 pub(super) struct Place {
     pub(super) identity: Identity,

@@ -46,7 +46,7 @@ use kube_prober::model::{
     ClusterInfo, NodeCapacity, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
 use kube_prober::outputs::gcm::{GcmClientConfig, GcmConfig, GcmSink};
-use kube_prober::outputs::otlp::{OtlpConfig, OtlpResource, OtlpSink};
+use kube_prober::outputs::otlp::{OtlpBounds, OtlpOptions, OtlpResource, OtlpSink};
 use kube_prober::outputs::prometheus::{self, Format};
 use kube_prober::outputs::{PushError, PushReport, PushScope, Sink};
 use kube_prober::shared::quantity::parse_quantity;
@@ -483,12 +483,15 @@ fn run_otlp(
         } else {
             format!("http://{}/v1/metrics", px.addr)
         };
-        let cfg = OtlpConfig {
-            protocol: Some(protocol.into()),
-            endpoint: Some(endpoint),
-            compression: Some(compression.into()),
-            timeout: Some(OTLP_TIMEOUT),
+        let cfg = OtlpOptions {
+            otlp_protocol: Some(protocol.into()),
+            otlp_endpoint: Some(endpoint),
+            otlp_compression: Some(compression.into()),
             ..Default::default()
+        };
+        let bounds = OtlpBounds {
+            timeout: Some(OTLP_TIMEOUT),
+            max_response_bytes: None,
         };
         let resource = OtlpResource {
             cluster_name: "bench-cluster".into(),
@@ -503,8 +506,8 @@ fn run_otlp(
         let (rx2, up) = (rx.clone(), px.up.clone());
         let measured = on_sink_thread(
             move || async move {
-                let settings = cfg.resolve_with(&|_| None).expect("OTLP config");
-                OtlpSink::from_settings(settings, &resource).expect("OTLP sink")
+                let config = cfg.resolve_with(bounds, &|_| None).expect("OTLP config");
+                OtlpSink::new(config, &resource).expect("OTLP sink")
             },
             snap,
             2,

@@ -26,7 +26,7 @@ use crate::outputs::published::Published;
 use crate::serve::server::{self, AppState};
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, SinksConfig};
 use crate::k8s::client;
 use crate::k8s::identity::{self, Identity, IdentityConfig};
 use crate::k8s::role::Role;
@@ -38,18 +38,13 @@ use crate::sources::usage::MetricsProvider;
 use crate::sources::usage::prometheus::ClusterNodes;
 
 use crate::hub::{Provider, Store};
-use crate::k8s::leader::{self, LeaseConfig};
-use crate::k8s::lean::PodFollower;
+use crate::k8s::leader;
 use crate::k8s::role;
 use crate::model::{ClusterInfo, Snapshot};
-use crate::outputs::Sink;
-use crate::outputs::gcm::{GcmConfig, GcmSink};
-use crate::outputs::otlp::{OtlpResource, OtlpSink};
-use crate::outputs::push::SinkKind;
-use crate::outputs::push::{Leadership, SinkSchedule, run_sink};
-use crate::sources::cluster::derive::DeriveConfig;
-use crate::sources::cluster::watchers::{self, PodScope, Scope, WatchConfig};
-use crate::sources::task::pods::{TaskPodConfig, TaskPodIndex};
+use crate::outputs::push::{self, Leadership, SinkKind, SinkSchedule};
+use crate::outputs::{gcm, otlp};
+use crate::sources::cluster::{self, watchers};
+use crate::sources::task;
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
 /// `after_tick` runs (on a blocking thread) after each published snapshot; the binary uses it
@@ -163,7 +158,7 @@ pub async fn run_until(cfg: Config, cancel: CancellationToken) -> Result<()> {
 async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) -> Result<()> {
     let mut start = choose_role(&cfg)?;
     let kube_client = connect_kube(&cfg, &start, hooks).await?;
-    check_procfs(&cfg, start.usage)?;
+    usage::start::check(start.usage, &cfg.procfs)?;
     let place = where_we_run(&cfg, start.role).await?;
     let store = make_hub(&place, start.role);
     let (listener, local) = bind(&cfg).await?;
@@ -355,7 +350,7 @@ async fn serve_security(
     if let Some(settings) = &cfg.serve.auth {
         let client = match kube_client {
             Some(c) => c,
-            None => client::client(cfg.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+            None => client::client(cfg.kubeconfig.as_deref(), cfg.limit.max_response_bytes).await?,
         };
         if cfg.serve.tls.is_none() {
             tracing::warn!(

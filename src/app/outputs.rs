@@ -123,21 +123,29 @@ pub(super) async fn spawn_sinks(
         None => format!("{}_{}", local_hostname()?, std::process::id()),
     };
     // Build every sink first: a bad setting stops the start before anything runs.
-    let mut gcm = None;
-    let mut otlp = None;
-    for kind in &sc.kinds {
-        match kind {
-            SinkKind::Gcm => gcm = Some(build_gcm(cfg, role, ctx).await?),
-            SinkKind::Otlp => otlp = Some(build_otlp(cfg, role, ctx, &instance_id)?),
-        }
-    }
+    let (gcm, otlp) = build_sinks(sc, role, ctx, &instance_id).await?;
     let leadership = leadership(cfg, role, ctx, instance_id, &store, &mut sinks)?;
+    let provider: Arc<dyn Provider> = store;
     if let Some(o) = otlp {
-        let t = start_sink(o, schedule, published, &store, &leadership, cancel);
+        let t = push::spawn(
+            o,
+            schedule,
+            published,
+            provider.clone(),
+            &leadership,
+            cancel,
+        );
         sinks.tasks.push(t);
     }
     if let Some(g) = gcm {
-        let t = start_sink(g, schedule, published, &store, &leadership, cancel);
+        let t = push::spawn(
+            g,
+            schedule,
+            published,
+            provider.clone(),
+            &leadership,
+            cancel,
+        );
         sinks.tasks.push(t);
     }
     tracing::info!(
@@ -148,70 +156,48 @@ pub(super) async fn spawn_sinks(
     Ok(sinks)
 }
 
-/// The Cloud Monitoring sink; project and location come from the flags or the metadata server.
-pub(super) async fn build_gcm(
-    cfg: &Config,
-    role: Role,
-    ctx: &SinkContext<'_>,
-) -> Result<Arc<GcmSink>> {
-    let sc = &cfg.sinks;
-    let g = &sc.gcm;
-    // Given, or found by the metadata server; neither is a configuration error.
-    let needed = |value: Option<String>, option: &'static str, reason: &str| match value {
-        Some(v) => Ok(Some(v)),
-        None => Err(Error::Config {
-            option,
-            value: String::new(),
-            reason: reason.into(),
-        }),
-    };
-    let project = needed(
-        g.project.clone().or_else(|| ctx.identity.project.clone()),
-        "--gcm-project",
-        "the Cloud Monitoring sink needs a project: set --gcm-project (not on GCE, or the metadata server did not answer)",
-    )?;
-    let location = needed(
-        g.location.clone().or_else(|| ctx.identity.location.clone()),
-        "--gcm-location",
-        "the Cloud Monitoring sink needs the cluster location (k8s_* resources): set --gcm-location",
-    )?;
-    let gc = GcmConfig {
-        project,
-        location,
-        cluster: Some(ctx.cluster_name.to_string()),
-        own_node: (role == Role::Node).then(|| ctx.node_name.to_string()),
-        ..g.clone()
-    };
-    Ok(Arc::new(GcmSink::new(gc).await?))
-}
-
-/// The OTLP sink, with this instance's resource attributes.
-pub(super) fn build_otlp(
-    cfg: &Config,
+/// Each push output of `--sink`, built by its own constructor from its config and what the
+/// wiring knows of this instance.
+async fn build_sinks(
+    sc: &SinksConfig,
     role: Role,
     ctx: &SinkContext<'_>,
     instance_id: &str,
-) -> Result<Arc<OtlpSink>> {
-    let resource = OtlpResource {
-        cluster_name: ctx.cluster_name.to_string(),
-        role: role.as_str().to_string(),
-        node_name: matches!(role, Role::Node | Role::Host).then(|| ctx.node_name.to_string()),
-        project: ctx.identity.project.clone().unwrap_or_default(),
-        location: ctx.identity.location.clone().unwrap_or_default(),
-        instance_id: instance_id.to_string(),
-        host_id: if role == Role::Host {
-            machine_id()
-        } else {
-            String::new()
-        },
-    };
-    let sink = OtlpSink::new(&cfg.sinks.otlp, &resource)?;
-    tracing::info!(
-        protocol = sink.settings().protocol.as_str(),
-        endpoint = %sink.settings().endpoint,
-        "OTLP sink configured"
+) -> Result<(Option<Arc<gcm::GcmSink>>, Option<Arc<otlp::OtlpSink>>)> {
+    let (role, project, location) = (
+        role.as_str(),
+        ctx.identity.project.as_deref(),
+        ctx.identity.location.as_deref(),
     );
-    Ok(Arc::new(sink))
+    let (mut gcm, mut otlp) = (None, None);
+    for kind in &sc.kinds {
+        match (kind, &sc.otlp) {
+            (SinkKind::Gcm, _) => {
+                let gctx = gcm::start::StartContext {
+                    role,
+                    node_name: ctx.node_name,
+                    cluster_name: ctx.cluster_name,
+                    project,
+                    location,
+                };
+                gcm = Some(gcm::start::start(&sc.gcm, &gctx).await?);
+            }
+            (SinkKind::Otlp, Some(config)) => {
+                let octx = otlp::start::StartContext {
+                    role,
+                    node_name: ctx.node_name,
+                    cluster_name: ctx.cluster_name,
+                    project,
+                    location,
+                    instance_id,
+                };
+                otlp = Some(otlp::start::start(config, &octx)?);
+            }
+            // Resolved whenever `--sink otlp` is given (`Config::sinks`).
+            (SinkKind::Otlp, None) => {}
+        }
+    }
+    Ok((gcm, otlp))
 }
 
 /// Whether this replica may push cluster-level series: Lease election in the cluster role
@@ -252,23 +238,11 @@ pub(super) fn start_election(
     instance_id: String,
     store: &Arc<Store>,
 ) -> Result<(tokio::sync::watch::Receiver<bool>, Elector)> {
-    let l = &cfg.sinks.leader;
-    let namespace = l
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let identity = instance_id;
-    let lc = LeaseConfig {
-        lease_duration: l.lease_duration,
-        renew_deadline: l.renew_deadline,
-        retry_period: l.retry_period,
-        ..LeaseConfig::new(
-            lease_name(&l.lease_name, &cfg.scope.shard),
-            namespace,
-            identity,
-        )
-    };
-    lc.validate()?;
+    let lc = cfg.sinks.leader.lease(
+        cfg.scope.shard.index(),
+        client.default_namespace(),
+        instance_id,
+    )?;
     tracing::info!(
         lease = %format!("{}/{}", lc.namespace, lc.name),
         identity = %lc.identity,
@@ -294,37 +268,4 @@ pub(super) fn start_election(
         let _ = mirror.await;
     });
     Ok((elector.leading, (elector_cancel, task)))
-}
-
-/// One push output on its own ticker.
-pub(super) fn start_sink<S: Sink>(
-    sink: Arc<S>,
-    schedule: SinkSchedule,
-    published: &watch::Receiver<Arc<Published>>,
-    store: &Arc<Store>,
-    leadership: &Leadership,
-    cancel: &CancellationToken,
-) -> JoinHandle<()> {
-    tokio::spawn(run_sink(
-        sink,
-        schedule,
-        published.clone(),
-        store.clone(),
-        leadership.clone(),
-        cancel.clone(),
-    ))
-}
-
-/// The leader Lease: one per shard when sharded (`<name>-shard-<index>`), so each shard has
-/// its own pusher and two replicas of one shard still push once.
-pub(super) fn lease_name(
-    name: &str,
-    shard: &crate::sources::cluster::options::ShardMode,
-) -> String {
-    use crate::sources::cluster::options::ShardMode;
-    match shard {
-        ShardMode::Off => name.to_string(),
-        ShardMode::Static(s) => format!("{name}-shard-{}", s.index),
-        ShardMode::StatefulSet { ordinal, .. } => format!("{name}-shard-{ordinal}"),
-    }
 }

@@ -6,12 +6,7 @@ use super::*;
 /// are never emitted (they come from shard 0 only, `outputs::select`). A StatefulSet pod's ordinal
 /// never changes, so this holds for the life of the process even when replicas change.
 pub(super) fn runs_probes(shard: &crate::sources::cluster::options::ShardMode) -> bool {
-    use crate::sources::cluster::options::ShardMode;
-    match shard {
-        ShardMode::Off => true,
-        ShardMode::Static(s) => s.index == 0,
-        ShardMode::StatefulSet { ordinal, .. } => *ordinal == 0,
-    }
+    shard.index().is_none_or(|i| i == 0)
 }
 
 /// The probes of a role ([`probe::start::spawn`]).
@@ -29,7 +24,7 @@ pub(super) fn spawn_probes(
         on_gce,
         metadata_host: IdentityConfig::from_env().metadata_host,
         client,
-        max_response_bytes: cfg.max_response_bytes,
+        max_response_bytes: cfg.limit.max_response_bytes,
     };
     probe::start::spawn(&cfg.probes, &ctx, &provider, cancel)
 }

@@ -70,60 +70,32 @@ pub(super) fn spawn_watchers(
     provider: &Arc<dyn Provider>,
     cancel: &CancellationToken,
 ) -> (watchers::Stores, Vec<JoinHandle<()>>) {
-    let role = start.role;
-    let kubelet_pods = start.kubelet_pods.take();
-    let scope = match role {
-        Role::Node => Scope::Node {
-            name: place.node_name.clone(),
-        },
-        _ => Scope::Cluster {
-            namespaces: cfg.workloads.namespaces.clone(),
-            pods: cfg.scope.pods,
-        },
-    };
-    if role == Role::Node && cfg.scope.pods != PodScope::All {
-        tracing::warn!(
-            pod_scope = cfg.scope.pods.as_str(),
-            "--pod-scope applies to the cluster role only; the node role watches the pods on its node"
-        );
-    }
-    let wc = WatchConfig {
-        scope,
-        derive: DeriveConfig {
-            addon_keys: cfg.workloads.addon_keys.clone(),
-            estimate: cfg.estimate,
-            ..DeriveConfig::default()
-        },
+    let prepared = start.tasks.take();
+    let ctx = cluster::start::StartContext {
+        role: start.role,
+        node_name: place.node_name.clone(),
         interval: cfg.tick_interval,
+        client: client.clone(),
+        pods_follower: prepared.as_ref().and_then(|p| p.pods_follower()),
     };
-    let task_pods = (role == Role::Node).then(|| {
-        TaskPodIndex::new(TaskPodConfig {
-            namespaces: cfg.task.namespaces.clone(),
-            label_allowlist: cfg.task.label_allowlist.clone(),
-        })
-    });
-    // With --kubelet-url the kubelet's /pods feeds the task source, not the pod watch.
-    let (stores, mut tasks) = watchers::spawn_with_tasks(
-        client.clone(),
-        wc,
+    let (stores, mut tasks) = cluster::start::spawn(
+        &cfg.workloads,
+        &cfg.scope,
+        cfg.estimate,
+        ctx,
         provider.clone(),
-        cancel.clone(),
-        task_pods
-            .clone()
-            .filter(|_| kubelet_pods.is_none())
-            .map(|t| Arc::new(t) as Arc<dyn PodFollower>),
+        cancel,
     );
-    if let Some(index) = task_pods {
-        let ctx = crate::sources::task::start::StartContext {
+    if let Some(prepared) = prepared {
+        let ctx = task::start::StartContext {
             node_name: place.node_name.clone(),
             procfs: cfg.procfs.clone(),
             interval: cfg.interval,
         };
-        tasks.extend(crate::sources::task::start::spawn(
+        tasks.extend(task::start::spawn(
             &cfg.task,
             ctx,
-            index,
-            kubelet_pods,
+            prepared,
             provider.clone(),
             cancel,
         ));
@@ -169,7 +141,7 @@ pub(super) fn spawn_usage(
         interval: cfg.interval,
         timeout: cfg.timeout,
         expire_after: cfg.expire_after_fetches,
-        max_response_bytes: cfg.max_response_bytes,
+        max_response_bytes: cfg.limit.max_response_bytes,
         kube_client,
         nodes: node_stores.map(|(stores, every)| watched_nodes(stores, every)),
     };

@@ -9,7 +9,8 @@ pub(super) struct Start {
     /// The kubeconfig the role detection found, if any.
     pub(super) kubeconfig: Option<std::path::PathBuf>,
     pub(super) usage: MetricsProvider,
-    pub(super) kubelet_pods: Option<crate::sources::task::kubelet::KubeletPods>,
+    /// The node role's task sources, checked and ready to start.
+    pub(super) tasks: Option<crate::sources::task::start::Prepared>,
 }
 
 /// Chooses the role (logging why) and checks what the role needs before anything starts.
@@ -24,11 +25,11 @@ pub(super) fn choose_role(cfg: &Config) -> Result<Start> {
     );
     Ok(Start {
         role: choice.role,
-        kubelet_pods: crate::sources::task::start::prepare(
+        tasks: crate::sources::task::start::prepare(
             &cfg.task,
             choice.role,
             cfg.timeout,
-            cfg.max_response_bytes,
+            cfg.limit.max_response_bytes,
         )?,
         kubeconfig: choice.kubeconfig,
         usage,
@@ -47,24 +48,12 @@ pub(super) async fn connect_kube(
         return Ok(None);
     }
     let kube_client = client::honour_retry_after(
-        client::client(start.kubeconfig.as_deref(), cfg.max_response_bytes).await?,
+        client::client(start.kubeconfig.as_deref(), cfg.limit.max_response_bytes).await?,
     );
     if let Some(f) = hooks.after_setup {
         f("kube client");
     }
     Ok(Some(kube_client))
-}
-
-/// `--procfs` must be a directory when the host source reads it.
-pub(super) fn check_procfs(cfg: &Config, usage: MetricsProvider) -> Result<()> {
-    if usage == MetricsProvider::Host && !cfg.procfs.is_dir() {
-        return Err(Error::Config {
-            option: "--procfs",
-            value: cfg.procfs.display().to_string(),
-            reason: "not a directory".into(),
-        });
-    }
-    Ok(())
 }
 
 /// Where this instance runs: its cloud identity, node name and cluster name.
@@ -146,11 +135,4 @@ pub(super) fn local_hostname() -> Result<String> {
         });
     }
     Ok(name)
-}
-
-/// This machine's id for OTLP's `host.id` (host role): `/etc/machine-id`, empty when unreadable.
-pub(super) fn machine_id() -> String {
-    std::fs::read_to_string("/etc/machine-id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }

@@ -100,7 +100,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "10s";
 
 /// This instance, resolved.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Instance {
+pub struct InstanceConfig {
     /// `None`: detect (see [`crate::k8s::role::detect`]).
     pub role: Option<Role>,
     pub listen: SocketAddr,
@@ -112,7 +112,7 @@ pub struct Instance {
 }
 
 impl InstanceOptions {
-    pub fn resolve(self) -> Result<Instance> {
+    pub fn resolve(self) -> Result<InstanceConfig> {
         let listen_s = self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
         let listen = listen_s.trim().parse::<SocketAddr>().map_err(|e| {
             invalid(
@@ -131,7 +131,7 @@ impl InstanceOptions {
         {
             return Err(invalid("--cluster-name", c, "must not be empty"));
         }
-        Ok(Instance {
+        Ok(InstanceConfig {
             role: self.role,
             listen,
             node_name: self.node_name,
@@ -146,7 +146,7 @@ impl InstanceOptions {
 
 /// The global schedule, resolved.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Schedule {
+pub struct ScheduleConfig {
     /// `None`: 15 s for the host source, 60 s for remote backends (load-watcher's minute).
     pub interval: Option<Duration>,
     pub timeout: Duration,
@@ -157,7 +157,7 @@ pub struct Schedule {
 }
 
 impl ScheduleOptions {
-    pub fn resolve(self) -> Result<Schedule> {
+    pub fn resolve(self) -> Result<ScheduleConfig> {
         let secs = Duration::from_secs;
         let interval = self
             .interval
@@ -199,7 +199,7 @@ impl ScheduleOptions {
             .unwrap_or_else(|| DEFAULT_SHUTDOWN_TIMEOUT.into());
         let shutdown_timeout =
             duration("--shutdown-timeout", &shutdown_s, Duration::ZERO, secs(300))?;
-        Ok(Schedule {
+        Ok(ScheduleConfig {
             interval,
             timeout,
             expire_after_fetches,

@@ -20,13 +20,13 @@ use crate::config::cli::Cli;
 use crate::k8s::leader_options::{LeaderConfig, LeaderOptions};
 use crate::k8s::role::Role;
 use crate::outputs::gcm::{GcmConfig, GcmOptions};
-use crate::outputs::otlp::{OtlpConfig, OtlpOptions};
+use crate::outputs::otlp::{OtlpBounds, OtlpConfig, OtlpOptions};
 use crate::outputs::push::{PushOptions, SinkKind};
 use crate::outputs::select::SelectOptions;
 use crate::outputs::watcher::{WatcherConfig, WatcherOptions};
 use crate::serve::options::{ServeConfig, ServeOptions};
 use crate::shared::error::{Error, Result};
-use crate::shared::limit::LimitOptions;
+use crate::shared::limit::{LimitConfig, LimitOptions};
 use crate::shared::options::{Merge, check_keys, field_names};
 use crate::shared::suggest::did_you_mean;
 use crate::shared::telemetry::{LogConfig, LogOptions};
@@ -188,8 +188,9 @@ pub struct SinksConfig {
     pub kinds: Vec<SinkKind>,
     pub interval: Duration,
     pub timeout: Duration,
-    /// The OTLP sink's config, its request timeout and answer cap set from the others.
-    pub otlp: OtlpConfig,
+    /// The OTLP sink's config when `--sink otlp` is given (its options are checked either
+    /// way), its request timeout and answer cap set from the others.
+    pub otlp: Option<OtlpConfig>,
     /// The Cloud Monitoring sink's config; project and location may wait for the metadata
     /// server, the rest of the instance's facts are added at start.
     pub gcm: GcmConfig,
@@ -225,7 +226,7 @@ pub struct Config {
     pub serve: ServeConfig,
     pub task: TaskConfig,
     /// Cap on every answer read from outside (see [`crate::shared::limit`]).
-    pub max_response_bytes: usize,
+    pub limit: LimitConfig,
     /// Cluster role: which pods the pod watcher follows, and the shard.
     pub scope: ScopeConfig,
     /// How the pod watcher estimates the load of just-bound pods.
@@ -250,8 +251,8 @@ impl Config {
         let o = cli.options.or(file);
         let usage = o.usage.resolve(o.backends)?;
         let serve = o.serve.resolve()?;
-        let max_response_bytes = o.limit.resolve()?;
-        let sinks = Self::sinks(o.push, o.otlp, o.gcm, o.leader, max_response_bytes)?;
+        let limit = o.limit.resolve()?;
+        let sinks = Self::sinks(o.push, o.otlp, o.gcm, o.leader, limit)?;
         let probes = o.probes.resolve()?;
         let task = o.task.resolve(o.kubelet)?;
         let scope = o.scope.resolve()?;
@@ -281,7 +282,7 @@ impl Config {
             sinks,
             serve,
             task,
-            max_response_bytes,
+            limit,
             scope,
             estimate,
             excluded_families,
@@ -295,13 +296,21 @@ impl Config {
         otlp: OtlpOptions,
         gcm: GcmOptions,
         leader: LeaderOptions,
-        max_response_bytes: usize,
+        limit: LimitConfig,
     ) -> Result<SinksConfig> {
         let plan = push.resolve()?;
-        let mut otlp = otlp.resolve()?;
-        // Retries stop before the runner's timeout would cut the push off.
-        otlp.timeout = Some(plan.timeout.mul_f64(0.9));
-        otlp.max_response_bytes = Some(max_response_bytes);
+        // The environment's `OTEL_*` variables are read, and the files, only for a sink that runs.
+        let otlp = match plan.kinds.contains(&SinkKind::Otlp) {
+            true => Some(otlp.resolve(OtlpBounds {
+                // Retries stop before the runner's timeout would cut the push off.
+                timeout: Some(plan.timeout.mul_f64(0.9)),
+                max_response_bytes: Some(limit.max_response_bytes),
+            })?),
+            false => {
+                otlp.check()?;
+                None
+            }
+        };
         let mut gcm = gcm.resolve()?;
         gcm.push_deadline = plan.timeout.mul_f64(0.9);
         Ok(SinksConfig {
@@ -1016,7 +1025,12 @@ mod tests {
             Duration::from_secs(10),
             "at most the interval"
         );
-        assert_eq!(c.sinks.otlp.protocol.as_deref(), Some("http/protobuf"));
+        let otlp = c.sinks.otlp.expect("--sink otlp resolves the OTLP config");
+        assert_eq!(
+            otlp.protocol,
+            crate::outputs::otlp::OtlpProtocol::HttpProtobuf
+        );
+        assert_eq!(otlp.timeout, Duration::from_secs(9), "below --sink-timeout");
         assert_eq!(c.sinks.gcm.project.as_deref(), Some("p1"));
 
         let bad = |cli: Cli| err(cli, FileConfig::default());

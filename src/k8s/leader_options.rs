@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::leader::LeaseConfig;
 use crate::shared::error::Result;
 use crate::shared::options::{duration, invalid, non_empty};
 
@@ -117,6 +118,33 @@ impl LeaderOptions {
 }
 
 impl LeaderConfig {
+    /// The Lease this replica competes for as `identity`: one per shard when sharded
+    /// (`<name>-shard-<index>`), so each shard has its own pusher and two replicas of one shard
+    /// still push once; in `--leader-elect-namespace`, else `default_namespace` (the client's).
+    pub fn lease(
+        &self,
+        shard: Option<u32>,
+        default_namespace: &str,
+        identity: String,
+    ) -> Result<LeaseConfig> {
+        let name = match shard {
+            None => self.lease_name.clone(),
+            Some(index) => format!("{}-shard-{index}", self.lease_name),
+        };
+        let namespace = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| default_namespace.to_string());
+        let lc = LeaseConfig {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            ..LeaseConfig::new(name, namespace, identity)
+        };
+        lc.validate()?;
+        Ok(lc)
+    }
+
     /// The Lease name is an object name; renew deadline < lease duration; retry < renew.
     fn check(&self) -> Result<()> {
         let name_ok = |n: &str| {
@@ -147,5 +175,33 @@ impl LeaderConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_is_per_shard_in_the_given_or_the_clients_namespace() {
+        let leader = LeaderOptions::default().resolve().expect("the defaults");
+        let lc = leader.lease(None, "ns", "pod-a".into()).expect("a lease");
+        assert_eq!(
+            (lc.name.as_str(), lc.namespace.as_str()),
+            ("kube-prober", "ns")
+        );
+        assert_eq!(lc.identity, "pod-a");
+        assert_eq!(lc.lease_duration, Duration::from_secs(15));
+        let sharded = LeaderConfig {
+            namespace: Some("monitoring".into()),
+            ..leader
+        };
+        let lc = sharded
+            .lease(Some(2), "ns", "pod-a".into())
+            .expect("a lease");
+        assert_eq!(
+            (lc.name.as_str(), lc.namespace.as_str()),
+            ("kube-prober-shard-2", "monitoring")
+        );
     }
 }

@@ -380,9 +380,31 @@ pub struct LimitOptions {
 
 crate::merge_options!(LimitOptions { max_response_bytes });
 
+/// The caps [`LimitOptions`] resolve into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitConfig {
+    /// `--max-response-bytes`: the most bytes read of one answer from outside.
+    pub max_response_bytes: usize,
+}
+
+impl Default for LimitConfig {
+    fn default() -> Self {
+        LimitConfig {
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
 impl LimitOptions {
-    /// Bytes or a quantity (`32Mi`), 64 KiB to 4 GiB.
-    pub fn resolve(self) -> Result<usize, crate::shared::error::Error> {
+    /// The caps, checked.
+    pub fn resolve(self) -> Result<LimitConfig, crate::shared::error::Error> {
+        Ok(LimitConfig {
+            max_response_bytes: self.max_response_bytes()?,
+        })
+    }
+
+    /// `--max-response-bytes`: bytes or a quantity (`32Mi`), 64 KiB to 4 GiB.
+    fn max_response_bytes(self) -> Result<usize, crate::shared::error::Error> {
         use crate::shared::options::invalid;
         let Some(v) = self.max_response_bytes else {
             return Ok(DEFAULT_MAX_RESPONSE_BYTES);

@@ -16,7 +16,7 @@ use kube_prober::model::{
     Placement, PodRestarts, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
 use kube_prober::outputs::families;
-use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
+use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpBounds, OtlpOptions, OtlpResource, OtlpSink};
 use kube_prober::outputs::{PushReport, PushScope, Sink};
 use kube_prober::shared::error::Error;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -137,23 +137,36 @@ fn resource() -> OtlpResource {
     }
 }
 
-fn config(protocol: &str, rx: &OtlpReceiver) -> OtlpConfig {
-    OtlpConfig {
-        protocol: Some(protocol.into()),
-        endpoint: Some(if protocol == GRPC {
+fn config(protocol: &str, rx: &OtlpReceiver) -> OtlpOptions {
+    OtlpOptions {
+        otlp_protocol: Some(protocol.into()),
+        otlp_endpoint: Some(if protocol == GRPC {
             rx.grpc_endpoint()
         } else {
             rx.http_endpoint()
         }),
-        timeout: Some(Duration::from_secs(5)),
         ..Default::default()
     }
 }
 
+/// A request timeout of 5 s and the default answer cap.
+const BOUNDS: OtlpBounds = OtlpBounds {
+    timeout: Some(Duration::from_secs(5)),
+    max_response_bytes: None,
+};
+
 /// Builds the sink without reading the process environment for our own settings.
-fn sink(cfg: &OtlpConfig) -> OtlpSink {
-    let settings = cfg.resolve_with(&|_| None).expect("valid config");
-    OtlpSink::from_settings(settings, &resource()).expect("sink")
+fn sink(opts: &OtlpOptions) -> OtlpSink {
+    sink_with(opts, BOUNDS)
+}
+
+/// [`sink`] with other bounds.
+fn sink_with(opts: &OtlpOptions, bounds: OtlpBounds) -> OtlpSink {
+    let config = opts
+        .clone()
+        .resolve_with(bounds, &|_| None)
+        .expect("valid config");
+    OtlpSink::new(config, &resource()).expect("sink")
 }
 
 fn all_metrics(req: &ExportMetricsServiceRequest) -> Vec<&Metric> {
@@ -564,12 +577,9 @@ async fn http_vanished_series_are_not_resent_and_start_times_are_stable() {
 
 async fn check_headers_and_gzip(protocol: &str) {
     let rx = OtlpReceiver::start().await;
-    let cfg = OtlpConfig {
-        headers: vec![
-            "x-tenant=team-a".into(),
-            "authorization=Bearer%20abc".into(),
-        ],
-        compression: Some("gzip".into()),
+    let cfg = OtlpOptions {
+        otlp_headers: Some("x-tenant=team-a,authorization=Bearer%20abc".into()),
+        otlp_compression: Some("gzip".into()),
         ..config(protocol, &rx)
     };
     let s = sink(&cfg);
@@ -740,8 +750,8 @@ async fn check_batches(protocol: &str) {
     assert_eq!(r1.requests, 2, "{r1:?}");
 
     let rx = OtlpReceiver::start().await;
-    let s = sink(&OtlpConfig {
-        max_points_per_request: Some(MAX),
+    let s = sink(&OtlpOptions {
+        otlp_max_points_per_request: Some(MAX),
         ..config(protocol, &rx)
     });
     let (split, r) = push_merged(&rx, &s, snap.clone(), PushScope::All).await;
@@ -873,8 +883,8 @@ async fn check_one_start_time(protocol: &str) {
         failure: None,
     });
     let rx = OtlpReceiver::start().await;
-    let s = sink(&OtlpConfig {
-        max_points_per_request: Some(25),
+    let s = sink(&OtlpOptions {
+        otlp_max_points_per_request: Some(25),
         ..config(protocol, &rx)
     });
     let (_, first) = push_merged(&rx, &s, store.snapshot(SystemTime::now()), PushScope::All).await;
@@ -920,10 +930,13 @@ async fn check_answer_cap(protocol: &str) {
     // 4 MiB of partial-success message: 64 times the cap.
     rx.pad_answers(4 << 20);
     let snap = Arc::new(store_with(&names_of(&["n1"])).snapshot(SystemTime::now()));
-    let capped = sink(&OtlpConfig {
-        max_response_bytes: Some(CAP),
-        ..config(protocol, &rx)
-    });
+    let capped = sink_with(
+        &config(protocol, &rx),
+        OtlpBounds {
+            max_response_bytes: Some(CAP),
+            ..BOUNDS
+        },
+    );
     let e = tokio::time::timeout(WAIT, capped.push(snap.clone(), PushScope::All))
         .await
         .expect("bounded")
@@ -1039,12 +1052,17 @@ async fn an_unreachable_receiver_fails_with_a_transport_reason() {
         (GRPC, format!("http://{addr}"), "unavailable"),
         (HTTP, format!("http://{addr}/v1/metrics"), "transport"),
     ] {
-        let s = sink(&OtlpConfig {
-            protocol: Some(protocol.into()),
-            endpoint: Some(endpoint),
-            timeout: Some(Duration::from_secs(2)),
-            ..Default::default()
-        });
+        let s = sink_with(
+            &OtlpOptions {
+                otlp_protocol: Some(protocol.into()),
+                otlp_endpoint: Some(endpoint),
+                ..Default::default()
+            },
+            OtlpBounds {
+                timeout: Some(Duration::from_secs(2)),
+                ..BOUNDS
+            },
+        );
         let e = tokio::time::timeout(
             Duration::from_secs(10),
             s.push(snap.clone(), PushScope::All),
@@ -1059,8 +1077,8 @@ async fn an_unreachable_receiver_fails_with_a_transport_reason() {
     }
 }
 
-/// Runs in a child process (see below) with `OTEL_EXPORTER_OTLP_HEADERS` set: `OtlpSink::new`
-/// reads the process environment, which cannot be changed safely in a multi-threaded test
+/// Runs in a child process (see below) with `OTEL_EXPORTER_OTLP_HEADERS` set:
+/// `OtlpOptions::resolve` reads the process environment, which cannot be changed safely in a multi-threaded test
 /// binary.
 #[tokio::test]
 #[ignore = "run by explicit_headers_win_over_the_environment in a child process"]
@@ -1071,11 +1089,11 @@ async fn child_explicit_headers_win_over_the_environment() {
     let rx = OtlpReceiver::start().await;
     let mut requests = 0;
     for protocol in [GRPC, HTTP] {
-        let cfg = OtlpConfig {
-            headers: vec!["x-tenant=team-a".into()],
+        let cfg = OtlpOptions {
+            otlp_headers: Some("x-tenant=team-a".into()),
             ..config(protocol, &rx)
         };
-        let s = OtlpSink::new(&cfg, &resource()).unwrap();
+        let s = OtlpSink::new(cfg.resolve(BOUNDS).unwrap(), &resource()).unwrap();
         let snap = Arc::new(Snapshot::empty(SystemTime::now()));
         requests += s.push(snap, PushScope::All).await.unwrap().requests as usize;
     }
@@ -1117,12 +1135,12 @@ fn explicit_headers_win_over_the_environment() {
 
 #[tokio::test]
 async fn config_errors_are_clear() {
-    let err = |cfg: OtlpConfig| match OtlpSink::new(&cfg, &resource()) {
+    let err = |opts: OtlpOptions| match opts.clone().resolve(OtlpBounds::default()) {
         Err(e) => e,
-        Ok(_) => panic!("{cfg:?} was accepted"),
+        Ok(_) => panic!("{opts:?} was accepted"),
     };
-    let e = err(OtlpConfig {
-        protocol: Some("http/xml".into()),
+    let e = err(OtlpOptions {
+        otlp_protocol: Some("http/xml".into()),
         ..Default::default()
     });
     assert!(
@@ -1139,37 +1157,39 @@ async fn config_errors_are_clear() {
         e.to_string(),
         "invalid value 'http/xml' for otlp protocol: expected grpc or http/protobuf"
     );
-    let e = err(OtlpConfig {
-        headers: vec!["x-tenant".into()],
+    let e = err(OtlpOptions {
+        otlp_headers: Some("x-tenant".into()),
         ..Default::default()
     });
     assert_eq!(
         e.to_string(),
         "invalid value 'x-tenant' for otlp header: expected key=value"
     );
-    let e = err(OtlpConfig {
-        headers: vec!["bad header=1".into()],
+    let e = err(OtlpOptions {
+        otlp_headers: Some("bad header=1".into()),
         ..Default::default()
     });
     assert!(
         e.to_string().contains("not a valid HTTP header name"),
         "{e}"
     );
-    let e = err(OtlpConfig {
-        endpoint: Some("collector:4317".into()),
+    let e = err(OtlpOptions {
+        otlp_endpoint: Some("collector:4317".into()),
         ..Default::default()
     });
     assert!(e.to_string().contains("http:// or https://"), "{e}");
     assert_eq!(e.exit_code(), 2);
-    let e = err(OtlpConfig {
-        max_points_per_request: Some(0),
+    let e = err(OtlpOptions {
+        otlp_max_points_per_request: Some(0),
         ..Default::default()
     });
     assert_eq!(
         e.to_string(),
         "invalid value '0' for --otlp-max-points-per-request: must be between 1 and 10000000"
     );
-    let defaults = OtlpConfig::default().resolve_with(&|_| None).unwrap();
+    let defaults = OtlpOptions::default()
+        .resolve_with(OtlpBounds::default(), &|_| None)
+        .unwrap();
     assert_eq!(defaults.max_points_per_request, 10_000);
 }
 
@@ -1279,15 +1299,16 @@ bMF4aU4C+VKzISLHV7YpnejsbRpi502YkKunD2vXEbBvcrTlj4y1qpBL
 ";
 
 /// The number of requests on success.
-async fn tls_push(cfg: &OtlpConfig, env: &[(&str, &str)]) -> Result<usize, String> {
+async fn tls_push(cfg: &OtlpOptions, env: &[(&str, &str)]) -> Result<usize, String> {
     let env: BTreeMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let settings = cfg
-        .resolve_with(&|k| env.get(k).cloned())
+    let config = cfg
+        .clone()
+        .resolve_with(BOUNDS, &|k| env.get(k).cloned())
         .map_err(|e| e.to_string())?;
-    let s = OtlpSink::from_settings(settings, &resource()).map_err(|e| e.to_string())?;
+    let s = OtlpSink::new(config, &resource()).map_err(|e| e.to_string())?;
     let snap = Arc::new(store_with(&names_of(&["n1"])).snapshot(SystemTime::now()));
     tokio::time::timeout(Duration::from_secs(15), s.push(snap, PushScope::All))
         .await
@@ -1316,13 +1337,18 @@ async fn check_mutual_tls(protocol: &str) {
     }))
     .await;
     let base = config(protocol, &rx);
-    assert!(base.endpoint.as_deref().unwrap().starts_with("https://"));
+    assert!(
+        base.otlp_endpoint
+            .as_deref()
+            .unwrap()
+            .starts_with("https://")
+    );
 
     // CA file and client certificate given explicitly.
-    let explicit = OtlpConfig {
-        ca_file: Some(ca.clone()),
-        client_cert_file: Some(cert.clone()),
-        client_key_file: Some(key.clone()),
+    let explicit = OtlpOptions {
+        otlp_ca_file: Some(ca.clone()),
+        otlp_client_cert: Some(cert.clone()),
+        otlp_client_key: Some(key.clone()),
         ..base.clone()
     };
     let n1 = tls_push(&explicit, &[]).await.expect("mutual TLS push");
@@ -1348,15 +1374,15 @@ async fn check_mutual_tls(protocol: &str) {
     assert_eq!(rx.received().len(), n1 + n2);
 
     // Without the client certificate the receiver refuses the connection.
-    let no_client = OtlpConfig {
-        ca_file: Some(ca.clone()),
+    let no_client = OtlpOptions {
+        otlp_ca_file: Some(ca.clone()),
         ..base.clone()
     };
     let e = tls_push(&no_client, &[]).await.expect_err("no client cert");
     // Without our CA the built-in roots do not trust the receiver.
-    let no_ca = OtlpConfig {
-        client_cert_file: Some(cert),
-        client_key_file: Some(key),
+    let no_ca = OtlpOptions {
+        otlp_client_cert: Some(cert),
+        otlp_client_key: Some(key),
         ..base
     };
     let e2 = tls_push(&no_ca, &[]).await.expect_err("untrusted server");

@@ -11,7 +11,7 @@ use kube_prober::model::{
     CgroupStats, ContainerSample, NumaMemory, Platform, Pressure, Snapshot, TaskContainer, TaskPod,
     TaskSample, TaskSet,
 };
-use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpConfig, OtlpResource, OtlpSink};
+use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpBounds, OtlpOptions, OtlpResource, OtlpSink};
 use kube_prober::outputs::prometheus::{Format, render};
 use kube_prober::outputs::{PushScope, Sink};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
@@ -149,15 +149,18 @@ fn prometheus_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_names() {
     let rx = OtlpReceiver::start().await;
-    let cfg = OtlpConfig {
-        protocol: Some("grpc".into()),
-        endpoint: Some(rx.grpc_endpoint()),
-        timeout: Some(Duration::from_secs(5)),
+    let cfg = OtlpOptions {
+        otlp_protocol: Some("grpc".into()),
+        otlp_endpoint: Some(rx.grpc_endpoint()),
         ..Default::default()
     };
-    let settings = cfg.resolve_with(&|_| None).unwrap();
-    let sink = OtlpSink::from_settings(
-        settings,
+    let bounds = OtlpBounds {
+        timeout: Some(Duration::from_secs(5)),
+        max_response_bytes: None,
+    };
+    let config = cfg.resolve_with(bounds, &|_| None).unwrap();
+    let sink = OtlpSink::new(
+        config,
         &OtlpResource {
             cluster_name: "c".into(),
             role: "node".into(),

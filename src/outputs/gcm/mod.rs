@@ -21,8 +21,9 @@
 //! `request.rs` builds the `CreateTimeSeries` requests; `sink.rs` pushes them (batches,
 //! retries, the push deadline) and `account.rs` adds up what they did; `status.rs` reads Cloud
 //! Monitoring's answers; `client.rs` connects; `descriptors.rs` lists and deletes metric
-//! descriptors. The sink's config is here, its options (`--gcm-*`) in `options.rs`, and
-//! everything public is re-exported here.
+//! descriptors; `start.rs` starts the sink from its config and what the wiring knows. The
+//! sink's config is here, its options (`--gcm-*`) in `options.rs`, and everything public is
+//! re-exported here.
 
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ mod drafts;
 pub mod options;
 mod request;
 mod sink;
+pub mod start;
 mod status;
 mod timing;
 

@@ -1,6 +1,6 @@
 //! The Cloud Monitoring output's options (`--gcm-*`), resolved into the [`GcmConfig`] the sink
 //! starts from; the project and location the flags leave out come from the metadata server at
-//! start (`crate::app`).
+//! start (`start.rs`, given them by the wiring).
 
 use super::{DEFAULT_PREFIX, GcmClientConfig, GcmConfig, validate_prefix};
 use crate::shared::error::Result;

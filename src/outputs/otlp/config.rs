@@ -1,9 +1,11 @@
-//! [`OtlpConfig`] (as given), its resolution against the `OTEL_*` environment into
-//! [`OtlpSettings`], and the resource attributes ([`OtlpResource`]).
+//! The resolved [`OtlpConfig`] the sink takes, the resolution of [`OtlpOptions`] against the
+//! `OTEL_*` environment ([`OtlpOptions::resolve_with`]), and the resource attributes
+//! ([`OtlpResource`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::options::{OtlpBounds, OtlpOptions};
 use crate::shared::error::{Error, Result};
 use crate::shared::limit::DEFAULT_MAX_RESPONSE_BYTES;
 
@@ -32,36 +34,7 @@ pub enum OtlpCompression {
     Gzip,
 }
 
-/// The OTLP output's settings as given (flags or config file). `None` or empty means "not
-/// set": the standard `OTEL_EXPORTER_OTLP_METRICS_*`, then `OTEL_EXPORTER_OTLP_*` variables
-/// apply, then the defaults. [`OtlpConfig::resolve`] validates and resolves them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OtlpConfig {
-    /// `grpc` or `http/protobuf`.
-    pub protocol: Option<String>,
-    /// Full URL. For `http/protobuf` this is the whole metrics URL (`.../v1/metrics`).
-    pub endpoint: Option<String>,
-    /// `key=value` items; values may be percent-encoded, as in `OTEL_EXPORTER_OTLP_HEADERS`.
-    pub headers: Vec<String>,
-    /// PEM file with the CA certificate(s) to trust instead of the built-in roots.
-    pub ca_file: Option<PathBuf>,
-    /// PEM client certificate for mutual TLS (needs `client_key_file`).
-    pub client_cert_file: Option<PathBuf>,
-    /// PEM private key of the client certificate.
-    pub client_key_file: Option<PathBuf>,
-    /// `gzip` or `none`.
-    pub compression: Option<String>,
-    /// Per-request timeout.
-    pub timeout: Option<Duration>,
-    /// Bytes of a receiver's answer to read at most (`--max-response-bytes`); default
-    /// [`DEFAULT_MAX_RESPONSE_BYTES`]. A larger answer fails the request with `too_large`.
-    pub max_response_bytes: Option<usize>,
-    /// Data points per export request at most; a push with more is sent as several requests
-    /// (see [`super::OtlpSink`]). Default [`DEFAULT_MAX_POINTS_PER_REQUEST`].
-    pub max_points_per_request: Option<usize>,
-}
-
-/// TLS material, read from files at start.
+/// TLS material, read from files when the options resolve.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OtlpTls {
     /// PEM CA bundle; `None` trusts the built-in (webpki / platform) roots.
@@ -79,23 +52,28 @@ impl std::fmt::Debug for OtlpTls {
     }
 }
 
-/// Settings after validation and environment fallbacks.
+/// The OTLP output's config: its options (flags or config file) checked, with the environment's
+/// fallbacks and the defaults applied ([`OtlpOptions::resolve`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct OtlpSettings {
+pub struct OtlpConfig {
     pub protocol: OtlpProtocol,
+    /// Full URL. For `http/protobuf` this is the whole metrics URL (`.../v1/metrics`).
     pub endpoint: String,
     /// The environment's headers merged with the explicit ones (same key: the explicit value).
     pub headers: Vec<(String, String)>,
     pub tls: OtlpTls,
     pub compression: OtlpCompression,
+    /// Per-request timeout.
     pub timeout: Duration,
     /// `OTEL_RESOURCE_ATTRIBUTES`, parsed.
     pub resource_attributes: Vec<(String, String)>,
     /// `OTEL_SERVICE_NAME`, if set.
     pub service_name: Option<String>,
-    /// See [`OtlpConfig::max_response_bytes`].
+    /// Bytes of a receiver's answer to read at most (`--max-response-bytes`); default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`]. A larger answer fails the request with `too_large`.
     pub max_response_bytes: usize,
-    /// See [`OtlpConfig::max_points_per_request`].
+    /// Data points per export request at most; a push with more is sent as several requests
+    /// (see [`super::OtlpSink`]). Default [`DEFAULT_MAX_POINTS_PER_REQUEST`].
     pub max_points_per_request: usize,
 }
 
@@ -285,7 +263,7 @@ fn read_pem(option: &'static str, path: &Path, want: Pem) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-impl OtlpConfig {
+impl OtlpOptions {
     /// The endpoint: explicit, else the signal variable, else the generic one (a base URL), else
     /// the protocol's default.
     fn resolve_endpoint(
@@ -293,7 +271,11 @@ impl OtlpConfig {
         env: &dyn Fn(&str) -> Option<String>,
         protocol: OtlpProtocol,
     ) -> Result<String> {
-        let endpoint = match self.endpoint.as_deref().filter(|s| !s.trim().is_empty()) {
+        let endpoint = match self
+            .otlp_endpoint
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
             Some(e) => parse_endpoint("otlp endpoint", e.trim())?,
             None => {
                 let signal = env_name(ENV_PREFIX_METRICS, "ENDPOINT");
@@ -329,7 +311,9 @@ impl OtlpConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Vec<(String, String)>> {
         let mut explicit_headers = Vec::new();
-        for item in self.headers.iter().filter(|s| !s.trim().is_empty()) {
+        // `--otlp-headers`: comma-separated items.
+        let items = self.otlp_headers.iter().flat_map(|h| h.split(','));
+        for item in items.map(str::trim).filter(|s| !s.is_empty()) {
             explicit_headers.push(parse_header("otlp header", item)?);
         }
         // The environment's headers come from the signal variable, else the generic one (as
@@ -366,13 +350,13 @@ impl OtlpConfig {
                 _ => env_pair(env, suffix).map(|(name, v)| (name, PathBuf::from(v))),
             })
         };
-        let ca = file(&self.ca_file, "otlp CA file", "CERTIFICATE")?;
+        let ca = file(&self.otlp_ca_file, "otlp CA file", "CERTIFICATE")?;
         let cert = file(
-            &self.client_cert_file,
+            &self.otlp_client_cert,
             "otlp client certificate",
             "CLIENT_CERTIFICATE",
         )?;
-        let key = file(&self.client_key_file, "otlp client key", "CLIENT_KEY")?;
+        let key = file(&self.otlp_client_key, "otlp client key", "CLIENT_KEY")?;
         let ca_pem = ca
             .map(|(o, p)| read_pem(o, &p, Pem::Certificates))
             .transpose()?;
@@ -394,8 +378,8 @@ impl OtlpConfig {
     }
 
     /// The answer cap and the points per request.
-    fn resolve_limits(&self) -> Result<(usize, usize)> {
-        let max_response_bytes = match self.max_response_bytes {
+    fn resolve_limits(&self, bounds: OtlpBounds) -> Result<(usize, usize)> {
+        let max_response_bytes = match bounds.max_response_bytes {
             Some(0) => {
                 return Err(config_err(
                     "--max-response-bytes",
@@ -406,7 +390,7 @@ impl OtlpConfig {
             Some(n) => n,
             None => DEFAULT_MAX_RESPONSE_BYTES,
         };
-        let max_points_per_request = match self.max_points_per_request {
+        let max_points_per_request = match self.otlp_max_points_per_request {
             Some(n) if n == 0 || n > 10_000_000 => {
                 return Err(config_err(
                     "--otlp-max-points-per-request",
@@ -420,16 +404,20 @@ impl OtlpConfig {
         Ok((max_response_bytes, max_points_per_request))
     }
 
-    /// Validates and resolves against the process environment.
-    pub fn resolve(&self) -> Result<OtlpSettings> {
-        self.resolve_with(&|name| std::env::var(name).ok())
-    }
-
-    /// Validates and resolves, reading the environment through `env` (for tests). Explicit
-    /// settings win; then `OTEL_EXPORTER_OTLP_METRICS_*`; then `OTEL_EXPORTER_OTLP_*`; then
-    /// the defaults.
-    pub fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<OtlpSettings> {
-        let protocol = match self.protocol.as_deref().filter(|s| !s.trim().is_empty()) {
+    /// [`OtlpOptions::resolve`], reading the environment through `env` (for tests): checks
+    /// the options ([`OtlpOptions::check`]), then resolves them. Explicit settings win; then
+    /// `OTEL_EXPORTER_OTLP_METRICS_*`; then `OTEL_EXPORTER_OTLP_*`; then the defaults.
+    pub fn resolve_with(
+        self,
+        bounds: OtlpBounds,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<OtlpConfig> {
+        self.check()?;
+        let protocol = match self
+            .otlp_protocol
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
             Some(p) => parse_protocol("otlp protocol", p)?,
             None => match env_pair(env, "PROTOCOL") {
                 Some((name, v)) => parse_protocol(name, &v)?,
@@ -441,7 +429,11 @@ impl OtlpConfig {
 
         let headers = self.resolve_headers(env)?;
 
-        let compression = match self.compression.as_deref().filter(|s| !s.trim().is_empty()) {
+        let compression = match self
+            .otlp_compression
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
             Some(c) => parse_compression("otlp compression", c)?,
             None => match env_pair(env, "COMPRESSION") {
                 Some((name, v)) => parse_compression(name, &v)?,
@@ -449,7 +441,7 @@ impl OtlpConfig {
             },
         };
 
-        let timeout = match self.timeout {
+        let timeout = match bounds.timeout {
             Some(t) if t.is_zero() => {
                 return Err(config_err("otlp timeout", "0", "must be more than zero"));
             }
@@ -479,9 +471,9 @@ impl OtlpConfig {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
 
-        let (max_response_bytes, max_points_per_request) = self.resolve_limits()?;
+        let (max_response_bytes, max_points_per_request) = self.resolve_limits(bounds)?;
 
-        Ok(OtlpSettings {
+        Ok(OtlpConfig {
             max_response_bytes,
             max_points_per_request,
             protocol,
@@ -632,7 +624,7 @@ impl OtlpResource {
     /// `telemetry.sdk.version` ours), then [`OtlpResource::attributes`], then
     /// `OTEL_RESOURCE_ATTRIBUTES` (replacing attributes of the same key), then
     /// `OTEL_SERVICE_NAME` (replacing `service.name`). Each key once, in that order.
-    pub(super) fn build(&self, settings: &OtlpSettings) -> Vec<(String, String)> {
+    pub(super) fn build(&self, config: &OtlpConfig) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         let mut set = |k: String, v: String| match out.iter_mut().find(|(ok, _)| *ok == k) {
             Some(slot) => slot.1 = v,
@@ -647,10 +639,10 @@ impl OtlpResource {
         for a in self.attributes() {
             set(a.key, a.value);
         }
-        for (k, v) in &settings.resource_attributes {
+        for (k, v) in &config.resource_attributes {
             set(k.clone(), v.clone());
         }
-        if let Some(name) = &settings.service_name {
+        if let Some(name) = &config.service_name {
             set("service.name".into(), name.clone());
         }
         out
@@ -672,7 +664,10 @@ mod tests {
 
     #[test]
     fn settings_fall_back_to_the_environment_then_defaults() {
-        let s = OtlpConfig::default().resolve_with(&env_of(&[])).unwrap();
+        let none = OtlpBounds::default();
+        let s = OtlpOptions::default()
+            .resolve_with(none, &env_of(&[]))
+            .unwrap();
         assert_eq!(s.protocol, OtlpProtocol::Grpc);
         assert_eq!(s.endpoint, "http://localhost:4317");
         assert_eq!(s.timeout, DEFAULT_TIMEOUT);
@@ -688,7 +683,7 @@ mod tests {
             ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod"),
             ("OTEL_SERVICE_NAME", "probe-eu"),
         ]);
-        let s = OtlpConfig::default().resolve_with(&env).unwrap();
+        let s = OtlpOptions::default().resolve_with(none, &env).unwrap();
         assert_eq!(s.protocol, OtlpProtocol::HttpProtobuf);
         assert_eq!(s.endpoint, "http://collector:4318/v1/metrics");
         assert_eq!(s.timeout, Duration::from_millis(2500));
@@ -700,18 +695,22 @@ mod tests {
         assert_eq!(s.service_name.as_deref(), Some("probe-eu"));
 
         // Explicit settings win; the signal endpoint is used as is.
-        let cfg = OtlpConfig {
-            protocol: Some("grpc".into()),
-            endpoint: Some("https://otel.example:4317".into()),
-            headers: vec!["a=2".into(), "c=3".into()],
-            timeout: Some(Duration::from_secs(3)),
-            compression: Some("none".into()),
+        let opts = OtlpOptions {
+            otlp_protocol: Some("grpc".into()),
+            otlp_endpoint: Some("https://otel.example:4317".into()),
+            otlp_headers: Some("a=2, c=3".into()),
+            otlp_compression: Some("none".into()),
             ..Default::default()
         };
-        let s = cfg.resolve_with(&env).unwrap();
+        let bounds = OtlpBounds {
+            timeout: Some(Duration::from_secs(3)),
+            max_response_bytes: Some(1 << 20),
+        };
+        let s = opts.resolve_with(bounds, &env).unwrap();
         assert_eq!(s.protocol, OtlpProtocol::Grpc);
         assert_eq!(s.endpoint, "https://otel.example:4317");
         assert_eq!(s.timeout, Duration::from_secs(3));
+        assert_eq!(s.max_response_bytes, 1 << 20);
         assert_eq!(s.compression, OtlpCompression::None);
         // Same key: the explicit value.
         assert_eq!(
@@ -726,33 +725,33 @@ mod tests {
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
             "http://c:4318/custom/path",
         )]);
-        let cfg = OtlpConfig {
-            protocol: Some("http/protobuf".into()),
+        let opts = OtlpOptions {
+            otlp_protocol: Some("http/protobuf".into()),
             ..Default::default()
         };
         assert_eq!(
-            cfg.resolve_with(&env).unwrap().endpoint,
+            opts.resolve_with(none, &env).unwrap().endpoint,
             "http://c:4318/custom/path"
         );
     }
 
     #[test]
     fn bad_values_are_config_errors_naming_their_source() {
-        let bad = |cfg: OtlpConfig, env: &[(&str, &str)]| -> (String, String) {
-            match cfg.resolve_with(&env_of(env)) {
+        let bad = |opts: OtlpOptions, env: &[(&str, &str)]| -> (String, String) {
+            match opts.resolve_with(OtlpBounds::default(), &env_of(env)) {
                 Err(Error::Config { option, value, .. }) => (option.to_string(), value),
                 other => panic!("expected a config error, got {other:?}"),
             }
         };
-        let proto = |p: &str| OtlpConfig {
-            protocol: Some(p.into()),
+        let proto = |p: &str| OtlpOptions {
+            otlp_protocol: Some(p.into()),
             ..Default::default()
         };
         assert_eq!(bad(proto("udp"), &[]).0, "otlp protocol");
         assert_eq!(bad(proto("http/json"), &[]).0, "otlp protocol");
         assert_eq!(
             bad(
-                OtlpConfig::default(),
+                OtlpOptions::default(),
                 &[("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "thrift")]
             ),
             (
@@ -760,8 +759,8 @@ mod tests {
                 "thrift".into()
             )
         );
-        let headers = |h: &str| OtlpConfig {
-            headers: vec![h.into()],
+        let headers = |h: &str| OtlpOptions {
+            otlp_headers: Some(h.into()),
             ..Default::default()
         };
         assert_eq!(bad(headers("novalue"), &[]).0, "otlp header");
@@ -769,56 +768,67 @@ mod tests {
         assert_eq!(bad(headers("k=a\nb"), &[]).0, "otlp header");
         assert_eq!(
             bad(
-                OtlpConfig::default(),
+                OtlpOptions::default(),
                 &[("OTEL_EXPORTER_OTLP_HEADERS", "x=1,oops")]
             )
             .0,
             "OTEL_EXPORTER_OTLP_HEADERS"
         );
-        let endpoint = |e: &str| OtlpConfig {
-            endpoint: Some(e.into()),
+        let endpoint = |e: &str| OtlpOptions {
+            otlp_endpoint: Some(e.into()),
             ..Default::default()
         };
         assert_eq!(bad(endpoint("localhost:4317"), &[]).0, "otlp endpoint");
         assert_eq!(bad(endpoint("ftp://x"), &[]).0, "otlp endpoint");
         assert_eq!(
             bad(
-                OtlpConfig::default(),
+                OtlpOptions::default(),
                 &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]
             )
             .0,
             "OTEL_EXPORTER_OTLP_TIMEOUT"
         );
-        let comp = OtlpConfig {
-            compression: Some("zstd".into()),
+        let comp = OtlpOptions {
+            otlp_compression: Some("zstd".into()),
             ..Default::default()
         };
         assert_eq!(bad(comp, &[]).0, "otlp compression");
-        let half = OtlpConfig {
-            client_cert_file: Some("/nonexistent".into()),
+        // The options' own checks come first: a missing file, half a client pair.
+        let half = OtlpOptions {
+            otlp_client_cert: Some("/nonexistent".into()),
             ..Default::default()
         };
-        assert_eq!(bad(half, &[]).0, "otlp client certificate");
+        assert_eq!(bad(half, &[]).0, "--otlp-client-cert");
+        let missing_ca = OtlpOptions {
+            otlp_ca_file: Some("/nonexistent/ca.pem".into()),
+            ..Default::default()
+        };
+        assert_eq!(bad(missing_ca, &[]).0, "--otlp-ca-file");
         let dir = tempfile::tempdir().unwrap();
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a certificate").unwrap();
-        let junk_ca = OtlpConfig {
-            ca_file: Some(junk.clone()),
+        let junk_ca = OtlpOptions {
+            otlp_ca_file: Some(junk.clone()),
             ..Default::default()
         };
         assert_eq!(bad(junk_ca, &[]).0, "otlp CA file");
-        let junk_key = OtlpConfig {
-            client_cert_file: Some(junk.clone()),
-            client_key_file: Some(junk),
+        let junk_key = OtlpOptions {
+            otlp_client_cert: Some(junk.clone()),
+            otlp_client_key: Some(junk.clone()),
             ..Default::default()
         };
         assert_eq!(bad(junk_key, &[]).0, "otlp client certificate");
+        // From the environment only: half a pair, a file that cannot be read.
+        let env_half = [("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/nonexistent")];
+        assert_eq!(
+            bad(OtlpOptions::default(), &env_half).0,
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY"
+        );
         assert!(matches!(
-            OtlpConfig {
-                ca_file: Some("/nonexistent/ca.pem".into()),
-                ..Default::default()
-            }
-            .resolve_with(&env_of(&[])),
+            OtlpOptions::default().resolve_with(
+                OtlpBounds::default(),
+                &env_of(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")])
+            ),
             Err(Error::Io { .. })
         ));
     }

@@ -2,7 +2,7 @@
 //! built here from opentelemetry-proto's generated types, and sends them over OTLP/gRPC (our
 //! own tonic channel and opentelemetry-proto's generated `MetricsServiceClient`) or
 //! OTLP/HTTP with binary protobuf bodies (our reqwest client), in requests of at most
-//! [`OtlpSettings::max_points_per_request`] data points (see "Requests" below).
+//! [`OtlpConfig::max_points_per_request`] data points (see "Requests" below).
 //!
 //! No OpenTelemetry SDK is involved: the snapshot already holds the values the receiver must
 //! get (it is the one `/metrics` serves), so the sink writes the protocol messages itself.
@@ -52,7 +52,7 @@
 //!
 //! ## Answers
 //! The receiver's answer is read through the same byte cap as every other answer
-//! (`--max-response-bytes`, [`OtlpSettings::max_response_bytes`]): over OTLP/HTTP with
+//! (`--max-response-bytes`, [`OtlpConfig::max_response_bytes`]): over OTLP/HTTP with
 //! [`crate::shared::limit::read_capped`] (a larger `Content-Length` is refused before reading), over
 //! gRPC with tonic's decoding limit. An answer over the cap fails the request with reason
 //! `too_large` (counted in `kube_prober_sink_failures_total`); the receiver did answer, so the
@@ -61,9 +61,9 @@
 //! OpenTelemetry exporters.
 //!
 //! ## Settings and the environment
-//! Each setting of [`OtlpConfig`] that is unset falls back to `OTEL_EXPORTER_OTLP_METRICS_*`,
-//! then `OTEL_EXPORTER_OTLP_*`, then the default; [`OtlpConfig::resolve`] does this and turns
-//! every bad value into `Error::Config` naming the flag or variable. Nothing else reads those
+//! Each of the [`OtlpOptions`] that is unset falls back to `OTEL_EXPORTER_OTLP_METRICS_*`,
+//! then `OTEL_EXPORTER_OTLP_*`, then the default; [`OtlpOptions::resolve`] does this into the
+//! [`OtlpConfig`] the sink takes and turns every bad value into `Error::Config` naming the flag or variable. Nothing else reads those
 //! variables: the headers sent are the resolved ones (the environment's, an explicit header
 //! replacing one of the same name), compression is exactly the resolved setting.
 //! `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` is not honoured: always cumulative.
@@ -97,14 +97,15 @@ use crate::shared::limit::{ReadError, read_capped};
 
 mod config;
 pub mod options;
+pub mod start;
 mod table;
-pub use options::OtlpOptions;
+pub use options::{OtlpBounds, OtlpOptions};
 
 pub use crate::outputs::families::{Derivation, OTLP_METRICS, OtelKind, OtelMetric};
 use config::config_err;
 pub use config::{
     DEFAULT_MAX_POINTS_PER_REQUEST, DEFAULT_TIMEOUT, OtlpCompression, OtlpConfig, OtlpProtocol,
-    OtlpResource, OtlpSettings, OtlpTls,
+    OtlpResource, OtlpTls,
 };
 pub use table::attribute_key;
 
@@ -146,7 +147,7 @@ pub struct OtlpSink {
     start_time_unix_nano: u64,
     /// One push at a time (the connector's `last_error` belongs to it).
     push_lock: tokio::sync::Mutex<()>,
-    settings: OtlpSettings,
+    config: OtlpConfig,
     /// Filled by the gRPC channel's connector when it could not connect.
     last_error: LastError,
 }
@@ -154,8 +155,8 @@ pub struct OtlpSink {
 impl std::fmt::Debug for OtlpSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OtlpSink")
-            .field("protocol", &self.settings.protocol)
-            .field("endpoint", &self.settings.endpoint)
+            .field("protocol", &self.config.protocol)
+            .field("endpoint", &self.config.endpoint)
             .field("start_time_unix_nano", &self.start_time_unix_nano)
             .finish()
     }
@@ -249,7 +250,7 @@ impl tower_service::Service<http::Uri> for WatchedConnector {
     }
 }
 
-fn build_transport(s: &OtlpSettings, last_error: &LastError) -> Result<Transport> {
+fn build_transport(s: &OtlpConfig, last_error: &LastError) -> Result<Transport> {
     let https = s.endpoint.starts_with("https://");
     if !https && tls_files_given(&s.tls) {
         tracing::warn!(
@@ -264,7 +265,7 @@ fn build_transport(s: &OtlpSettings, last_error: &LastError) -> Result<Transport
 }
 
 /// OTLP/gRPC: a lazily connected tonic channel with the headers as metadata.
-fn grpc_transport(s: &OtlpSettings, https: bool, last_error: &LastError) -> Result<Transport> {
+fn grpc_transport(s: &OtlpConfig, https: bool, last_error: &LastError) -> Result<Transport> {
     let mut metadata = tonic::metadata::MetadataMap::new();
     for (k, v) in &s.headers {
         let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
@@ -305,7 +306,7 @@ fn grpc_transport(s: &OtlpSettings, https: bool, last_error: &LastError) -> Resu
 }
 
 /// OTLP/HTTP: a reqwest client with the TLS files and the headers.
-fn http_transport(s: &OtlpSettings, https: bool) -> Result<Transport> {
+fn http_transport(s: &OtlpConfig, https: bool) -> Result<Transport> {
     let mut client = reqwest::Client::builder()
         .timeout(s.timeout)
         .user_agent(concat!("kube-prober/", env!("CARGO_PKG_VERSION")));
@@ -365,19 +366,14 @@ fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
 type Sent = (bool, std::result::Result<(), (String, String)>);
 
 impl OtlpSink {
-    /// Resolves `config` against the process environment and builds the sink. Must be called
-    /// inside a Tokio runtime (the gRPC channel is created lazily on it).
-    pub fn new(config: &OtlpConfig, resource: &OtlpResource) -> Result<Self> {
-        Self::from_settings(config.resolve()?, resource)
-    }
-
-    /// Builds the sink from resolved settings. Its start time (that of every cumulative
-    /// point it sends) is now.
-    pub fn from_settings(settings: OtlpSettings, resource: &OtlpResource) -> Result<Self> {
+    /// Builds the sink from its config. Its start time (that of every cumulative point it
+    /// sends) is now. Must be called inside a Tokio runtime (the gRPC channel is created
+    /// lazily on it).
+    pub fn new(config: OtlpConfig, resource: &OtlpResource) -> Result<Self> {
         let last_error = LastError::default();
-        let transport = build_transport(&settings, &last_error)?;
+        let transport = build_transport(&config, &last_error)?;
         let attributes = resource
-            .build(&settings)
+            .build(&config)
             .into_iter()
             .map(|(k, v)| string_kv(k, v))
             .collect();
@@ -390,13 +386,13 @@ impl OtlpSink {
             start_time_unix_nano: unix_nanos(SystemTime::now()),
             push_lock: tokio::sync::Mutex::new(()),
             last_error,
-            settings,
+            config,
         })
     }
 
-    /// The settings in use.
-    pub fn settings(&self) -> &OtlpSettings {
-        &self.settings
+    /// The config in use.
+    pub fn config(&self) -> &OtlpConfig {
+        &self.config
     }
 
     /// The start time every cumulative point of this sink carries (Unix nanoseconds).
@@ -501,10 +497,10 @@ impl OtlpSink {
 
     /// Sends one request over the configured transport.
     async fn export(&self, request: ExportMetricsServiceRequest, points: u64) -> Sent {
-        let timeout = self.settings.timeout;
+        let timeout = self.config.timeout;
         // A little over the client's own timeout, so its error (with details) wins.
         let limit = timeout + Duration::from_millis(500);
-        let endpoint = &self.settings.endpoint;
+        let endpoint = &self.config.endpoint;
         let sent = match &self.transport {
             Transport::Grpc { client, metadata } => {
                 if let Ok(mut last) = self.last_error.lock() {
@@ -552,7 +548,7 @@ impl OtlpSink {
     ) -> Sent {
         let status = match result {
             Ok(response) => {
-                log_partial_success(&self.settings.endpoint, &response);
+                log_partial_success(&self.config.endpoint, &response);
                 return (true, Ok(()));
             }
             Err(status) => status,
@@ -576,12 +572,12 @@ impl OtlpSink {
                     "too_large".into(),
                     format!(
                         "{message} (the answer is larger than the {}-byte limit, --max-response-bytes)",
-                        self.settings.max_response_bytes
+                        self.config.max_response_bytes
                     ),
                 )),
             );
         }
-        let reason = grpc_reason(&status, self.settings.endpoint.starts_with("https://"));
+        let reason = grpc_reason(&status, self.config.endpoint.starts_with("https://"));
         // A failed connect, and failures tonic makes up itself (TLS, broken connection, its
         // own timeout), never had an answer.
         let answered = connect.is_none() && !matches!(reason, "tls" | "transport" | "timeout");
@@ -604,9 +600,9 @@ impl OtlpSink {
             }
         };
         let mut builder = client
-            .post(&self.settings.endpoint)
+            .post(&self.config.endpoint)
             .header(http::header::CONTENT_TYPE, "application/x-protobuf");
-        if self.settings.compression == OtlpCompression::Gzip {
+        if self.config.compression == OtlpCompression::Gzip {
             builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
         }
         // Set last: an explicit header replaces what the client would send itself.
@@ -630,11 +626,11 @@ impl OtlpSink {
         }
     }
 
-    /// The request as protobuf, gzipped when the settings say so.
+    /// The request as protobuf, gzipped when the config says so.
     fn http_body(&self, request: ExportMetricsServiceRequest) -> std::io::Result<Vec<u8>> {
         let body = request.encode_to_vec();
         drop(request);
-        if self.settings.compression != OtlpCompression::Gzip {
+        if self.config.compression != OtlpCompression::Gzip {
             return Ok(body);
         }
         use std::io::Write as _;
@@ -648,7 +644,7 @@ impl OtlpSink {
     /// What the receiver's answer says: its status and body (read up to the answer limit).
     async fn http_answer(&self, response: reqwest::Response) -> Sent {
         let status = response.status();
-        let body = match read_capped(response, self.settings.max_response_bytes).await {
+        let body = match read_capped(response, self.config.max_response_bytes).await {
             Ok(b) => b,
             Err(ReadError::TooLarge(t)) => {
                 return (
@@ -695,7 +691,7 @@ impl OtlpSink {
         // An empty or undecodable 2xx body is still a success (the spec's receivers answer
         // with a message, but the data was accepted).
         if let Ok(response) = ExportMetricsServiceResponse::decode(body) {
-            log_partial_success(&self.settings.endpoint, &response);
+            log_partial_success(&self.config.endpoint, &response);
         }
         (true, Ok(()))
     }
@@ -844,7 +840,7 @@ impl Sink for OtlpSink {
                 }
             })
             .collect();
-        let max = self.settings.max_points_per_request.max(1);
+        let max = self.config.max_points_per_request.max(1);
         let mut sent = PushReport::default();
         self.send(instance, histograms, time, &mut sent).await?;
         while let Some(batch) = next_batch(&mut rows, max) {
@@ -1142,13 +1138,13 @@ mod tests {
     /// such values is not sent at all (it has no points).
     #[tokio::test]
     async fn non_finite_values_are_left_out() {
-        let settings = OtlpConfig {
-            endpoint: Some("http://127.0.0.1:9".into()),
+        let config = OtlpOptions {
+            otlp_endpoint: Some("http://127.0.0.1:9".into()),
             ..Default::default()
         }
-        .resolve_with(&|_| None)
-        .expect("settings");
-        let sink = OtlpSink::from_settings(settings, &OtlpResource::default()).expect("sink");
+        .resolve_with(OtlpBounds::default(), &|_| None)
+        .expect("config");
+        let sink = OtlpSink::new(config, &OtlpResource::default()).expect("sink");
         let gauge = OTLP_METRICS
             .iter()
             .position(|m| m.kind == OtelKind::Gauge)
@@ -1190,18 +1186,18 @@ mod tests {
 
     #[test]
     fn every_cumulative_point_of_a_request_has_the_sinks_start_time() {
-        let settings = OtlpConfig {
-            endpoint: Some("http://127.0.0.1:9".into()),
+        let config = OtlpOptions {
+            otlp_endpoint: Some("http://127.0.0.1:9".into()),
             ..Default::default()
         }
-        .resolve_with(&|_| None)
-        .expect("settings");
+        .resolve_with(OtlpBounds::default(), &|_| None)
+        .expect("config");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         let _guard = rt.enter();
-        let sink = OtlpSink::from_settings(settings, &OtlpResource::default()).expect("sink");
+        let sink = OtlpSink::new(config, &OtlpResource::default()).expect("sink");
         let start = sink.start_time_unix_nano();
         assert!(start > 0);
         let mut batch: Vec<Rows> = vec![Vec::new(); OTLP_METRICS.len()];

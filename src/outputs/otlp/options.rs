@@ -1,8 +1,9 @@
-//! The OTLP output's options (`--otlp-*`), resolved into the [`OtlpConfig`] the sink starts
-//! from; what they leave unset falls back to the `OTEL_EXPORTER_OTLP_*` variables when the sink
-//! starts ([`OtlpConfig::resolve`]).
+//! The OTLP output's options (`--otlp-*`), resolved into the [`OtlpConfig`] the sink takes;
+//! what they leave unset falls back to the `OTEL_EXPORTER_OTLP_*` variables
+//! ([`OtlpOptions::resolve`]).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::OtlpConfig;
 use crate::shared::error::Result;
@@ -66,10 +67,19 @@ crate::merge_options!(OtlpOptions {
     otlp_max_points_per_request
 });
 
+/// What the OTLP output's resolution takes from other components' options: the request
+/// timeout (the root sets it below `--sink-timeout`) and the answer cap (`--max-response-bytes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OtlpBounds {
+    /// `None`: `$OTEL_EXPORTER_OTLP_(METRICS_)TIMEOUT`, else [`DEFAULT_TIMEOUT`](super::DEFAULT_TIMEOUT).
+    pub timeout: Option<Duration>,
+    /// `None`: [`DEFAULT_MAX_RESPONSE_BYTES`](crate::shared::limit::DEFAULT_MAX_RESPONSE_BYTES).
+    pub max_response_bytes: Option<usize>,
+}
+
 impl OtlpOptions {
-    /// Checks the files and the client-certificate pair; the request timeout and the answer cap
-    /// are the root's to set (they come from `--sink-timeout` and `--max-response-bytes`).
-    pub fn resolve(self) -> Result<OtlpConfig> {
+    /// The files and the client-certificate pair, checked whether or not the sink runs.
+    pub fn check(&self) -> Result<()> {
         for (option, path) in [
             ("--otlp-ca-file", &self.otlp_ca_file),
             ("--otlp-client-cert", &self.otlp_client_cert),
@@ -88,23 +98,14 @@ impl OtlpOptions {
                 "a client certificate needs --otlp-client-key, and the other way round",
             ));
         }
-        Ok(OtlpConfig {
-            protocol: self.otlp_protocol,
-            endpoint: self.otlp_endpoint,
-            headers: self
-                .otlp_headers
-                .iter()
-                .flat_map(|h| h.split(','))
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-                .collect(),
-            ca_file: self.otlp_ca_file,
-            client_cert_file: self.otlp_client_cert,
-            client_key_file: self.otlp_client_key,
-            compression: self.otlp_compression,
-            timeout: None,
-            max_response_bytes: None,
-            max_points_per_request: self.otlp_max_points_per_request,
-        })
+        Ok(())
+    }
+
+    /// The sink's config: the options checked, what they leave unset taken from the
+    /// `OTEL_EXPORTER_OTLP_*` variables of the process, then the defaults; the files read.
+    /// `bounds` are the root's to set (they come from `--sink-timeout` and
+    /// `--max-response-bytes`).
+    pub fn resolve(self, bounds: OtlpBounds) -> Result<OtlpConfig> {
+        self.resolve_with(bounds, &|name| std::env::var(name).ok())
     }
 }

@@ -71,6 +71,26 @@ async fn push_once<S: Sink>(
     );
 }
 
+/// Starts `sink` on its own ticker in a task of its own ([`run_sink`]), pushing the bodies
+/// `published` holds, recording into `provider`, until `cancel`.
+pub fn spawn<S: Sink>(
+    sink: Arc<S>,
+    schedule: SinkSchedule,
+    published: &watch::Receiver<Arc<Published>>,
+    provider: Arc<dyn Provider>,
+    leadership: &Leadership,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(run_sink(
+        sink,
+        schedule,
+        published.clone(),
+        provider,
+        leadership.clone(),
+        cancel.clone(),
+    ))
+}
+
 /// Runs `sink` until `cancel`, then makes the final push. A push of cluster-level series that
 /// is running when the Lease is lost is aborted at once and counted as `lost_lease`.
 pub async fn run_sink<S: Sink>(

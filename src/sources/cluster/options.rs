@@ -140,6 +140,18 @@ pub enum ShardMode {
     StatefulSet { statefulset: String, ordinal: u32 },
 }
 
+impl ShardMode {
+    /// This instance's shard index (the StatefulSet ordinal), `None` unsharded. It never
+    /// changes while the process runs.
+    pub fn index(&self) -> Option<u32> {
+        match self {
+            ShardMode::Off => None,
+            ShardMode::Static(s) => Some(s.index),
+            ShardMode::StatefulSet { ordinal, .. } => Some(*ordinal),
+        }
+    }
+}
+
 /// What the cluster role watches and emits, as resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScopeConfig {

@@ -77,6 +77,19 @@ impl MetricsProvider {
     }
 }
 
+/// What is checked before anything starts: `--procfs` (`procfs`) must be a directory when the
+/// host backend reads it.
+pub fn check(kind: MetricsProvider, procfs: &Path) -> Result<()> {
+    if kind == MetricsProvider::Host && !procfs.is_dir() {
+        return Err(Error::Config {
+            option: "--procfs",
+            value: procfs.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Builds `backend` and runs it until `cancel`; the task and the name its runs are recorded
 /// under.
 pub fn spawn(

@@ -111,7 +111,7 @@ pub(super) fn start_selection(
     kube_client: Option<&kube::Client>,
     cancel: &CancellationToken,
 ) -> Result<Option<JoinHandle<()>>> {
-    store.set_excluded_families(cfg.excluded_families.clone());
+    store.set_excluded_families(cfg.select.excluded_families.clone());
     store.set_stale_after(cfg.watcher.max_age);
     crate::sources::cluster::shard::start(
         &cfg.scope.shard,

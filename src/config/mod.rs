@@ -10,7 +10,6 @@
 pub mod cli;
 pub mod instance;
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -22,7 +21,7 @@ use crate::k8s::role::Role;
 use crate::outputs::gcm::{GcmConfig, GcmOptions};
 use crate::outputs::otlp::{OtlpBounds, OtlpConfig, OtlpOptions};
 use crate::outputs::push::{PushOptions, SinkKind};
-use crate::outputs::select::SelectOptions;
+use crate::outputs::select::{SelectConfig, SelectOptions};
 use crate::outputs::watcher::{WatcherConfig, WatcherOptions};
 use crate::serve::options::{ServeConfig, ServeOptions};
 use crate::shared::error::{Error, Result};
@@ -231,8 +230,8 @@ pub struct Config {
     pub scope: ScopeConfig,
     /// How the pod watcher estimates the load of just-bound pods.
     pub estimate: EstimateConfig,
-    /// Families `--metric-allowlist`/`--metric-denylist` leave out.
-    pub excluded_families: BTreeSet<String>,
+    /// Which families `--metric-allowlist`/`--metric-denylist` leave out.
+    pub select: SelectConfig,
 }
 
 impl Config {
@@ -257,7 +256,7 @@ impl Config {
         let task = o.task.resolve(o.kubelet)?;
         let scope = o.scope.resolve()?;
         let estimate = o.estimate.resolve()?;
-        let excluded_families = o.select.resolve()?;
+        let select = o.select.resolve()?;
         let workloads = o.workloads.resolve()?;
         let i = o.instance.resolve()?;
         let s = o.schedule.resolve()?;
@@ -285,7 +284,7 @@ impl Config {
             limit,
             scope,
             estimate,
-            excluded_families,
+            select,
         })
     }
 
@@ -802,7 +801,7 @@ mod tests {
         let opt_in = crate::outputs::families::OPT_IN
             .iter()
             .map(|f| f.name.to_string());
-        assert_eq!(c.excluded_families, opt_in.collect());
+        assert_eq!(c.select.excluded_families, opt_in.collect());
         let cli = |shard: Option<&str>, total: Option<&str>| {
             flags(|o| {
                 o.scope.shard = shard.map(str::to_string);
@@ -824,7 +823,7 @@ mod tests {
             ShardMode::Static(Shard { index: 1, total: 4 })
         );
         assert_eq!(
-            c.excluded_families.iter().collect::<Vec<_>>(),
+            c.select.excluded_families.iter().collect::<Vec<_>>(),
             [
                 "kube_prober_node_condition",
                 "kube_prober_node_usage_quantile_ratio"

@@ -234,17 +234,27 @@ crate::merge_options!(SelectOptions {
     metric_denylist
 });
 
+/// The resolved metric selection: what `--metric-allowlist`/`--metric-denylist` leave out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SelectConfig {
+    /// The families left out (the opt-in ones unless the allowlist names them).
+    pub excluded_families: BTreeSet<String>,
+}
+
 impl SelectOptions {
     /// The families to leave out; a bad list is an error naming the flag that holds it.
-    pub fn resolve(self) -> crate::shared::error::Result<BTreeSet<String>> {
+    pub fn resolve(self) -> crate::shared::error::Result<SelectConfig> {
         let (allow, deny) = (self.metric_allowlist, self.metric_denylist);
-        excluded_families(allow.as_deref(), deny.as_deref()).map_err(|reason| {
+        let excluded = excluded_families(allow.as_deref(), deny.as_deref()).map_err(|reason| {
             let (option, value) = match (&allow, &deny) {
                 (Some(a), None) => ("--metric-allowlist", a.as_str()),
                 (None, Some(d)) => ("--metric-denylist", d.as_str()),
                 _ => ("--metric-allowlist", allow.as_deref().unwrap_or_default()),
             };
             crate::shared::options::invalid(option, value, reason)
+        })?;
+        Ok(SelectConfig {
+            excluded_families: excluded,
         })
     }
 }

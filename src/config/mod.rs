@@ -33,7 +33,7 @@ use crate::sources::cluster::estimate::EstimateConfig;
 use crate::sources::cluster::options::{
     EstimateOptions, ScopeConfig, ScopeOptions, WorkloadConfig, WorkloadOptions,
 };
-use crate::sources::probe::options::{ProbeOptions, ProbesConfig};
+use crate::sources::probe::options::{ProbeConfig, ProbeOptions};
 use crate::sources::task::options::{KubeletOptions, TaskConfig, TaskOptions};
 use crate::sources::usage::options::{BackendOptions, UsageConfig, UsageOptions};
 
@@ -220,7 +220,7 @@ pub struct Config {
     pub watcher: WatcherConfig,
     /// Where addons are looked for.
     pub workloads: WorkloadConfig,
-    pub probes: ProbesConfig,
+    pub probes: ProbeConfig,
     pub sinks: SinksConfig,
     pub serve: ServeConfig,
     pub task: TaskConfig,

@@ -1,5 +1,5 @@
 //! The probes' options (`--probe-*`, `--disable-probes`, the node role's kubelet and addon
-//! endpoints, and the config file's per-probe `probes:`), resolved into [`ProbesConfig`].
+//! endpoints, and the config file's per-probe `probes:`), resolved into [`ProbeConfig`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -84,7 +84,7 @@ pub const PROBE_NAMES: [&str; 8] = [
 
 /// When each probe runs, and what the configurable ones check.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProbesConfig {
+pub struct ProbeConfig {
     /// Probe name -> (interval, timeout); a disabled probe is absent.
     pub schedules: BTreeMap<String, (Duration, Duration)>,
     pub urls: Vec<String>,
@@ -99,7 +99,7 @@ fn url_ok(u: &str) -> bool {
 }
 
 impl ProbeOptions {
-    pub fn resolve(mut self) -> Result<ProbesConfig> {
+    pub fn resolve(mut self) -> Result<ProbeConfig> {
         let schedules = self.schedules()?;
         let urls = csv(&self.probe_urls.unwrap_or_default());
         if let Some(bad) = urls.iter().find(|u| !url_ok(u)) {
@@ -133,7 +133,7 @@ impl ProbeOptions {
                 })?;
             addon_endpoints.push((name.to_string(), url.to_string()));
         }
-        Ok(ProbesConfig {
+        Ok(ProbeConfig {
             schedules,
             urls,
             dns_names,

@@ -1,4 +1,4 @@
-//! The probes of a role, built from their resolved [`ProbesConfig`] and started on their
+//! The probes of a role, built from their resolved [`ProbeConfig`] and started on their
 //! schedules. The wiring hands over only what it alone knows ([`StartContext`]): the role,
 //! whether this instance runs probes at all, whether it is on GCE, and the API client.
 
@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::dns::DnsProbe;
 use super::http::HttpProbe;
 use super::kube::{ApiServerReadyProbe, MetricsServerProbe};
-use super::options::ProbesConfig;
+use super::options::ProbeConfig;
 use super::{Probe, Schedule, run};
 use crate::hub::Provider;
 use crate::k8s::role::Role;
@@ -36,7 +36,7 @@ pub struct StartContext<'a> {
 /// The probes of a role: cluster (metrics-server, cluster DNS, API server), node (kubelet, the
 /// metadata server on GCE, addon endpoints), and connectivity (URLs, DNS names) in every role.
 pub fn spawn(
-    cfg: &ProbesConfig,
+    cfg: &ProbeConfig,
     ctx: &StartContext<'_>,
     provider: &Arc<dyn Provider>,
     cancel: &CancellationToken,
@@ -72,7 +72,7 @@ pub fn spawn(
 
 /// Starts the probes of one [`spawn`].
 struct Starter<'a> {
-    cfg: &'a ProbesConfig,
+    cfg: &'a ProbeConfig,
     ctx: &'a StartContext<'a>,
     provider: &'a Arc<dyn Provider>,
     cancel: &'a CancellationToken,

@@ -476,7 +476,7 @@ proptest! {
                     .count();
                 prop_assert_eq!(unlabelled, want_unlabelled);
             }
-            Err(e) => prop_assert!(!e.is_empty()),
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
     }
 
@@ -528,13 +528,13 @@ proptest! {
             })
             .collect();
         let meta = serde_json::to_vec(&json!({"results": results})).unwrap();
-        let hosts = parse_metadata(&meta).map_err(TestCaseError::fail)?;
+        let hosts = parse_metadata(&meta).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let data: BTreeMap<&String, Value> = series
             .iter()
             .map(|(id, (_, points))| (id, json!(points)))
             .collect();
         let window = serde_json::to_vec(&json!({"data": data})).unwrap();
-        let means = parse_window(&window, &hosts).map_err(TestCaseError::fail)?;
+        let means = parse_window(&window, &hosts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let (lo, hi) = series
             .values()
             .flat_map(|(_, p)| p.iter().filter_map(|(_, v)| *v))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::{Client, RequestBuilder, StatusCode};
 
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 use crate::shared::retry_after::{MAX_RETRY_AFTER, retry_after};
 
 /// Where a token comes from.
@@ -93,11 +93,8 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-fn http_err(what: &str, reason: impl Into<String>) -> Error {
-    Error::Http {
-        what: what.to_string(),
-        reason: reason.into(),
-    }
+fn http_err(what: &str, cause: Cause) -> Error {
+    Error::http(what, cause)
 }
 
 impl HttpBackend {
@@ -121,7 +118,7 @@ impl HttpBackend {
         }
         let client = builder
             .build()
-            .map_err(|e| http_err("building the HTTP client", e.to_string()))?;
+            .map_err(|e| http_err("building the HTTP client", Cause::other(e)))?;
         Ok(HttpBackend { cfg, client })
     }
 
@@ -185,7 +182,7 @@ impl HttpBackend {
             } else {
                 "request failed"
             };
-            http_err(what, format!("{kind}: {e}"))
+            http_err(what, Cause::context(kind, e))
         })?;
         let status = resp.status();
         let asked = retry_after(status, resp.headers());
@@ -199,12 +196,9 @@ async fn read_body(what: &str, resp: reqwest::Response, limit: usize) -> Result<
     crate::shared::limit::read_capped(resp, limit)
         .await
         .map_err(|e| match e {
-            crate::shared::limit::ReadError::TooLarge(t) => Error::TooLarge {
-                what: what.to_string(),
-                reason: t.to_string(),
-            },
+            crate::shared::limit::ReadError::TooLarge(t) => Error::too_large(what, t),
             crate::shared::limit::ReadError::Read(e) => {
-                http_err(what, format!("reading the body: {e}"))
+                http_err(what, Cause::context("reading the body", e))
             }
         })
 }

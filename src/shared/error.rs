@@ -352,3 +352,99 @@ pub enum ParseError {
         what: &'static str,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// The messages read as they did when causes were strings.
+    #[test]
+    fn the_text_is_what_it_was() {
+        let json = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        let e = Error::parse("GET /x", Cause::context("not a PodList", json));
+        assert_eq!(
+            e.to_string(),
+            "GET /x: not a PodList: EOF while parsing an object at line 1 column 1"
+        );
+        let e = Error::too_large(
+            "LIST nodes",
+            Oversize::Item {
+                kind: "Node",
+                index: 3,
+                len: 70_000,
+                limit: 65_536,
+            },
+        );
+        assert_eq!(
+            e.to_string(),
+            "LIST nodes: Node 3: 70000 bytes, over the 65536-byte limit (--max-response-bytes)"
+        );
+        let status = Cause::Status {
+            code: 503,
+            body: "down".into(),
+        };
+        assert_eq!(Error::http("q", status).to_string(), "q: status 503: down");
+        let api = kube::core::Status::failure("no", "Forbidden").with_code(403);
+        let e = Error::http(
+            "LIST pods",
+            Cause::KubeClient(kube::Error::Api(api.boxed())),
+        );
+        assert_eq!(e.to_string(), "LIST pods: status 403 Forbidden: no");
+    }
+
+    /// A failed delete says what the run deleted before it, and keeps the gRPC status (its
+    /// code readable by type).
+    #[test]
+    fn a_grpc_failure_keeps_its_status_and_what_was_done_before() {
+        let denied = || tonic::Status::permission_denied("no");
+        let first = Error::http(
+            "delete a",
+            Cause::Grpc(GrpcFailure::new(denied()).after(vec![])),
+        );
+        assert_eq!(
+            first.to_string(),
+            "delete a: permission_denied: no (deleted before: none)"
+        );
+        let later = GrpcFailure::new(denied()).after(vec!["a".into(), "b".into()]);
+        let e = Error::http("delete c", Cause::Grpc(later));
+        assert_eq!(
+            e.to_string(),
+            "delete c: permission_denied: no (deleted before: a, b)"
+        );
+        let list = Error::http("list", Cause::Grpc(GrpcFailure::new(denied())));
+        assert_eq!(list.to_string(), "list: permission_denied: no");
+        let mut cur = e.source();
+        let mut code = None;
+        while let Some(c) = cur {
+            if let Some(s) = c.downcast_ref::<tonic::Status>() {
+                code = Some(s.code());
+            }
+            cur = c.source();
+        }
+        assert_eq!(code, Some(tonic::Code::PermissionDenied));
+    }
+
+    /// Boxed causes keep their concrete type one step down the chain.
+    #[test]
+    fn boxed_causes_are_found_by_type() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = Error::kube("in-cluster config", Cause::context("reading", io));
+        let cause = e.source().expect("the cause");
+        assert!(cause.is::<Cause>());
+        let io = cause
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
+        let cap = crate::shared::limit::TooLarge {
+            limit: 10,
+            what: "response body",
+        };
+        let e = Error::too_large("GET /x", cap.clone());
+        assert_eq!(crate::shared::limit::find_too_large(&e), Some(&cap));
+        assert_eq!(e.metric_label(), "too_large");
+    }
+}

@@ -292,4 +292,53 @@ mod tests {
             "no retry before the hour is up"
         );
     }
+
+    /// Past the cap the error is `TooLarge` holding the cap's own `TooLarge` (found by type in
+    /// the chain), not retried; a refused connection is `Http` with reqwest's error under it.
+    #[tokio::test]
+    async fn failures_keep_their_typed_cause() {
+        let (addr, st) = serve(vec![]).await;
+        let mut cfg = HttpConfig::new(&addr);
+        cfg.max_body_bytes = 0;
+        let b = HttpBackend::new(cfg).unwrap();
+        let url = b.url("/x");
+        let e = b
+            .send("test", "Authorization", bearer, |c| c.get(&url))
+            .await
+            .unwrap_err();
+        assert_eq!(e.metric_label(), "too_large");
+        assert_eq!(
+            e.to_string(),
+            "test: response body larger than the 0-byte limit (--max-response-bytes)"
+        );
+        let cap = crate::shared::limit::find_too_large(&e).expect("the cap's TooLarge");
+        assert_eq!(cap.limit, 0);
+        assert_eq!(st.lock().unwrap().1.len(), 1, "not retried");
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cfg = HttpConfig::new(&format!("http://127.0.0.1:{port}"));
+        cfg.retries = 0;
+        let b = HttpBackend::new(cfg).unwrap();
+        let url = b.url("/x");
+        let e = b
+            .send("test", "Authorization", bearer, |c| c.get(&url))
+            .await
+            .unwrap_err();
+        assert_eq!(e.metric_label(), "http");
+        let Error::Http { source, .. } = &e else {
+            panic!("{e:?}")
+        };
+        let request = std::error::Error::source(source)
+            .and_then(|r| r.downcast_ref::<reqwest::Error>())
+            .expect("reqwest's error under the cause");
+        assert!(request.is_connect(), "{request:?}");
+        assert!(
+            e.to_string().starts_with("test: connection failed: "),
+            "{e}"
+        );
+    }
 }

@@ -320,7 +320,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let mut cfg = HttpConfig::new(&format!("http://127.0.0.1:{port}"));
+        let mut cfg = HttpConfig::new(format!("http://127.0.0.1:{port}"));
         cfg.retries = 0;
         let b = HttpBackend::new(cfg).unwrap();
         let url = b.url("/x");

@@ -78,3 +78,44 @@ pub fn kube_error(what: &str, e: kube::Error) -> Error {
         other => Error::http(what, Cause::KubeClient(other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The label is read from kube's error type, and is the one `kube_error` gives; the cause
+    /// under the error is kube's own (or serde's), found by type.
+    #[test]
+    fn kube_errors_are_labelled_by_type() {
+        let serde =
+            || kube::Error::SerdeError(serde_json::from_str::<serde_json::Value>("{").unwrap_err());
+        let api = || {
+            let s = kube::core::Status::failure("gone", "Gone").with_code(410);
+            kube::Error::Api(s.boxed())
+        };
+        let capped = || {
+            let cap = crate::shared::limit::TooLarge {
+                limit: 5,
+                what: "response body",
+            };
+            kube::Error::Service(Box::new(cap))
+        };
+        for (e, label) in [(serde(), "parse"), (api(), "http"), (capped(), "too_large")] {
+            assert_eq!(kube_error_label(&e), label, "{e:?}");
+            assert_eq!(kube_error("LIST x", e).metric_label(), label);
+        }
+        let e = kube_error("LIST x", api());
+        assert_eq!(e.to_string(), "LIST x: status 410 Gone: gone");
+        let under = std::error::Error::source(&e).and_then(std::error::Error::source);
+        let code = under
+            .and_then(|k| k.downcast_ref::<kube::Error>())
+            .and_then(|k| match k {
+                kube::Error::Api(s) => Some(s.code),
+                _ => None,
+            });
+        assert_eq!(code, Some(410));
+        let e = kube_error("LIST x", serde());
+        let under = std::error::Error::source(&e).and_then(std::error::Error::source);
+        assert!(under.is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
+    }
+}

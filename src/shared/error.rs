@@ -16,8 +16,12 @@ pub enum Error {
     },
 
     /// The config file could not be read or parsed.
-    #[error("config file {path}: {reason}")]
-    ConfigFile { path: PathBuf, reason: String },
+    #[error("config file {path}: {source}")]
+    ConfigFile {
+        path: PathBuf,
+        #[source]
+        source: Cause,
+    },
 
     /// Reading a file (procfs, cgroup, token, CA) failed.
     #[error("reading {path}: {source}")]

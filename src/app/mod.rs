@@ -328,12 +328,12 @@ async fn serve_security(
     let mut tls_config = None;
     let mut reloader = None;
     if let Some(settings) = &cfg.serve.tls {
-        let store = tls::CertStore::load(settings.clone()).map_err(|reason| Error::Config {
+        let store = tls::CertStore::load(settings.clone()).map_err(|e| Error::Config {
             option: "--tls-cert-file",
             value: settings.cert_file.display().to_string(),
-            reason,
+            reason: e.to_string(),
         })?;
-        tls_config = Some(tls::server_config(store.clone()).map_err(|reason| {
+        tls_config = Some(tls::server_config(store.clone()).map_err(|e| {
             Error::Config {
                 option: "--client-ca-file",
                 value: settings
@@ -341,7 +341,7 @@ async fn serve_security(
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
-                reason,
+                reason: e.to_string(),
             }
         })?);
         security.tls_stats = Some(store.stats.clone());

@@ -24,7 +24,7 @@ use crate::outputs::push::{PushOptions, SinkKind};
 use crate::outputs::select::{SelectConfig, SelectOptions};
 use crate::outputs::watcher::{WatcherConfig, WatcherOptions};
 use crate::serve::options::{ServeConfig, ServeOptions};
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 use crate::shared::limit::{LimitConfig, LimitOptions};
 use crate::shared::options::{Merge, check_keys, field_names};
 use crate::shared::suggest::did_you_mean;
@@ -59,7 +59,7 @@ macro_rules! compose {
             }
 
             /// Each component's options read from the same config-file text.
-            fn from_yaml(text: &str) -> std::result::Result<Self, String> {
+            fn from_yaml(text: &str) -> std::result::Result<Self, BadConfigText> {
                 Ok(Options { $($field: component(text)?,)* })
             }
         }
@@ -98,28 +98,42 @@ compose! {
 /// plus the file-only `probes` and `prometheus_metrics`. Unknown keys are errors.
 pub type FileConfig = Options;
 
-/// One component's options from the config-file text (keys of other components ignored).
-fn component<T: serde::de::DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
-    serde_yaml_ng::from_str(text).map_err(|e| suggest_in_serde_message(e.to_string()))
+/// Why the config file's text cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BadConfigText {
+    /// The YAML parser's (or serde's) error, with a "did you mean" for an unknown key or value.
+    #[error("{source}{}", .suggestion.as_deref().map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default())]
+    Yaml {
+        #[source]
+        source: serde_yaml_ng::Error,
+        suggestion: Option<String>,
+    },
+    #[error("brackets nested deeper than {MAX_CONFIG_NESTING} levels")]
+    TooDeep,
 }
 
-/// Adds a "did you mean" to serde's `unknown field `x`, expected one of `a`, `b`` (and
-/// `unknown variant`) messages, from the names serde lists.
-fn suggest_in_serde_message(msg: String) -> String {
-    let Some((_, rest)) = msg
-        .split_once("unknown field `")
-        .or_else(|| msg.split_once("unknown variant `"))
-    else {
-        return msg;
-    };
-    let Some((word, expected)) = rest.split_once('`') else {
-        return msg;
-    };
-    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-    match did_you_mean(word, known) {
-        Some(k) => format!("{msg} (did you mean `{k}`?)"),
-        None => msg,
+impl From<serde_yaml_ng::Error> for BadConfigText {
+    fn from(source: serde_yaml_ng::Error) -> Self {
+        let suggestion = suggestion_for(&source.to_string());
+        BadConfigText::Yaml { source, suggestion }
     }
+}
+
+/// One component's options from the config-file text (keys of other components ignored).
+fn component<T: serde::de::DeserializeOwned>(text: &str) -> std::result::Result<T, BadConfigText> {
+    Ok(serde_yaml_ng::from_str(text)?)
+}
+
+/// The "did you mean" for serde's `unknown field `x`, expected one of `a`, `b`` (and
+/// `unknown variant`) messages, from the names serde lists: serde's error holds them only in
+/// its text.
+fn suggestion_for(msg: &str) -> Option<String> {
+    let (_, rest) = msg
+        .split_once("unknown field `")
+        .or_else(|| msg.split_once("unknown variant `"))?;
+    let (word, expected) = rest.split_once('`')?;
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    did_you_mean(word, known).map(str::to_string)
 }
 
 /// A config file larger than this is an error (a real one is a few kilobytes).
@@ -133,7 +147,7 @@ impl Options {
         use std::io::Read;
         let io_err = |e: std::io::Error| Error::ConfigFile {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source: Cause::other(e),
         };
         let mut text = String::new();
         std::fs::File::open(path)
@@ -144,18 +158,18 @@ impl Options {
         if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
             return Err(Error::ConfigFile {
                 path: path.to_path_buf(),
-                reason: format!("larger than {MAX_CONFIG_FILE_BYTES} bytes"),
+                source: Cause::message(format!("larger than {MAX_CONFIG_FILE_BYTES} bytes")),
             });
         }
-        Self::parse(&text).map_err(|reason| Error::ConfigFile {
+        Self::parse(&text).map_err(|e| Error::ConfigFile {
             path: path.to_path_buf(),
-            reason,
+            source: Cause::other(e),
         })
     }
 
     /// Parses config-file text. An empty file is an empty config; a key no component knows is
     /// an error with serde's own message and a "did you mean".
-    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+    pub fn parse(text: &str) -> std::result::Result<Self, BadConfigText> {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
@@ -169,14 +183,11 @@ impl Options {
                 _ => {}
             }
             if depth > MAX_CONFIG_NESTING {
-                return Err(format!(
-                    "brackets nested deeper than {MAX_CONFIG_NESTING} levels"
-                ));
+                return Err(BadConfigText::TooDeep);
             }
         }
         let de = serde_yaml_ng::Deserializer::from_str(text);
-        check_keys(de, "FileConfig", Self::keys())
-            .map_err(|e| suggest_in_serde_message(e.to_string()))?;
+        check_keys(de, "FileConfig", Self::keys())?;
         Self::from_yaml(text)
     }
 }
@@ -515,7 +526,9 @@ mod tests {
         assert_eq!(c.usage.provider, Some(MetricsProvider::Prometheus));
         assert_eq!(c.usage.remote.address.as_deref(), Some("http://prom:9090"));
         assert!(c.usage.remote.insecure_skip_verify);
-        let e = FileConfig::parse("metrics_provider: datadog\n").unwrap_err();
+        let e = FileConfig::parse("metrics_provider: datadog\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown provider"), "{e}");
         let bad = flags(|o| {
             o.usage.metrics_provider_address = Some("prom:9090".into());
@@ -926,11 +939,30 @@ mod tests {
 
     #[test]
     fn unknown_file_keys_are_errors() {
-        let e = FileConfig::parse("lisen: 1.2.3.4:5\n").unwrap_err();
+        let e = FileConfig::parse("lisen: 1.2.3.4:5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown field `lisen`"), "{e}");
-        let e = FileConfig::parse("role: admiral\n").unwrap_err();
+        let e = FileConfig::parse("role: admiral\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("role"), "{e}");
         assert_eq!(FileConfig::parse("\n").unwrap(), FileConfig::default());
+    }
+
+    /// The parser's error is kept as it is, with the suggestion beside it.
+    #[test]
+    fn a_bad_key_keeps_the_parsers_error() {
+        let e = FileConfig::parse("lisen: 1.2.3.4:5\n").unwrap_err();
+        let BadConfigText::Yaml { source, suggestion } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(suggestion.as_deref(), Some("listen"));
+        assert!(
+            source.location().is_some_and(|l| l.line() == 1),
+            "{source:?}"
+        );
+        assert_eq!(e.to_string(), format!("{source} (did you mean `listen`?)"));
     }
 
     #[test]
@@ -951,19 +983,31 @@ mod tests {
         assert_eq!(did_you_mean("", ["a"]), None);
         assert_eq!(did_you_mean("zzzzzzzzzz", ["listen"]), None);
 
-        let e = FileConfig::parse("lisen: 1.2.3.4:5\n").unwrap_err();
+        let e = FileConfig::parse("lisen: 1.2.3.4:5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean `listen`?"), "{e}");
-        let e = FileConfig::parse("tick_intreval: 5s\n").unwrap_err();
+        let e = FileConfig::parse("tick_intreval: 5s\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean `tick_interval`?"), "{e}");
-        let e = FileConfig::parse("role: hots\n").unwrap_err();
+        let e = FileConfig::parse("role: hots\n").unwrap_err().to_string();
         assert!(e.contains("did you mean `host`?"), "{e}");
-        let e = FileConfig::parse("log_format: jsn\n").unwrap_err();
+        let e = FileConfig::parse("log_format: jsn\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean `json`?"), "{e}");
-        let e = FileConfig::parse("metrics_provider: prometheous\n").unwrap_err();
+        let e = FileConfig::parse("metrics_provider: prometheous\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean `Prometheus`?"), "{e}");
-        let e = FileConfig::parse("probes:\n  cluster_dns: {intervall: 5s}\n").unwrap_err();
+        let e = FileConfig::parse("probes:\n  cluster_dns: {intervall: 5s}\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean `interval`?"), "{e}");
-        let e = FileConfig::parse("completely_unrelated_key: 1\n").unwrap_err();
+        let e = FileConfig::parse("completely_unrelated_key: 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("did you mean"), "{e}");
 
         let e = err(

@@ -2,13 +2,10 @@
 
 use std::path::Path;
 
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{BoxError, Cause, Error, Result};
 
-fn kube_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Kube {
-        what: what.to_string(),
-        reason: e.to_string(),
-    }
+fn kube_err(what: &str, e: impl Into<BoxError>) -> Error {
+    Error::kube(what, Cause::other(e))
 }
 
 /// A client for `kubeconfig` (its current context), or in-cluster config when `None`; no
@@ -55,50 +52,70 @@ pub fn honour_retry_after(client: kube::Client) -> kube::Client {
     crate::k8s::backoff::paced(client, None).0
 }
 
+/// The [`Error::metric_label`] [`kube_error`] would give `e`, read from its type: `too_large`
+/// when the byte cap is in its chain, `parse` for an answer that did not decode, else `http`.
+pub fn kube_error_label(e: &kube::Error) -> &'static str {
+    if crate::shared::limit::find_too_large(e).is_some() {
+        "too_large"
+    } else if matches!(e, kube::Error::SerdeError(_)) {
+        "parse"
+    } else {
+        "http"
+    }
+}
+
 /// A kube error as [`Error::Http`] ([`Error::TooLarge`] past the cap, [`Error::Parse`] for an
-/// answer that did not decode), keeping the API server's `Status` or the error chain.
-pub fn kube_error(what: &str, e: &kube::Error) -> Error {
-    if let Some(t) = crate::shared::limit::find_too_large(e) {
-        return Error::TooLarge {
-            what: what.to_string(),
-            reason: t.to_string(),
-        };
+/// answer that did not decode), keeping kube's error as the typed source; its text is the API
+/// server's `Status` or the error chain.
+pub fn kube_error(what: &str, e: kube::Error) -> Error {
+    if let Some(t) = crate::shared::limit::find_too_large(&e) {
+        return Error::too_large(what, t.clone());
     }
-    if let kube::Error::SerdeError(err) = e {
-        return Error::Parse {
-            what: what.to_string(),
-            reason: format!("invalid JSON in the answer: {err}"),
-        };
+    match e {
+        kube::Error::SerdeError(err) => {
+            Error::parse(what, Cause::context("invalid JSON in the answer", err))
+        }
+        other => Error::http(what, Cause::KubeClient(other)),
     }
-    let reason = match e {
-        kube::Error::Api(s) => {
-            let mut r = format!("status {}", s.code);
-            if !s.reason.is_empty() {
-                r.push(' ');
-                r.push_str(&s.reason);
-            }
-            if !s.message.is_empty() {
-                r.push_str(": ");
-                r.push_str(&s.message);
-            }
-            r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The label is read from kube's error type, and is the one `kube_error` gives; the cause
+    /// under the error is kube's own (or serde's), found by type.
+    #[test]
+    fn kube_errors_are_labelled_by_type() {
+        let serde =
+            || kube::Error::SerdeError(serde_json::from_str::<serde_json::Value>("{").unwrap_err());
+        let api = || {
+            let s = kube::core::Status::failure("gone", "Gone").with_code(410);
+            kube::Error::Api(s.boxed())
+        };
+        let capped = || {
+            let cap = crate::shared::limit::TooLarge {
+                limit: 5,
+                what: "response body",
+            };
+            kube::Error::Service(Box::new(cap))
+        };
+        for (e, label) in [(serde(), "parse"), (api(), "http"), (capped(), "too_large")] {
+            assert_eq!(kube_error_label(&e), label, "{e:?}");
+            assert_eq!(kube_error("LIST x", e).metric_label(), label);
         }
-        other => {
-            let mut r = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(s) = source {
-                let text = s.to_string();
-                if !r.contains(&text) {
-                    r.push_str(": ");
-                    r.push_str(&text);
-                }
-                source = s.source();
-            }
-            r
-        }
-    };
-    Error::Http {
-        what: what.to_string(),
-        reason,
+        let e = kube_error("LIST x", api());
+        assert_eq!(e.to_string(), "LIST x: status 410 Gone: gone");
+        let under = std::error::Error::source(&e).and_then(std::error::Error::source);
+        let code = under
+            .and_then(|k| k.downcast_ref::<kube::Error>())
+            .and_then(|k| match k {
+                kube::Error::Api(s) => Some(s.code),
+                _ => None,
+            });
+        assert_eq!(code, Some(410));
+        let e = kube_error("LIST x", serde());
+        let under = std::error::Error::source(&e).and_then(std::error::Error::source);
+        assert!(under.is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
     }
 }

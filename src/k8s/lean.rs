@@ -43,32 +43,73 @@ macro_rules! lean_resource {
 }
 pub(crate) use lean_resource;
 
+/// Why an object from the API cannot be read into the facts kept of it (logged and counted as a
+/// skipped object, never guessed).
+#[derive(Debug, thiserror::Error)]
+pub enum BadObject {
+    /// A whole k8s-openapi object that does not convert to its lean shape: serde's error.
+    #[error("{what} does not convert: {source}")]
+    NotLean {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A quantity that does not parse (`cpu: invalid quantity "1x": ...`).
+    #[error("{resource}: {reason}")]
+    Quantity { resource: String, reason: String },
+    /// A field the object must have (`pod without a name`).
+    #[error("{0}")]
+    Missing(String),
+    /// One of these about the object named (`pod ns/name: ...`, `node n capacity ...`).
+    #[error("{object}{source}")]
+    Of {
+        /// The object and what of it, with the separator its message has always had.
+        object: String,
+        #[source]
+        source: Box<BadObject>,
+    },
+}
+
+impl BadObject {
+    /// `self` about `object` (`object` ends with its separator: `pod ns/n: `).
+    pub fn of(self, object: impl Into<String>) -> Self {
+        BadObject::Of {
+            object: object.into(),
+            source: Box::new(self),
+        }
+    }
+
+    pub fn missing(what: impl Into<String>) -> Self {
+        BadObject::Missing(what.into())
+    }
+}
+
 /// Defines `$trait`: a value seen as the lean `$lean`, borrowed as is, or converted from the
 /// whole k8s-openapi `$whole` through its JSON with the same parser the watchers use.
 macro_rules! as_lean {
     ($(#[$doc:meta])* $trait:ident, $lean:ty, $whole:ty, $what:literal) => {
         $(#[$doc])*
         pub trait $trait {
-            fn lean(&self) -> Result<Cow<'_, $lean>, String>;
+            fn lean(&self) -> Result<Cow<'_, $lean>, BadObject>;
         }
 
         impl $trait for $lean {
-            fn lean(&self) -> Result<Cow<'_, $lean>, String> {
+            fn lean(&self) -> Result<Cow<'_, $lean>, BadObject> {
                 Ok(Cow::Borrowed(self))
             }
         }
 
         impl $trait for $whole {
-            fn lean(&self) -> Result<Cow<'_, $lean>, String> {
+            fn lean(&self) -> Result<Cow<'_, $lean>, BadObject> {
                 serde_json::to_value(self)
                     .and_then(serde_json::from_value)
                     .map(Cow::Owned)
-                    .map_err(|e| format!(concat!($what, " does not convert: {}"), e))
+                    .map_err(|source| BadObject::NotLean { what: $what, source })
             }
         }
 
         impl<T: $trait + ?Sized> $trait for &T {
-            fn lean(&self) -> Result<Cow<'_, $lean>, String> {
+            fn lean(&self) -> Result<Cow<'_, $lean>, BadObject> {
                 (**self).lean()
             }
         }
@@ -542,7 +583,7 @@ as_lean!(
 );
 
 impl<T: AsLeanNode + ?Sized> AsLeanNode for Arc<T> {
-    fn lean(&self) -> Result<Cow<'_, LeanNode>, String> {
+    fn lean(&self) -> Result<Cow<'_, LeanNode>, BadObject> {
         (**self).lean()
     }
 }

@@ -5,16 +5,19 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::k8s::lean::{AsLeanPod, Container, LeanPod, ResourceRequirements};
+use crate::k8s::lean::{AsLeanPod, BadObject, Container, LeanPod, ResourceRequirements};
 use crate::shared::quantity::parse_quantity;
 
 /// Values by resource name.
 pub type Resources = BTreeMap<String, f64>;
 
-fn parse_list(map: Option<&BTreeMap<String, Quantity>>) -> Result<Resources, String> {
+fn parse_list(map: Option<&BTreeMap<String, Quantity>>) -> Result<Resources, BadObject> {
     let mut out = Resources::new();
     for (k, q) in map.into_iter().flatten() {
-        let v = parse_quantity(&q.0).map_err(|e| format!("{k}: {e}"))?;
+        let v = parse_quantity(&q.0).map_err(|reason| BadObject::Quantity {
+            resource: k.clone(),
+            reason,
+        })?;
         out.insert(k.clone(), v);
     }
     Ok(out)
@@ -52,7 +55,7 @@ fn effective(
     pod: &LeanPod,
     side: fn(&ResourceRequirements) -> Option<&BTreeMap<String, Quantity>>,
     limits: bool,
-) -> Result<Resources, String> {
+) -> Result<Resources, BadObject> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(Resources::new());
     };
@@ -96,7 +99,7 @@ fn effective(
 }
 
 /// Effective (requests, limits) of a pod (as decoded by the watchers, or a whole `Pod`).
-pub fn pod_resources<P: AsLeanPod + ?Sized>(pod: &P) -> Result<(Resources, Resources), String> {
+pub fn pod_resources<P: AsLeanPod + ?Sized>(pod: &P) -> Result<(Resources, Resources), BadObject> {
     let pod = &*pod.lean()?;
     Ok((
         effective(pod, |r| r.requests.as_ref(), false)?,

@@ -20,8 +20,8 @@ use http_body::Body as _;
 use kube::api::ListParams;
 use serde::Deserialize;
 
-use crate::shared::error::Error;
-use crate::shared::json_items::{ItemSplitter, Piece};
+use crate::shared::error::{Cause, Error};
+use crate::shared::json_items::{ItemSplitter, Piece, SplitError};
 use crate::shared::limit::CappedPerItem;
 
 /// The NodeMetrics list (metrics.k8s.io), which metrics-server answers whole.
@@ -43,30 +43,35 @@ pub enum ListError {
     /// The request failed, or the answer broke off after `items` items (a status, a transport
     /// error, the client's byte cap): kube's error, for the caller to classify.
     Kube { error: kube::Error, items: u64 },
-    /// The answer is not a list: where and why, never quoting it.
-    Parse(String),
+    /// The answer is not a list: where and why (the splitter's or serde_json's error), never
+    /// quoting it.
+    Parse(Cause),
 }
 
 impl ListError {
     /// As the library's error, with `what` naming the request.
     pub fn into_error(self, what: &str) -> Error {
         match self {
-            ListError::Kube { error, items: 0 } => crate::k8s::client::kube_error(what, &error),
-            ListError::Kube { error, items } => {
-                match crate::k8s::client::kube_error(what, &error) {
-                    Error::Http { what, reason } => Error::Http {
-                        what,
-                        reason: format!("after {items} items had been read: {reason}"),
-                    },
-                    other => other,
-                }
-            }
-            ListError::Parse(reason) => Error::Parse {
-                what: what.to_string(),
-                reason,
+            ListError::Kube { error, items: 0 } => crate::k8s::client::kube_error(what, error),
+            ListError::Kube { error, items } => match crate::k8s::client::kube_error(what, error) {
+                Error::Http { what, source } => Error::http(
+                    what,
+                    Cause::context(format!("after {items} items had been read"), source),
+                ),
+                other => other,
             },
+            ListError::Parse(cause) => Error::parse(what, cause),
         }
     }
+}
+
+/// A page that is not JSON of a list's shape, after `items` items of the list.
+#[derive(Debug, thiserror::Error)]
+#[error("{source} (after {items} items)")]
+pub struct BadPage {
+    #[source]
+    pub source: SplitError,
+    pub items: u64,
 }
 
 /// What a streamed LIST went through.
@@ -239,7 +244,7 @@ async fn read_page(
 ) -> Result<(Option<String>, u64, u64), ListError> {
     let mut body = pin!(body);
     let mut splitter = ItemSplitter::new(&["items"], max_item, ENVELOPE_BYTES);
-    let parse = ListError::Parse;
+    let parse = |source, items| ListError::Parse(Cause::other(BadPage { source, items }));
     while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
         let frame = match frame {
             Ok(f) => f,
@@ -253,17 +258,16 @@ async fn read_page(
         if let Ok(data) = frame.into_data() {
             splitter
                 .feed(&data, &mut *each)
-                .map_err(|e| parse(format!("{e} (after {} items)", splitter.items())))?;
+                .map_err(|e| parse(e, splitter.items()))?;
             if wanted.is_some_and(|n| splitter.items() >= n) {
                 return Ok((None, splitter.items(), splitter.offset()));
             }
         }
     }
     let (items, bytes) = (splitter.items(), splitter.offset());
-    let envelope = splitter
-        .finish()
-        .map_err(|e| parse(format!("{e} (after {items} items)")))?;
-    let envelope: Envelope = serde_json::from_slice(&envelope)
-        .map_err(|e| parse(format!("the list's own fields (not its items): {e}")))?;
+    let envelope = splitter.finish().map_err(|e| parse(e, items))?;
+    let envelope: Envelope = serde_json::from_slice(&envelope).map_err(|e| {
+        ListError::Parse(Cause::context("the list's own fields (not its items)", e))
+    })?;
     Ok((envelope.metadata.continue_, items, bytes))
 }

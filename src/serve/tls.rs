@@ -73,21 +73,43 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-/// Reads and checks a certificate chain and its key.
-pub fn load_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
-    let chain = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("certificate file: {e}"))?;
-    if chain.is_empty() {
-        return Err("certificate file: no CERTIFICATE block".into());
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("key file: {e}"))?;
-    CertifiedKey::from_der(chain, key, &provider())
-        .map_err(|e| format!("certificate and key do not form a pair: {e}"))
+/// Why a certificate pair cannot be served: which file, and the error of the library that
+/// refused it.
+#[derive(Debug, thiserror::Error)]
+pub enum BadPair {
+    #[error("reading {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("certificate file: {0}")]
+    CertPem(#[source] rustls::pki_types::pem::Error),
+    #[error("certificate file: no CERTIFICATE block")]
+    NoCertificate,
+    #[error("key file: {0}")]
+    KeyPem(#[source] rustls::pki_types::pem::Error),
+    #[error("certificate and key do not form a pair: {0}")]
+    NotAPair(#[source] rustls::Error),
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))
+/// Reads and checks a certificate chain and its key.
+pub fn load_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, BadPair> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(BadPair::CertPem)?;
+    if chain.is_empty() {
+        return Err(BadPair::NoCertificate);
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(BadPair::KeyPem)?;
+    CertifiedKey::from_der(chain, key, &provider()).map_err(BadPair::NotAPair)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, BadPair> {
+    std::fs::read(path).map_err(|source| BadPair::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The served pair, swapped in place when the files change.
@@ -102,7 +124,7 @@ pub struct CertStore {
 
 impl CertStore {
     /// Loads the pair; an error names the file and the problem.
-    pub fn load(settings: TlsConfig) -> Result<Arc<CertStore>, String> {
+    pub fn load(settings: TlsConfig) -> Result<Arc<CertStore>, BadPair> {
         let cert = read(&settings.cert_file)?;
         let key = read(&settings.key_file)?;
         let pair = load_pair(&cert, &key)?;
@@ -193,29 +215,49 @@ impl ResolvesServerCert for CertStore {
     }
 }
 
+/// Why the server's TLS configuration cannot be built: rustls's refusal, or the client CA file
+/// at fault with the error of what read it.
+#[derive(Debug, thiserror::Error)]
+pub enum BadServerConfig {
+    #[error("TLS versions: {0}")]
+    Versions(#[source] rustls::Error),
+    #[error("{0}")]
+    Read(#[source] BadPair),
+    #[error("{}: {source}", .path.display())]
+    ClientCa {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{}: no CERTIFICATE block", .0.display())]
+    NoClientCa(PathBuf),
+}
+
 /// The rustls server configuration: TLS 1.3 and 1.2, HTTP/1.1, certificates from `store`.
-pub fn server_config(store: Arc<CertStore>) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(store: Arc<CertStore>) -> Result<Arc<ServerConfig>, BadServerConfig> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("TLS versions: {e}"))?;
+        .map_err(BadServerConfig::Versions)?;
     let builder = match &store.settings.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(path) => {
-            let pem = read(path)?;
+            let pem = read(path).map_err(BadServerConfig::Read)?;
+            let bad = |e: Box<dyn std::error::Error + Send + Sync>| BadServerConfig::ClientCa {
+                path: path.clone(),
+                source: e,
+            };
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let cert = cert.map_err(|e| bad(e.into()))?;
+                roots.add(cert).map_err(|e| bad(e.into()))?;
             }
             if roots.is_empty() {
-                return Err(format!("{}: no CERTIFICATE block", path.display()));
+                return Err(BadServerConfig::NoClientCa(path.clone()));
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .allow_unauthenticated()
                 .build()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| bad(e.into()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -360,9 +402,11 @@ mod tests {
         let (_, key_b, _) = cert_with(&[(rcgen::DnType::CommonName, "b")]);
         assert!(load_pair(cert_a.as_bytes(), key_a.as_bytes()).is_ok());
         let e = load_pair(cert_a.as_bytes(), key_b.as_bytes()).unwrap_err();
-        assert!(e.contains("do not form a pair"), "{e}");
+        assert!(matches!(e, BadPair::NotAPair(_)), "{e:?}");
+        assert!(e.to_string().contains("do not form a pair"), "{e}");
         let e = load_pair(b"", key_a.as_bytes()).unwrap_err();
-        assert!(e.contains("no CERTIFICATE"), "{e}");
+        assert!(matches!(e, BadPair::NoCertificate), "{e:?}");
+        assert!(e.to_string().contains("no CERTIFICATE"), "{e}");
     }
 
     #[test]
@@ -398,6 +442,6 @@ mod tests {
     #[test]
     fn bad_pem_is_a_clear_error() {
         let e = load_pair(b"not pem", b"not pem").unwrap_err();
-        assert!(e.contains("certificate file"), "{e}");
+        assert!(e.to_string().contains("certificate file"), "{e}");
     }
 }

@@ -327,22 +327,13 @@ fn content_length(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 /// Why [`read_capped`] failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    TooLarge(TooLarge),
-    Read(reqwest::Error),
+    #[error("{0}")]
+    TooLarge(#[source] TooLarge),
+    #[error("reading the body: {0}")]
+    Read(#[source] reqwest::Error),
 }
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::TooLarge(t) => t.fmt(f),
-            ReadError::Read(e) => write!(f, "reading the body: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}
 
 /// The whole body of `resp`, at most `limit` bytes (refused early on a larger
 /// `Content-Length`, else as soon as more has arrived).

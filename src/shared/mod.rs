@@ -1,5 +1,6 @@
 //! The neutral room: helpers every layer may use. It imports nothing else of the crate.
 
+pub mod dns;
 pub mod error;
 pub mod json_items;
 pub mod limit;

@@ -52,7 +52,9 @@ fn help_is_unchanged() {
 
 /// The names serde lists in its "unknown field" message for `yaml` (which holds one unknown key).
 fn known_keys(yaml: &str) -> Vec<String> {
-    let err = FileConfig::parse(yaml).expect_err("an unknown key is an error");
+    let err = FileConfig::parse(yaml)
+        .expect_err("an unknown key is an error")
+        .to_string();
     let (_, expected) = err
         .split_once("expected one of ")
         .unwrap_or_else(|| panic!("no key list in {err:?}"));

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube_prober::config::cli::Cli;
-use kube_prober::config::{Config, FileConfig, Options};
-use kube_prober::k8s::lean::{LeanNode, LeanPod};
+use kube_prober::config::{BadConfigText, Config, FileConfig, Options};
+use kube_prober::k8s::lean::{BadObject, LeanNode, LeanPod};
 use kube_prober::model::Resource;
 use kube_prober::shared::json_items::{ItemSplitter, Piece};
 use kube_prober::shared::quantity::{MAX_MAGNITUDE, parse_quantity};
@@ -476,7 +476,7 @@ proptest! {
                     .count();
                 prop_assert_eq!(unlabelled, want_unlabelled);
             }
-            Err(e) => prop_assert!(!e.is_empty()),
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
     }
 
@@ -528,13 +528,13 @@ proptest! {
             })
             .collect();
         let meta = serde_json::to_vec(&json!({"results": results})).unwrap();
-        let hosts = parse_metadata(&meta).map_err(TestCaseError::fail)?;
+        let hosts = parse_metadata(&meta).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let data: BTreeMap<&String, Value> = series
             .iter()
             .map(|(id, (_, points))| (id, json!(points)))
             .collect();
         let window = serde_json::to_vec(&json!({"data": data})).unwrap();
-        let means = parse_window(&window, &hosts).map_err(TestCaseError::fail)?;
+        let means = parse_window(&window, &hosts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let (lo, hi) = series
             .values()
             .flat_map(|(_, p)| p.iter().filter_map(|(_, v)| *v))
@@ -612,11 +612,11 @@ proptest! {
         };
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let cfg = DeriveConfig::default();
-        let facts = node_facts(&whole, now, &cfg);
-        prop_assert_eq!(&facts, &node_facts(&lean, now, &cfg));
+        let facts = as_text(node_facts(&whole, now, &cfg));
+        prop_assert_eq!(&facts, &as_text(node_facts(&lean, now, &cfg)));
         // Trimmed as the node store keeps it: the same facts.
         trim_node(&mut lean, &node_label_keys(&cfg), &mut Interner::default());
-        prop_assert_eq!(&facts, &node_facts(&lean, now, &cfg));
+        prop_assert_eq!(&facts, &as_text(node_facts(&lean, now, &cfg)));
         if let Ok(f) = facts {
             prop_assert!(!f.name.is_empty());
             for c in [f.capacity, f.allocatable].into_iter().flatten() {
@@ -660,10 +660,10 @@ proptest! {
                 let Ok(lean) = &lean else {
                     return Err(TestCaseError::fail(format!("LeanPod refused a Pod: {lean:?}")));
                 };
-                prop_assert_eq!(pod_facts(&whole, &cfg), pod_facts(lean, &cfg));
+                prop_assert_eq!(as_text(pod_facts(&whole, &cfg)), as_text(pod_facts(lean, &cfg)));
                 prop_assert_eq!(
-                    task_pod(&whole, &TaskPodConfig::default()),
-                    task_pod(lean, &TaskPodConfig::default())
+                    as_text(task_pod(&whole, &TaskPodConfig::default())),
+                    as_text(task_pod(lean, &TaskPodConfig::default()))
                 );
             }
             if let Ok(lean) = lean {
@@ -949,7 +949,8 @@ fn deeply_nested_config_yaml_is_an_error_quickly() {
         );
     }
     let e = FileConfig::parse(&("listen: ".to_string() + &"[".repeat(65))).unwrap_err();
-    assert!(e.contains("nested deeper than 64"), "{e}");
+    assert!(matches!(e, BadConfigText::TooDeep), "{e:?}");
+    assert!(e.to_string().contains("nested deeper than 64"), "{e}");
     // Ordinary brackets are fine.
     let ok = "prometheus_metrics:\n- {name: a, type: CPU, fallback: \"sum(rate(x[5m]))\"}\n";
     assert!(FileConfig::parse(ok).is_ok());
@@ -1018,6 +1019,12 @@ fn pods_requesting_absurd_amounts_never_sum_to_infinity() {
     };
     let cfg = DeriveConfig::default();
     let e = pod_facts(&pod("p1"), &cfg).unwrap_err();
+    let BadObject::Of { object, source } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(object, "pod x/p1: ");
+    assert!(matches!(**source, BadObject::Quantity { .. }), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("x/p1") && e.contains("out of range"), "{e}");
     let facts: Vec<_> = [pod("p1"), pod("p2")]
         .iter()
@@ -1050,7 +1057,8 @@ fn lean_pods_skip_what_they_do_not_read() {
     assert_eq!((f.node.as_deref(), f.requests.cpu_cores), (Some("a"), 0.25));
     let nameless: LeanPod = serde_json::from_value(json!({"spec": {}})).unwrap();
     let e = pod_facts(&nameless, &DeriveConfig::default()).unwrap_err();
-    assert!(e.contains("without a name"), "{e}");
+    assert!(matches!(e, BadObject::Missing(_)), "{e:?}");
+    assert!(e.to_string().contains("without a name"), "{e}");
 }
 
 // Memory used has one definition: the host usage source's memory utilization and the platform
@@ -1121,4 +1129,9 @@ async fn host_and_platform_get_the_same_memory_used_from_the_same_meminfo() {
             "{name}: host ratio is platform bytes / MemTotal"
         );
     }
+}
+
+/// A result with its error as text: two shapes of one object fail alike.
+fn as_text<T>(r: Result<T, BadObject>) -> Result<T, String> {
+    r.map_err(|e| e.to_string())
 }

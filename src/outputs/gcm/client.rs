@@ -9,13 +9,17 @@ use gcloud_sdk::{GoogleAuthHeaders, GoogleAuthMiddleware};
 use tonic::transport::{Channel, ClientTlsConfig};
 
 use super::{GcmClientConfig, check_endpoint, config_error};
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{BoxError, Cause, Error, Result};
 
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 const USER_AGENT: &str = concat!("kube-prober/", env!("CARGO_PKG_VERSION"));
 
 /// The gcloud-sdk Cloud Monitoring client, with its credentials middleware.
 pub type GcmClient = MetricServiceClient<GoogleAuthMiddleware>;
+
+fn client_error(e: impl Into<BoxError>) -> Error {
+    Error::http("Cloud Monitoring client", Cause::other(e))
+}
 
 /// A Cloud Monitoring client. The connection is opened on first use, so a sink can be made
 /// while the network is still coming up; credentials are resolved here (a broken key file is
@@ -43,21 +47,17 @@ pub async fn connect(cfg: &GcmClientConfig) -> Result<GcmClient> {
     } else {
         GoogleAuthHeaders::from_adc_with_scopes(vec![SCOPE.to_string()])
             .await
-            .map_err(|e| Error::Http {
-                what: "Cloud Monitoring credentials (Application Default Credentials)".into(),
-                reason: e.to_string(),
+            .map_err(|e| {
+                Error::http(
+                    "Cloud Monitoring credentials (Application Default Credentials)",
+                    Cause::other(e),
+                )
             })?
     };
     let mut svc =
-        GoogleAuthMiddleware::new(channel, Arc::new(headers), None).map_err(|e| Error::Http {
-            what: "Cloud Monitoring client".into(),
-            reason: e.to_string(),
-        })?;
+        GoogleAuthMiddleware::new(channel, Arc::new(headers), None).map_err(client_error)?;
     svc.set_user_agent(USER_AGENT.to_string())
-        .map_err(|e| Error::Http {
-            what: "Cloud Monitoring client".into(),
-            reason: e.to_string(),
-        })?;
+        .map_err(client_error)?;
     // Big descriptor lists stay well within 16 MiB.
     Ok(MetricServiceClient::new(svc).max_decoding_message_size(16 << 20))
 }

@@ -6,15 +6,11 @@ use gcloud_sdk::google::monitoring::v3::{
 };
 
 use super::client::{GcmClient, connect};
-use super::status::code_reason;
 use super::{GcmClientConfig, config_error, validate_prefix};
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, GrpcFailure, Result};
 
-fn rpc_error(what: &str, s: &tonic::Status) -> Error {
-    Error::Http {
-        what: format!("Cloud Monitoring {what}"),
-        reason: format!("{}: {}", code_reason(s.code()), s.message()),
-    }
+fn rpc_error(what: &str, failure: GrpcFailure) -> Error {
+    Error::http(format!("Cloud Monitoring {what}"), Cause::Grpc(failure))
 }
 
 /// Metric descriptor types of this project under `workload.googleapis.com/<prefix>/`.
@@ -48,7 +44,7 @@ async fn list_with(client: &mut GcmClient, project: &str, prefix: &str) -> Resul
         let resp = client
             .list_metric_descriptors(req)
             .await
-            .map_err(|s| rpc_error("ListMetricDescriptors", &s))?
+            .map_err(|s| rpc_error("ListMetricDescriptors", GrpcFailure::new(s)))?
             .into_inner();
         out.extend(
             resp.metric_descriptors
@@ -81,18 +77,8 @@ pub async fn delete_descriptors(
             name: format!("projects/{project}/metricDescriptors/{t}"),
         };
         if let Err(s) = client.delete_metric_descriptor(req).await {
-            let mut e = rpc_error(&format!("DeleteMetricDescriptor {t}"), &s);
-            if let Error::Http { reason, .. } = &mut e {
-                reason.push_str(&format!(
-                    " (deleted before: {})",
-                    if deleted.is_empty() {
-                        "none".to_string()
-                    } else {
-                        deleted.join(", ")
-                    }
-                ));
-            }
-            return Err(e);
+            let failure = GrpcFailure::new(s).after(deleted);
+            return Err(rpc_error(&format!("DeleteMetricDescriptor {t}"), failure));
         }
         deleted.push(t);
     }

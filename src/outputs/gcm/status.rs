@@ -17,27 +17,7 @@ pub(super) fn cut_short(status: tonic::Status, last: Option<tonic::Status>) -> t
 }
 
 /// gRPC code in snake_case: the `reason` of failures.
-pub fn code_reason(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid_argument",
-        Code::DeadlineExceeded => "deadline_exceeded",
-        Code::NotFound => "not_found",
-        Code::AlreadyExists => "already_exists",
-        Code::PermissionDenied => "permission_denied",
-        Code::ResourceExhausted => "resource_exhausted",
-        Code::FailedPrecondition => "failed_precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out_of_range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data_loss",
-        Code::Unauthenticated => "unauthenticated",
-    }
-}
+pub use crate::shared::error::grpc_code_name as code_reason;
 
 pub(super) fn retryable(code: Code) -> bool {
     matches!(

@@ -21,7 +21,7 @@ use crate::model::{
     BoundMap, BoundPods, NodeLoad, NodeMap, Operator, Resource, Snapshot, Window, unix_seconds,
 };
 use crate::outputs::body::{self, Body, Chunk};
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 
 /// load-watcher's `WatcherMetrics`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -888,10 +888,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .build()
-            .map_err(|e| Error::Http {
-                what: "building the watcher client".into(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| Error::http("building the watcher client", Cause::other(e)))?;
         Ok(Client {
             base: address.trim_end_matches('/').to_string(),
             http,
@@ -914,22 +911,19 @@ impl Client {
         if let Some(h) = host {
             req = req.query(&[("host", h)]);
         }
-        let http_err = |reason: String| Error::Http {
-            what: format!("GET {url}"),
-            reason,
-        };
-        let resp = req.send().await.map_err(|e| http_err(e.to_string()))?;
+        let http_err = |cause| Error::http(format!("GET {url}"), cause);
+        let resp = req.send().await.map_err(|e| http_err(Cause::other(e)))?;
         let status = resp.status();
         if status != reqwest::StatusCode::OK {
-            return Err(http_err(format!(
+            return Err(http_err(Cause::message(format!(
                 "received status code {} from watcher",
                 status.as_u16()
-            )));
+            ))));
         }
         let body = crate::shared::limit::read_capped(resp, WATCHER_MAX_BYTES)
             .await
-            .map_err(|e| http_err(e.to_string()))?;
-        serde_json::from_slice(&body).map_err(|e| http_err(format!("decoding body: {e}")))
+            .map_err(|e| http_err(Cause::other(e)))?;
+        serde_json::from_slice(&body).map_err(|e| http_err(Cause::context("decoding body", e)))
     }
 }
 

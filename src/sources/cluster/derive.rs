@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::shared::quantity::parse_quantity;
 
-use crate::k8s::lean::{AsLeanNode, AsLeanPod, LeanNode, LeanPod, Resources};
+use crate::k8s::lean::{AsLeanNode, AsLeanPod, BadObject, LeanNode, LeanPod, Resources};
 
 /// A pair of keys naming an addon and its version, looked up in annotations, then labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,11 +100,16 @@ pub fn node_placement(node: &LeanNode, cfg: &DeriveConfig) -> Placement {
 }
 
 /// The cpu and memory of a node's resource list; a missing one is 0.
-fn node_cpu_mem(r: Option<&Resources>) -> Result<Option<CpuMem>, String> {
+fn node_cpu_mem(r: Option<&Resources>) -> Result<Option<CpuMem>, BadObject> {
     let Some(r) = r else { return Ok(None) };
-    let get = |k: &str| -> Result<f64, String> {
+    let get = |k: &str| -> Result<f64, BadObject> {
         r.get(k)
-            .map(|q| parse_quantity(&q.0).map_err(|e| format!("{k}: {e}")))
+            .map(|q| {
+                parse_quantity(&q.0).map_err(|reason| BadObject::Quantity {
+                    resource: k.to_string(),
+                    reason,
+                })
+            })
             .transpose()
             .map(|v| v.unwrap_or(0.0))
     };
@@ -127,7 +132,7 @@ pub fn node_facts<N: AsLeanNode + ?Sized>(
     node: &N,
     now: SystemTime,
     cfg: &DeriveConfig,
-) -> Result<NodeFacts, String> {
+) -> Result<NodeFacts, BadObject> {
     let node = node.lean()?;
     let node = node.as_ref();
     let name = node
@@ -135,7 +140,7 @@ pub fn node_facts<N: AsLeanNode + ?Sized>(
         .name
         .clone()
         .filter(|n| !n.is_empty())
-        .ok_or("node without a name")?;
+        .ok_or_else(|| BadObject::missing("node without a name"))?;
     let status = node.status.as_ref();
     let mut conditions: BTreeMap<&str, (&Arc<str>, &Arc<str>)> = BTreeMap::new();
     for c in status
@@ -162,9 +167,9 @@ pub fn node_facts<N: AsLeanNode + ?Sized>(
     let done_warming =
         created.is_some_and(|c| now.duration_since(c).unwrap_or_default() >= cfg.warming);
     let cap = node_cpu_mem(status.and_then(|s| s.capacity.as_ref()))
-        .map_err(|e| format!("node {name} capacity {e}"))?;
+        .map_err(|e| e.of(format!("node {name} capacity ")))?;
     let alloc = node_cpu_mem(status.and_then(|s| s.allocatable.as_ref()))
-        .map_err(|e| format!("node {name} allocatable {e}"))?;
+        .map_err(|e| e.of(format!("node {name} allocatable ")))?;
     Ok(NodeFacts {
         placement: node_placement(node, cfg),
         name,
@@ -287,19 +292,23 @@ fn phase(p: Option<&str>) -> std::borrow::Cow<'static, str> {
 
 /// Facts of a pod (as decoded by the watchers, or a whole k8s-openapi `Pod`); `Err` for a
 /// nameless pod or an unparsable quantity (counted, never guessed).
-pub fn pod_facts<P: AsLeanPod + ?Sized>(pod: &P, cfg: &DeriveConfig) -> Result<PodFacts, String> {
+pub fn pod_facts<P: AsLeanPod + ?Sized>(
+    pod: &P,
+    cfg: &DeriveConfig,
+) -> Result<PodFacts, BadObject> {
     facts_of(&*pod.lean()?, cfg)
 }
 
-fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, String> {
-    let name = pod.metadata.name.clone().ok_or("pod without a name")?;
+fn facts_of(pod: &LeanPod, cfg: &DeriveConfig) -> Result<PodFacts, BadObject> {
+    let name =
+        (pod.metadata.name.clone()).ok_or_else(|| BadObject::missing("pod without a name"))?;
     let namespace: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
     // Kubernetes' effective requests and limits (sidecars, init containers, pod-level
     // resources, overhead): the same rule the node role's task metrics use.
     let (req, lim) = crate::k8s::pod_resources::pod_resources(pod)
-        .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        .map_err(|e| e.of(format!("pod {namespace}/{name}: ")))?;
     let cpu_mem_of = |r: &BTreeMap<String, f64>| CpuMem {
         cpu_cores: r.get("cpu").copied().unwrap_or(0.0),
         memory_bytes: r.get("memory").copied().unwrap_or(0.0),
@@ -977,7 +986,8 @@ mod tests {
             .as_mut()
             .unwrap()
             .requests = q(&[("cpu", "lots")]);
-        assert!(pod_facts(&bad, &cfg).unwrap_err().contains("cpu"));
+        let e = pod_facts(&bad, &cfg).unwrap_err();
+        assert!(e.to_string().contains("cpu"), "{e}");
     }
 
     /// A deleted pod first arrives MODIFIED with `deletionTimestamp` set while still Ready: it

@@ -19,7 +19,7 @@ use super::options::ShardMode;
 use crate::hub::{Provider, RunOutcome};
 use crate::k8s::role::Role;
 use crate::model::Shard;
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 use crate::sources::runner;
 
 /// The source name on the self-metrics.
@@ -81,10 +81,10 @@ pub fn start(
                 cancel.clone(),
             )))
         }
-        (ShardMode::StatefulSet { .. }, None) => Err(Error::Kube {
-            what: "--shard-from-statefulset".into(),
-            reason: "no Kubernetes client was built".into(),
-        }),
+        (ShardMode::StatefulSet { .. }, None) => Err(Error::kube(
+            "--shard-from-statefulset",
+            Cause::message("no Kubernetes client was built"),
+        )),
     }
 }
 
@@ -161,7 +161,7 @@ fn record_failure(provider: &dyn Provider, e: &watcher::Error) {
         SOURCE,
         Duration::ZERO,
         RunOutcome::Failed {
-            reason: crate::sources::cluster::watchers::watch_error_reason(SOURCE, e).into(),
+            reason: crate::sources::cluster::watchers::watch_error_reason(e).into(),
             message: e.to_string(),
         },
     );

@@ -495,7 +495,7 @@ impl WatchBook {
             self.source,
             Duration::ZERO,
             RunOutcome::Failed {
-                reason: watch_error_reason(self.source, e).into(),
+                reason: watch_error_reason(e).into(),
                 message: e.to_string(),
             },
         );
@@ -506,11 +506,11 @@ impl WatchBook {
 /// The documented source error reason (`error::SOURCE_ERROR_REASONS`) of a watcher failure:
 /// that of the kube error inside (`http`, `parse`, `too_large`), `http` for an error event on
 /// the stream, `parse` for a list without a resourceVersion.
-pub fn watch_error_reason(what: &str, e: &watcher::Error) -> &'static str {
+pub fn watch_error_reason(e: &watcher::Error) -> &'static str {
     match e {
         watcher::Error::InitialListFailed(k)
         | watcher::Error::WatchStartFailed(k)
-        | watcher::Error::WatchFailed(k) => crate::k8s::client::kube_error(what, k).metric_label(),
+        | watcher::Error::WatchFailed(k) => crate::k8s::client::kube_error_label(k),
         watcher::Error::WatchError(_) => "http",
         watcher::Error::NoResourceVersion => "parse",
     }

@@ -2,6 +2,7 @@
 //! `kubernetes.default.svc.cluster.local`).
 
 use super::{Failure, Probe};
+use crate::shared::dns::lookup;
 
 #[derive(Debug, Clone)]
 pub struct DnsProbe {
@@ -28,10 +29,11 @@ impl Probe for DnsProbe {
     }
 
     async fn check(&self) -> Result<(), Failure> {
-        let addrs = tokio::net::lookup_host((self.host.as_str(), 0))
+        // A failed lookup is a `DnsError` by construction: `dns`, with its text for the log.
+        let addrs = lookup(&self.host, 0)
             .await
-            .map_err(|e| Failure::new("dns", format!("{}: {e}", self.host)))?;
-        if addrs.count() == 0 {
+            .map_err(|e| Failure::new("dns", e.to_string()))?;
+        if addrs.is_empty() {
             return Err(Failure::new(
                 "no_items",
                 format!("{} resolved to no address", self.host),

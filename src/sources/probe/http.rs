@@ -4,6 +4,22 @@
 use std::time::Duration;
 
 use super::{Failure, Probe, io_reason};
+use crate::shared::dns::Resolver;
+
+/// Why an HTTP probe could not be made (a config error naming the URL).
+#[derive(Debug, thiserror::Error)]
+pub enum BadProbe {
+    #[error("{url}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: <reqwest::Url as std::str::FromStr>::Err,
+    },
+    #[error("{0}: only http and https")]
+    Scheme(String),
+    #[error("{0}")]
+    Client(#[source] reqwest::Error),
+}
 
 /// An HTTP GET check.
 #[derive(Debug, Clone)]
@@ -19,17 +35,22 @@ pub struct HttpProbe {
 }
 
 impl HttpProbe {
-    /// A probe named `name` of `url`; `timeout` bounds connect and the whole request.
-    pub fn new(name: &str, url: &str, timeout: Duration) -> Result<Self, String> {
-        let parsed: reqwest::Url = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    /// A probe named `name` of `url`; `timeout` bounds connect and the whole request. Names
+    /// are resolved through [`Resolver`], so a failed lookup is a `dns` failure by its type.
+    pub fn new(name: &str, url: &str, timeout: Duration) -> Result<Self, BadProbe> {
+        let parsed: reqwest::Url = url.parse().map_err(|source| BadProbe::Url {
+            url: url.to_string(),
+            source,
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!("{url}: only http and https"));
+            return Err(BadProbe::Scheme(url.to_string()));
         }
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
+            .dns_resolver(Resolver)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(BadProbe::Client)?;
         Ok(HttpProbe {
             name: name.into(),
             url: url.into(),

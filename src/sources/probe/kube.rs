@@ -12,7 +12,7 @@ const ITEM_BYTES: usize = 1 << 20;
 fn list_failure(e: ListError) -> Failure {
     match e {
         ListError::Kube { error, .. } => kube_failure(error),
-        ListError::Parse(reason) => Failure::new("bad_body", reason),
+        ListError::Parse(cause) => Failure::new("bad_body", cause.to_string()),
     }
 }
 

@@ -94,10 +94,15 @@ pub async fn run<P: Probe>(
     }
 }
 
-/// The reason for an I/O-level error (refused, DNS, timeout, other).
+/// The reason for an I/O-level error (refused, DNS, timeout, other), read from the types in
+/// `e`'s source chain: a [`DnsError`](crate::shared::dns::DnsError) (the probes' resolver's) is
+/// `dns`, an `io::Error` says refused or timed out by its kind. The text is never read.
 pub fn io_reason(e: &(dyn std::error::Error + 'static)) -> &'static str {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
+        if err.is::<crate::shared::dns::DnsError>() {
+            return "dns";
+        }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             return match io.kind() {
                 std::io::ErrorKind::ConnectionRefused => "refused",
@@ -105,11 +110,10 @@ pub fn io_reason(e: &(dyn std::error::Error + 'static)) -> &'static str {
                 _ => "error",
             };
         }
-        let text = err.to_string();
-        if text.contains("dns error") || text.contains("failed to lookup address") {
-            return "dns";
-        }
         cur = err.source();
     }
     "error"
 }
+
+#[cfg(test)]
+mod tests;

@@ -109,10 +109,10 @@ impl Starter<'_> {
             .map_or(Duration::from_secs(5), |s| s.1);
         HttpProbe::new(name, url, timeout)
             .map(|p| p.max_body_bytes(self.ctx.max_response_bytes))
-            .map_err(|reason| Error::Config {
+            .map_err(|e| Error::Config {
                 option: "probe URL",
                 value: url.to_string(),
-                reason,
+                reason: e.to_string(),
             })
     }
 

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pods::TaskPodIndex;
 use crate::hub::{Provider, RunOutcome};
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result, chain};
 use crate::sources::runner::{self, Pace, SourceRun};
 
 /// The source name in the self-metrics (`kube_prober_source_*{source="kubelet_pods"}`).
@@ -92,20 +92,31 @@ impl TlsFiles {
     }
 }
 
-/// The error and every cause below it, `: `-joined (reqwest hides rustls's reason, e.g.
-/// `invalid peer certificate: UnknownIssuer`, two levels down).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
+/// A TLS file the kubelet client cannot use: which one, by type, so the start names its flag.
+#[derive(Debug, thiserror::Error)]
+enum BadTlsFile {
+    #[error("not a PEM certificate bundle")]
+    CaBundle,
+    /// reqwest hides rustls's reason two levels down: the text is the whole chain.
+    #[error("not a PEM certificate and private key: {}", chain(.0))]
+    Identity(#[source] reqwest::Error),
+}
+
+impl BadTlsFile {
+    /// The flag of the file `e` is about, when it is one of these.
+    fn flag_of(e: &Error) -> Option<&'static str> {
+        let Error::Parse {
+            source: Cause::Other(inner),
+            ..
+        } = e
+        else {
+            return None;
+        };
+        match inner.downcast_ref::<BadTlsFile>()? {
+            BadTlsFile::CaBundle => Some("--kubelet-ca-file"),
+            BadTlsFile::Identity(_) => Some("--kubelet-client-cert-file"),
         }
-        cur = c.source();
     }
-    s
 }
 
 /// Builds the client for `files`. Errors name the file at fault (`Parse`); the caller decides
@@ -123,23 +134,25 @@ fn build_client(s: &KubeletConfig, files: &TlsFiles, timeout: Duration) -> Resul
         let certs = reqwest::Certificate::from_pem_bundle(pem)
             .ok()
             .filter(|c| !c.is_empty())
-            .ok_or_else(|| Error::Parse {
-                what: format!("--kubelet-ca-file {}", path.display()),
-                reason: "not a PEM certificate bundle".into(),
+            .ok_or_else(|| {
+                Error::parse(
+                    format!("--kubelet-ca-file {}", path.display()),
+                    Cause::other(BadTlsFile::CaBundle),
+                )
             })?;
         b = b.tls_certs_only(certs);
     }
     if let Some(pem) = &files.identity {
-        let id = reqwest::Identity::from_pem(pem).map_err(|e| Error::Parse {
-            what: "--kubelet-client-cert-file/--kubelet-client-key-file".into(),
-            reason: format!("not a PEM certificate and private key: {}", chain(&e)),
+        let id = reqwest::Identity::from_pem(pem).map_err(|e| {
+            Error::parse(
+                "--kubelet-client-cert-file/--kubelet-client-key-file",
+                Cause::other(BadTlsFile::Identity(e)),
+            )
         })?;
         b = b.identity(id);
     }
-    b.build().map_err(|e| Error::Http {
-        what: "building the kubelet client".into(),
-        reason: chain(&e),
-    })
+    b.build()
+        .map_err(|e| Error::http("building the kubelet client", Cause::chain(e)))
 }
 
 /// The kubelet's answer: `{"kind":"PodList","apiVersion":"v1","items":[...]}`.
@@ -173,13 +186,7 @@ impl KubeletPods {
             cfg_err(option, path, e)
         })?;
         let client = build_client(&settings, &files, timeout).map_err(|e| {
-            let option = match &e {
-                Error::Parse { what, .. } if what.starts_with("--kubelet-ca-file") => {
-                    "--kubelet-ca-file"
-                }
-                Error::Parse { .. } => "--kubelet-client-cert-file",
-                _ => "--kubelet-url",
-            };
+            let option = BadTlsFile::flag_of(&e).unwrap_or("--kubelet-url");
             cfg_err(option, settings.url.clone(), e)
         })?;
         if let KubeletAuth::TokenFile(p) = &settings.auth {
@@ -230,10 +237,7 @@ impl KubeletPods {
                     after: self.timeout,
                 }
             } else {
-                Error::Http {
-                    what: what.clone(),
-                    reason: chain(&e),
-                }
+                Error::http(what.clone(), Cause::chain(e))
             }
         })?;
         let status = resp.status();
@@ -243,12 +247,12 @@ impl KubeletPods {
                 .get(http::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("(no Location)");
-            return Err(Error::Http {
+            return Err(Error::http(
                 what,
-                reason: format!(
+                Cause::message(format!(
                     "HTTP {status}: a redirect to {to}, not followed (the kubelet is asked directly; the token goes nowhere else)"
-                ),
-            });
+                )),
+            ));
         }
         if !status.is_success() {
             let hint = match status.as_u16() {
@@ -260,31 +264,26 @@ impl KubeletPods {
                 }
                 _ => "",
             };
-            return Err(Error::Http {
+            return Err(Error::http(
                 what,
-                reason: format!("HTTP {status}{hint}"),
-            });
+                Cause::message(format!("HTTP {status}{hint}")),
+            ));
         }
         let body = crate::shared::limit::read_capped(resp, self.max_body_bytes)
             .await
             .map_err(|e| match e {
-                crate::shared::limit::ReadError::TooLarge(t) => Error::TooLarge {
-                    what: what.clone(),
-                    reason: t.to_string(),
-                },
+                crate::shared::limit::ReadError::TooLarge(t) => Error::too_large(what.clone(), t),
                 crate::shared::limit::ReadError::Read(e) if e.is_timeout() => Error::Timeout {
                     what: what.clone(),
                     after: self.timeout,
                 },
-                crate::shared::limit::ReadError::Read(e) => Error::Http {
-                    what: what.clone(),
-                    reason: format!("reading the body: {}", chain(&e)),
-                },
+                crate::shared::limit::ReadError::Read(e) => Error::http(
+                    what.clone(),
+                    Cause::context("reading the body", Cause::chain(e)),
+                ),
             })?;
-        serde_json::from_slice::<PodList>(&body).map_err(|e| Error::Parse {
-            what,
-            reason: format!("not a PodList: {e}"),
-        })
+        serde_json::from_slice::<PodList>(&body)
+            .map_err(|e| Error::parse(what, Cause::context("not a PodList", e)))
     }
 
     /// One poll into `index`: on success the kubelet's pods replace the index's (finished pods

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::k8s::lean::{AsLeanPod, LeanPod, PodFollower};
+use crate::k8s::lean::{AsLeanPod, BadObject, LeanPod, PodFollower};
 use crate::k8s::pod_resources::pod_resources;
 
 use crate::model::{TaskContainer, TaskPod};
@@ -86,18 +86,18 @@ fn runtime_id(id: &str) -> &str {
 pub fn task_pod<P: AsLeanPod + ?Sized>(
     pod: &P,
     cfg: &TaskPodConfig,
-) -> Result<Option<TaskPod>, String> {
+) -> Result<Option<TaskPod>, BadObject> {
     let pod = &*pod.lean()?;
     let meta = &pod.metadata;
     let namespace = meta.namespace.clone().unwrap_or_default();
-    let name = meta.name.clone().ok_or("pod without a name")?;
+    let name = (meta.name.clone()).ok_or_else(|| BadObject::missing("pod without a name"))?;
     if !cfg.namespaces.is_empty() && !cfg.namespaces.contains(&namespace) {
         return Ok(None);
     }
     let uid = meta
         .uid
         .clone()
-        .ok_or_else(|| format!("pod {namespace}/{name} has no uid"))?;
+        .ok_or_else(|| BadObject::missing(format!("pod {namespace}/{name} has no uid")))?;
     let mut cgroup_ids = vec![uid.clone()];
     if let Some(hash) = meta
         .annotations
@@ -143,7 +143,7 @@ pub fn task_pod<P: AsLeanPod + ?Sized>(
         }
     }
     let (requests, limits) =
-        pod_resources(pod).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        pod_resources(pod).map_err(|e| e.of(format!("pod {namespace}/{name}: ")))?;
     Ok(Some(TaskPod {
         uid,
         namespace,

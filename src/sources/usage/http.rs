@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::{Client, RequestBuilder, StatusCode};
 
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 use crate::shared::retry_after::{MAX_RETRY_AFTER, retry_after};
 
 /// Where a token comes from.
@@ -93,11 +93,8 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-fn http_err(what: &str, reason: impl Into<String>) -> Error {
-    Error::Http {
-        what: what.to_string(),
-        reason: reason.into(),
-    }
+fn http_err(what: &str, cause: Cause) -> Error {
+    Error::http(what, cause)
 }
 
 impl HttpBackend {
@@ -121,7 +118,7 @@ impl HttpBackend {
         }
         let client = builder
             .build()
-            .map_err(|e| http_err("building the HTTP client", e.to_string()))?;
+            .map_err(|e| http_err("building the HTTP client", Cause::other(e)))?;
         Ok(HttpBackend { cfg, client })
     }
 
@@ -185,7 +182,7 @@ impl HttpBackend {
             } else {
                 "request failed"
             };
-            http_err(what, format!("{kind}: {e}"))
+            http_err(what, Cause::context(kind, e))
         })?;
         let status = resp.status();
         let asked = retry_after(status, resp.headers());
@@ -199,12 +196,9 @@ async fn read_body(what: &str, resp: reqwest::Response, limit: usize) -> Result<
     crate::shared::limit::read_capped(resp, limit)
         .await
         .map_err(|e| match e {
-            crate::shared::limit::ReadError::TooLarge(t) => Error::TooLarge {
-                what: what.to_string(),
-                reason: t.to_string(),
-            },
+            crate::shared::limit::ReadError::TooLarge(t) => Error::too_large(what, t),
             crate::shared::limit::ReadError::Read(e) => {
-                http_err(what, format!("reading the body: {e}"))
+                http_err(what, Cause::context("reading the body", e))
             }
         })
 }
@@ -296,6 +290,55 @@ mod tests {
             st.lock().unwrap().1.len(),
             1,
             "no retry before the hour is up"
+        );
+    }
+
+    /// Past the cap the error is `TooLarge` holding the cap's own `TooLarge` (found by type in
+    /// the chain), not retried; a refused connection is `Http` with reqwest's error under it.
+    #[tokio::test]
+    async fn failures_keep_their_typed_cause() {
+        let (addr, st) = serve(vec![]).await;
+        let mut cfg = HttpConfig::new(&addr);
+        cfg.max_body_bytes = 0;
+        let b = HttpBackend::new(cfg).unwrap();
+        let url = b.url("/x");
+        let e = b
+            .send("test", "Authorization", bearer, |c| c.get(&url))
+            .await
+            .unwrap_err();
+        assert_eq!(e.metric_label(), "too_large");
+        assert_eq!(
+            e.to_string(),
+            "test: response body larger than the 0-byte limit (--max-response-bytes)"
+        );
+        let cap = crate::shared::limit::find_too_large(&e).expect("the cap's TooLarge");
+        assert_eq!(cap.limit, 0);
+        assert_eq!(st.lock().unwrap().1.len(), 1, "not retried");
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cfg = HttpConfig::new(format!("http://127.0.0.1:{port}"));
+        cfg.retries = 0;
+        let b = HttpBackend::new(cfg).unwrap();
+        let url = b.url("/x");
+        let e = b
+            .send("test", "Authorization", bearer, |c| c.get(&url))
+            .await
+            .unwrap_err();
+        assert_eq!(e.metric_label(), "http");
+        let Error::Http { source, .. } = &e else {
+            panic!("{e:?}")
+        };
+        let request = std::error::Error::source(source)
+            .and_then(|r| r.downcast_ref::<reqwest::Error>())
+            .expect("reqwest's error under the cause");
+        assert!(request.is_connect(), "{request:?}");
+        assert!(
+            e.to_string().starts_with("test: connection failed: "),
+            "{e}"
         );
     }
 }

@@ -35,7 +35,7 @@ use crate::hub::{DropReason, NodeRecorder, validate};
 use crate::k8s::lean::LeanNode;
 use crate::k8s::stream_list::{NODE_METRICS_PATH, NODES_PATH, Reading, list_items};
 use crate::model::{NodeCapacity, Resource, UsageSample};
-use crate::shared::error::Error;
+use crate::shared::error::{Cause, Error, Oversize};
 use crate::shared::json_items::Piece;
 use crate::shared::limit::DEFAULT_MAX_RESPONSE_BYTES;
 use crate::shared::quantity::parse_quantity;
@@ -218,20 +218,22 @@ async fn list_nodes(
                     }
                 }
                 Err(e) => {
-                    bad = Some(Error::Parse {
-                        what: WHAT_NODES.into(),
-                        reason: format!("Node {index} at byte {offset}: {e}"),
-                    })
+                    bad = Some(Error::parse(
+                        WHAT_NODES,
+                        Cause::context(format!("Node {index} at byte {offset}"), e),
+                    ))
                 }
             },
             Piece::Oversized { index, len, .. } => {
-                bad = Some(Error::TooLarge {
-                    what: WHAT_NODES.into(),
-                    reason: format!(
-                        "Node {index}: {len} bytes, over the {max_item}-byte limit \
-                         (--max-response-bytes)"
-                    ),
-                })
+                bad = Some(Error::too_large(
+                    WHAT_NODES,
+                    Oversize::Item {
+                        kind: "Node",
+                        index,
+                        len,
+                        limit: max_item,
+                    },
+                ))
             }
         }
     })
@@ -930,7 +932,7 @@ mod tests {
     #[test]
     fn undecodable_answers_are_parse_errors() {
         let err = serde_json::from_str::<serde_json::Value>("{not json").unwrap_err();
-        let e = crate::k8s::client::kube_error(WHAT_METRICS, &kube::Error::SerdeError(err));
+        let e = crate::k8s::client::kube_error(WHAT_METRICS, kube::Error::SerdeError(err));
         assert_eq!(e.metric_label(), "parse");
         assert!(e.to_string().contains("invalid JSON"), "{e}");
     }
@@ -939,7 +941,7 @@ mod tests {
     fn api_errors_keep_the_status() {
         let status =
             kube::core::Status::failure("metrics unavailable", "ServiceUnavailable").with_code(503);
-        let e = crate::k8s::client::kube_error(WHAT_METRICS, &kube::Error::Api(status.boxed()));
+        let e = crate::k8s::client::kube_error(WHAT_METRICS, kube::Error::Api(status.boxed()));
         assert_eq!(e.metric_label(), "http");
         assert_eq!(
             e.to_string(),

@@ -25,7 +25,7 @@ use crate::hub::DropReason;
 use crate::model::{
     BackendValue, BackendWindow, MetricType, Operator, Resource, UsageMatch, Window, unix_seconds,
 };
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 
 /// One metric load-watcher asks Prometheus for.
 #[derive(Debug, Clone, PartialEq)]
@@ -330,8 +330,25 @@ struct VectorSample {
 /// `(node, value)` pairs, series without the node label, nodes whose value is not a number.
 pub type ParsedVector = (Vec<(String, f64)>, usize, Vec<String>);
 
-/// How [`parse_vector`] starts the error of an answer whose `status` is not `success`.
-const ANSWERED: &str = "Prometheus answered ";
+/// Why an instant-query answer is not a vector [`parse_vector`] can read.
+#[derive(Debug, thiserror::Error)]
+pub enum VectorError {
+    /// Prometheus marked the answer as failed (`"status":"error"`): an HTTP-level failure.
+    #[error("Prometheus answered {status}: {error_type} {error}")]
+    Answered {
+        status: String,
+        error_type: String,
+        error: String,
+    },
+    #[error("malformed JSON from Prometheus: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("Prometheus answered success without data")]
+    NoData,
+    #[error("expected a vector result, got {0}")]
+    NotVector(String),
+    #[error("malformed vector result: {0}")]
+    Result(#[source] serde_json::Error),
+}
 
 /// Parses an instant-query answer into `(node, value)` pairs. Series without the node label
 /// are skipped and counted in the second return value; nodes whose sample value is not a
@@ -340,28 +357,21 @@ pub fn parse_vector(
     body: &[u8],
     node_label: &str,
     strip: bool,
-) -> std::result::Result<ParsedVector, String> {
-    let resp: ApiResponse =
-        serde_json::from_slice(body).map_err(|e| format!("malformed JSON from Prometheus: {e}"))?;
+) -> std::result::Result<ParsedVector, VectorError> {
+    let resp: ApiResponse = serde_json::from_slice(body).map_err(VectorError::Json)?;
     if resp.status != "success" {
-        return Err(format!(
-            "{ANSWERED}{}: {} {}",
-            resp.status,
-            resp.error_type.unwrap_or_default(),
-            resp.error.unwrap_or_default()
-        ));
+        return Err(VectorError::Answered {
+            status: resp.status,
+            error_type: resp.error_type.unwrap_or_default(),
+            error: resp.error.unwrap_or_default(),
+        });
     }
-    let data = resp
-        .data
-        .ok_or("Prometheus answered success without data")?;
+    let data = resp.data.ok_or(VectorError::NoData)?;
     if data.result_type != "vector" {
-        return Err(format!(
-            "expected a vector result, got {}",
-            data.result_type
-        ));
+        return Err(VectorError::NotVector(data.result_type));
     }
     let samples: Vec<VectorSample> =
-        serde_json::from_value(data.result).map_err(|e| format!("malformed vector result: {e}"))?;
+        serde_json::from_value(data.result).map_err(VectorError::Result)?;
     let mut out = Vec::with_capacity(samples.len());
     let mut unlabelled = 0;
     let mut unparsable = Vec::new();
@@ -613,14 +623,14 @@ impl PrometheusFetcher {
             }
             // A 2xx answer Prometheus itself marked as failed is an HTTP-level failure; one
             // that did not decode (invalid JSON, not a vector, a value not a number) is `parse`.
-            Err(reason) if a.status.is_success() && reason.starts_with(ANSWERED) => {
-                Err(Error::Http { what, reason })
+            Err(e @ VectorError::Answered { .. }) if a.status.is_success() => {
+                Err(Error::http(what, Cause::other(e)))
             }
-            Err(reason) if a.status.is_success() => Err(Error::Parse { what, reason }),
-            Err(reason) => Err(Error::Http {
+            Err(e) if a.status.is_success() => Err(Error::parse(what, Cause::other(e))),
+            Err(e) => Err(Error::http(
                 what,
-                reason: format!("status {}: {reason}", a.status.as_u16()),
-            }),
+                Cause::context(format!("status {}", a.status.as_u16()), e),
+            )),
         }
     }
 
@@ -1233,10 +1243,7 @@ mod tests {
         // Once a node has been dated, a node without a date is not current.
         let d = f.dating(Some(Ok(vec![])), None);
         assert!(matches!(d, Dating::Dated(v) if v.is_empty()));
-        let failed = Error::Http {
-            what: "q".into(),
-            reason: "down".into(),
-        };
+        let failed = Error::http("q", Cause::message("down"));
         assert!(matches!(
             f.dating(Some(Err(failed)), None),
             Dating::Failed(_)
@@ -1304,10 +1311,7 @@ mod tests {
             })
         );
         // A failed dating query dates the values by the query time and is an error of the round.
-        let failed = Error::Http {
-            what: "q".into(),
-            reason: "down".into(),
-        };
+        let failed = Error::http("q", Cause::message("down"));
         let (dates, err) = f.node_dates(Dating::Failed(failed), &nodes, now);
         assert!(dates.is_none() && err.is_some());
         let (fetched, _) = f.fold(vec![(q, Ok(values))], &nodes, None, now);
@@ -1335,17 +1339,20 @@ mod tests {
         assert!(
             parse_vector(err, "instance", true)
                 .unwrap_err()
+                .to_string()
                 .contains("bad_data")
         );
         let matrix = br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
         assert!(
             parse_vector(matrix, "instance", true)
                 .unwrap_err()
+                .to_string()
                 .contains("matrix")
         );
         assert!(
             parse_vector(b"<html>", "instance", true)
                 .unwrap_err()
+                .to_string()
                 .contains("malformed")
         );
         // One value that is not a number drops that value alone.

@@ -17,7 +17,7 @@ use super::{Fetched, UsageFetcher};
 use crate::model::{
     BackendValue, BackendWindow, MetricType, Operator, Resource, Window, unix_seconds,
 };
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 
 /// Settings of the SignalFx backend.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,10 +83,18 @@ pub fn short_host(host: &str) -> &str {
     host.split('.').next().unwrap_or(host)
 }
 
+/// A SignalFx answer that did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum BadAnswer {
+    #[error("malformed metadata JSON: {0}")]
+    Metadata(#[source] serde_json::Error),
+    #[error("malformed timeserieswindow JSON: {0}")]
+    Window(#[source] serde_json::Error),
+}
+
 /// Series id -> host (cut at the first dot) from a `/v2/metrictimeseries` body.
-pub fn parse_metadata(body: &[u8]) -> std::result::Result<BTreeMap<String, String>, String> {
-    let m: Metadata =
-        serde_json::from_slice(body).map_err(|e| format!("malformed metadata JSON: {e}"))?;
+pub fn parse_metadata(body: &[u8]) -> std::result::Result<BTreeMap<String, String>, BadAnswer> {
+    let m: Metadata = serde_json::from_slice(body).map_err(BadAnswer::Metadata)?;
     Ok(m.results
         .into_iter()
         .filter_map(|r| {
@@ -100,9 +108,8 @@ pub fn parse_metadata(body: &[u8]) -> std::result::Result<BTreeMap<String, Strin
 pub fn parse_window(
     body: &[u8],
     hosts: &BTreeMap<String, String>,
-) -> std::result::Result<BTreeMap<String, f64>, String> {
-    let w: WindowData = serde_json::from_slice(body)
-        .map_err(|e| format!("malformed timeserieswindow JSON: {e}"))?;
+) -> std::result::Result<BTreeMap<String, f64>, BadAnswer> {
+    let w: WindowData = serde_json::from_slice(body).map_err(BadAnswer::Window)?;
     let mut per_host: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (id, points) in w.data {
         let Some(host) = hosts.get(&id) else { continue };
@@ -158,14 +165,13 @@ impl SignalFxFetcher {
             .await?;
         if !a.status.is_success() {
             let body = String::from_utf8_lossy(&a.body);
-            return Err(Error::Http {
-                what: what.into(),
-                reason: format!(
-                    "status {}: {}",
-                    a.status.as_u16(),
-                    body.chars().take(200).collect::<String>()
-                ),
-            });
+            return Err(Error::http(
+                what,
+                Cause::Status {
+                    code: a.status.as_u16(),
+                    body: body.chars().take(200).collect(),
+                },
+            ));
         }
         Ok(a.body.to_vec())
     }
@@ -187,9 +193,8 @@ impl SignalFxFetcher {
                 &[("query", q.clone()), ("limit", "10000".into())],
             )
             .await?;
-        let hosts = parse_metadata(&meta).map_err(|reason| Error::Parse {
-            what: format!("SignalFx metadata for {metric}"),
-            reason,
+        let hosts = parse_metadata(&meta).map_err(|e| {
+            Error::parse(format!("SignalFx metadata for {metric}"), Cause::other(e))
         })?;
         let data = self
             .get(
@@ -203,10 +208,8 @@ impl SignalFxFetcher {
                 ],
             )
             .await?;
-        parse_window(&data, &hosts).map_err(|reason| Error::Parse {
-            what: format!("SignalFx data for {metric}"),
-            reason,
-        })
+        parse_window(&data, &hosts)
+            .map_err(|e| Error::parse(format!("SignalFx data for {metric}"), Cause::other(e)))
     }
 }
 
@@ -289,6 +292,7 @@ mod tests {
         assert!(
             parse_window(b"{", &hosts)
                 .unwrap_err()
+                .to_string()
                 .contains("malformed")
         );
     }

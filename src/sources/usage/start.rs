@@ -20,7 +20,7 @@ use super::signalfx::{SignalFxConfig, SignalFxFetcher};
 use super::{MetricsProvider, Schedule, host, run};
 use crate::hub::Provider;
 use crate::k8s::role;
-use crate::shared::error::{Error, Result};
+use crate::shared::error::{Cause, Error, Result};
 
 /// What a usage backend needs from the wiring, beside its own config.
 pub struct StartContext {
@@ -199,9 +199,11 @@ fn metrics_server_fetcher(
     settings: MetricsServerSettings,
     ctx: StartContext,
 ) -> Result<MetricsServerFetcher> {
-    let client = ctx.kube_client.ok_or_else(|| Error::Kube {
-        what: "the KubernetesMetricsServer backend".into(),
-        reason: "no Kubernetes client was built".into(),
+    let client = ctx.kube_client.ok_or_else(|| {
+        Error::kube(
+            "the KubernetesMetricsServer backend",
+            Cause::message("no Kubernetes client was built"),
+        )
     })?;
     let f = MetricsServerFetcher::new(
         client,

@@ -42,7 +42,7 @@ use crate::k8s::leader;
 use crate::k8s::role;
 use crate::model::{ClusterInfo, Snapshot};
 use crate::outputs::push::{self, Leadership, SinkKind, SinkSchedule};
-use crate::outputs::{gcm, otlp};
+use crate::outputs::{PushStart, gcm, otlp};
 use crate::sources::cluster::{self, watchers};
 use crate::sources::task;
 

@@ -164,35 +164,19 @@ async fn build_sinks(
     ctx: &SinkContext<'_>,
     instance_id: &str,
 ) -> Result<(Option<Arc<gcm::GcmSink>>, Option<Arc<otlp::OtlpSink>>)> {
-    let (role, project, location) = (
-        role.as_str(),
-        ctx.identity.project.as_deref(),
-        ctx.identity.location.as_deref(),
-    );
+    let start = PushStart {
+        role: role.as_str(),
+        node_name: ctx.node_name,
+        cluster_name: ctx.cluster_name,
+        project: ctx.identity.project.as_deref(),
+        location: ctx.identity.location.as_deref(),
+        instance_id,
+    };
     let (mut gcm, mut otlp) = (None, None);
     for kind in &sc.kinds {
         match (kind, &sc.otlp) {
-            (SinkKind::Gcm, _) => {
-                let gctx = gcm::start::StartContext {
-                    role,
-                    node_name: ctx.node_name,
-                    cluster_name: ctx.cluster_name,
-                    project,
-                    location,
-                };
-                gcm = Some(gcm::start::start(&sc.gcm, &gctx).await?);
-            }
-            (SinkKind::Otlp, Some(config)) => {
-                let octx = otlp::start::StartContext {
-                    role,
-                    node_name: ctx.node_name,
-                    cluster_name: ctx.cluster_name,
-                    project,
-                    location,
-                    instance_id,
-                };
-                otlp = Some(otlp::start::start(config, &octx)?);
-            }
+            (SinkKind::Gcm, _) => gcm = Some(gcm::start::start(&sc.gcm, &start).await?),
+            (SinkKind::Otlp, Some(config)) => otlp = Some(otlp::start::start(config, &start)?),
             // Resolved whenever `--sink otlp` is given (`Config::sinks`).
             (SinkKind::Otlp, None) => {}
         }

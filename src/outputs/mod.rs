@@ -56,6 +56,20 @@ pub enum PushScope {
     InstanceOnly,
 }
 
+/// What a push output needs from the wiring, beside its own config: who is pushing. Each
+/// push output's `start::start` takes it.
+pub struct PushStart<'a> {
+    /// `cluster`, `node` or `host`: the node role writes its own node's series only.
+    pub role: &'a str,
+    pub node_name: &'a str,
+    pub cluster_name: &'a str,
+    /// The GCE project and location, when the metadata server gave them.
+    pub project: Option<&'a str>,
+    pub location: Option<&'a str>,
+    /// This replica's name (OTLP's `service.instance.id`).
+    pub instance_id: &'a str,
+}
+
 /// An output that pushes snapshots somewhere (OTLP, Cloud Monitoring).
 pub trait Sink: Send + Sync + 'static {
     /// Stable name: a label value and a log field.

@@ -1,25 +1,15 @@
 //! The Cloud Monitoring output started from its resolved [`GcmConfig`]: the project and
 //! location the flags leave out come from the metadata server, the cluster and (node role)
-//! the node it writes from the wiring ([`StartContext`]).
+//! the node it writes from the wiring ([`PushStart`]).
 
 use std::sync::Arc;
 
 use super::{GcmConfig, GcmSink};
+use crate::outputs::PushStart;
 use crate::shared::error::{Error, Result};
 
-/// What the Cloud Monitoring output needs from the wiring, beside its own config.
-pub struct StartContext<'a> {
-    /// `cluster`, `node` or `host`: the node role writes its own node's series only.
-    pub role: &'a str,
-    pub node_name: &'a str,
-    pub cluster_name: &'a str,
-    /// The project and location the metadata server gave, when it answered.
-    pub project: Option<&'a str>,
-    pub location: Option<&'a str>,
-}
-
 /// The Cloud Monitoring sink; project and location come from the flags or the metadata server.
-pub async fn start(cfg: &GcmConfig, ctx: &StartContext<'_>) -> Result<Arc<GcmSink>> {
+pub async fn start(cfg: &GcmConfig, ctx: &PushStart<'_>) -> Result<Arc<GcmSink>> {
     let g = cfg;
     // Given, or found by the metadata server; neither is a configuration error.
     let needed = |value: Option<String>, option: &'static str, reason: &str| match value {

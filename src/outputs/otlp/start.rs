@@ -1,27 +1,15 @@
 //! The OTLP output started from its resolved config, with this instance's resource attributes from what
-//! only the wiring knows ([`StartContext`]).
+//! only the wiring knows ([`PushStart`]).
 
 use std::sync::Arc;
 
 use super::{OtlpConfig, OtlpResource, OtlpSink};
+use crate::outputs::PushStart;
 use crate::shared::error::Result;
-
-/// What the OTLP output needs from the wiring, beside its own config: who is pushing.
-pub struct StartContext<'a> {
-    /// `cluster`, `node` or `host`.
-    pub role: &'a str,
-    pub node_name: &'a str,
-    pub cluster_name: &'a str,
-    /// The GCE project and location, when the metadata server gave them.
-    pub project: Option<&'a str>,
-    pub location: Option<&'a str>,
-    /// This replica's name (`service.instance.id`).
-    pub instance_id: &'a str,
-}
 
 /// The OTLP sink, with this instance's resource attributes: the node's name in the node and
 /// host roles, the machine's id (`host.id`) in the host role.
-pub fn start(cfg: &OtlpConfig, ctx: &StartContext<'_>) -> Result<Arc<OtlpSink>> {
+pub fn start(cfg: &OtlpConfig, ctx: &PushStart<'_>) -> Result<Arc<OtlpSink>> {
     let resource = OtlpResource {
         cluster_name: ctx.cluster_name.to_string(),
         role: ctx.role.to_string(),

@@ -122,51 +122,44 @@ pub fn visit<V: Visitor>(snap: &Snapshot, w: &mut V) {
     }
 }
 
-/// The table of families a step writes: one family of a keyed part, or a whole table.
-pub fn step_families(step: Step) -> &'static [Family] {
-    fn one<P: Keyed>(f: usize) -> &'static [Family] {
-        std::slice::from_ref(P::FAMILIES[f].0)
-    }
-    match step {
-        Step::Info => families::INFO,
-        Step::Usage(f) => one::<NodeUsage>(f),
-        Step::Bound(f) => one::<NodeBound>(f),
-        Step::Freshness => families::FRESHNESS,
-        Step::Capacity(f) => one::<NodeCapacities>(f),
-        Step::Facts(f) => one::<NodeFactsRows>(f),
-        Step::ClusterCounts => families::COUNTS,
-        Step::ExpectedPods => families::EXPECTED,
-        Step::Addons(f) => one::<NodeAddons>(f),
-        Step::Pods(f) => one::<NodePodSums>(f),
-        Step::Restarts => families::RESTARTS,
-        Step::Skipped => families::SKIPPED,
-        Step::Tasks => families::TASKS,
-        Step::Platform => families::PLATFORM,
-        Step::Instance => families::INSTANCE,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table of families a step writes: one family of a keyed part, or a whole table.
+    fn step_families(step: Step) -> &'static [Family] {
+        fn one<P: Keyed>(f: usize) -> &'static [Family] {
+            std::slice::from_ref(P::FAMILIES[f].0)
+        }
+        match step {
+            Step::Info => families::INFO,
+            Step::Usage(f) => one::<NodeUsage>(f),
+            Step::Bound(f) => one::<NodeBound>(f),
+            Step::Freshness => families::FRESHNESS,
+            Step::Capacity(f) => one::<NodeCapacities>(f),
+            Step::Facts(f) => one::<NodeFactsRows>(f),
+            Step::ClusterCounts => families::COUNTS,
+            Step::ExpectedPods => families::EXPECTED,
+            Step::Addons(f) => one::<NodeAddons>(f),
+            Step::Pods(f) => one::<NodePodSums>(f),
+            Step::Restarts => families::RESTARTS,
+            Step::Skipped => families::SKIPPED,
+            Step::Tasks => families::TASKS,
+            Step::Platform => families::PLATFORM,
+            Step::Instance => families::INSTANCE,
+        }
+    }
 
     /// Records the families a visit passes.
     struct Names(Vec<&'static str>);
 
     impl Visitor for Names {
         fn family(&mut self, family: &Family, _rows: &[(Labels<'_>, f64)]) {
-            self.0.push(lookup(family));
+            self.0.push(family.name);
         }
         fn histogram(&mut self, family: &Family, _: &[f64], _: &[(Labels<'_>, &[u64], f64, u64)]) {
-            self.0.push(lookup(family));
+            self.0.push(family.name);
         }
-    }
-
-    fn lookup(family: &Family) -> &'static str {
-        families::ALL
-            .iter()
-            .find(|f| f.name == family.name)
-            .map_or("?", |f| f.name)
     }
 
     /// The steps, each with its table, are `families::ALL` in order: the exposition order

@@ -293,6 +293,15 @@ mod tests {
         );
     }
 
+    /// The error of one GET of `/x` through a backend made of `cfg`, which must fail.
+    async fn failed_get(cfg: HttpConfig) -> Error {
+        let b = HttpBackend::new(cfg).unwrap();
+        let url = b.url("/x");
+        b.send("test", "Authorization", bearer, |c| c.get(&url))
+            .await
+            .unwrap_err()
+    }
+
     /// Past the cap the error is `TooLarge` holding the cap's own `TooLarge` (found by type in
     /// the chain), not retried; a refused connection is `Http` with reqwest's error under it.
     #[tokio::test]
@@ -300,12 +309,7 @@ mod tests {
         let (addr, st) = serve(vec![]).await;
         let mut cfg = HttpConfig::new(&addr);
         cfg.max_body_bytes = 0;
-        let b = HttpBackend::new(cfg).unwrap();
-        let url = b.url("/x");
-        let e = b
-            .send("test", "Authorization", bearer, |c| c.get(&url))
-            .await
-            .unwrap_err();
+        let e = failed_get(cfg).await;
         assert_eq!(e.metric_label(), "too_large");
         assert_eq!(
             e.to_string(),
@@ -322,12 +326,7 @@ mod tests {
             .port();
         let mut cfg = HttpConfig::new(format!("http://127.0.0.1:{port}"));
         cfg.retries = 0;
-        let b = HttpBackend::new(cfg).unwrap();
-        let url = b.url("/x");
-        let e = b
-            .send("test", "Authorization", bearer, |c| c.get(&url))
-            .await
-            .unwrap_err();
+        let e = failed_get(cfg).await;
         assert_eq!(e.metric_label(), "http");
         let Error::Http { source, .. } = &e else {
             panic!("{e:?}")

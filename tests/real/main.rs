@@ -6,9 +6,9 @@
 //! their own. Index: tests/README.md.
 
 mod helm_install;
-mod install;
 mod node_lifecycle;
 mod otlp_collector;
+mod overlays;
 mod prometheus;
 mod prometheus_operator;
 mod trimaran;

@@ -64,6 +64,10 @@ pub trait NodeRecorder: Send + Sync {
     fn forget_binding(&self, pod: &str) {
         let _ = pod;
     }
+    /// The node's pressure stall totals (the host usage source); replaces the previous ones.
+    fn record_node_pressure(&self, pressure: crate::model::NodePressure) {
+        let _ = pressure;
+    }
 }
 
 /// Per-pod task measurements and platform facts (node role).

@@ -175,6 +175,7 @@ struct Inner {
     drop_log: HashMap<String, DropLog>,
     tasks: Option<Arc<crate::model::TaskSet>>,
     platform: Option<Arc<crate::model::Platform>>,
+    pressure: Option<Arc<crate::model::NodePressure>>,
     task_perf: Option<Arc<crate::model::TaskPerfSet>>,
     selection: Arc<crate::model::Selection>,
     ticks: u64,
@@ -243,6 +244,7 @@ impl Store {
             leadership: inner.leadership.clone(),
             tasks: inner.tasks.clone(),
             platform: inner.platform.clone(),
+            pressure: inner.pressure.clone(),
             task_perf: inner.task_perf.clone(),
             selection: inner.selection.clone(),
         }
@@ -742,6 +744,10 @@ impl NodeRecorder for Store {
             st.capacity = capacity;
             inner.nodes_changed |= changed;
         }
+    }
+
+    fn record_node_pressure(&self, pressure: crate::model::NodePressure) {
+        self.lock().pressure = Some(Arc::new(pressure));
     }
 
     fn forget_node(&self, node: &str) {

@@ -17,8 +17,8 @@ pub use cluster::{
     NodeFacts, NodePods, Owner, Placement, PodFacts, PodRestarts,
 };
 pub use node::{
-    BackendValue, BackendWindow, Binding, MetricType, NodeCapacity, Operator, Resource, UsageMatch,
-    UsageSample, Window,
+    BackendValue, BackendWindow, Binding, MetricType, NodeCapacity, NodePressure, Operator,
+    Resource, UsageMatch, UsageSample, Window,
 };
 pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};

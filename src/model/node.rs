@@ -54,6 +54,15 @@ pub struct NodeCapacity {
     pub memory_bytes: f64,
 }
 
+/// The pressure stall totals of one whole node (`/proc/pressure/{cpu,memory,io}`), read by
+/// the host usage source: the node and host roles.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodePressure {
+    pub node: String,
+    /// In the order cpu, memory, io; `some` before `full`; only the totals the kernel offers.
+    pub totals: Vec<super::task::Pressure>,
+}
+
 /// load-watcher's metric types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MetricType {

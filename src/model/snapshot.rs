@@ -205,6 +205,8 @@ pub struct Snapshot {
     pub tasks: Option<std::sync::Arc<super::task::TaskSet>>,
     /// The node's platform facts (node role).
     pub platform: Option<std::sync::Arc<super::task::Platform>>,
+    /// The node's pressure stall totals (host usage source: node and host roles).
+    pub pressure: Option<std::sync::Arc<super::node::NodePressure>>,
     /// Per-pod perf counters (node role, `--task-perf-events`).
     pub task_perf: Option<std::sync::Arc<super::perf::TaskPerfSet>>,
     /// This instance's shard and the families left out (see `crate::outputs::select`).
@@ -229,6 +231,7 @@ impl Snapshot {
             leadership: None,
             tasks: None,
             platform: None,
+            pressure: None,
             task_perf: None,
             selection: Default::default(),
         }

@@ -473,6 +473,29 @@ pub fn parse_id_list(b: &[u8]) -> Option<Vec<u32>> {
     Some(out)
 }
 
+/// The `some` and `full` totals (microseconds) of a pressure stall file, without allocating:
+/// `/proc/pressure/{cpu,memory,io}` and the cgroup v2 `*.pressure` files share the format
+/// (`some avg10=0.10 avg60=0.00 avg300=0.00 total=1234`, then a `full` line; kernels before
+/// 5.13 have no `full` line in `/proc/pressure/cpu`).
+pub fn parse_pressure_totals(b: &[u8]) -> [Option<u64>; 2] {
+    let mut out = [None; 2];
+    let Ok(s) = std::str::from_utf8(b) else {
+        return out;
+    };
+    for l in s.lines() {
+        let mut it = l.split_ascii_whitespace();
+        let i = match it.next() {
+            Some("some") => 0,
+            Some("full") => 1,
+            _ => continue,
+        };
+        out[i] = it
+            .find_map(|f| f.strip_prefix("total="))
+            .and_then(|v| v.parse().ok());
+    }
+    out
+}
+
 /// AT_PAGESZ (6) from an auxiliary vector (`/proc/self/auxv`) of native-endian 64-bit (key,
 /// value) pairs; `None` when absent or not a power of two.
 pub fn parse_auxv_page_size(b: &[u8]) -> Option<u64> {
@@ -1428,6 +1451,24 @@ Node 0 MemUsed:        15360 kB\nNode 0 HugePages_Total:     0\n";
         }
         assert_eq!(parse_id_list_len(b"0-63"), Some(64));
         assert_eq!(parse_id_list(b"0-65536").map(|ids| ids.len()), Some(65_537));
+    }
+
+    #[test]
+    fn pressure_totals() {
+        assert_eq!(
+            parse_pressure_totals(
+                b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"
+            ),
+            [Some(1234), Some(5)]
+        );
+        // /proc/pressure/cpu before 5.13: no `full` line.
+        assert_eq!(
+            parse_pressure_totals(b"some avg10=0.10 total=9\n"),
+            [Some(9), None]
+        );
+        assert_eq!(parse_pressure_totals(b"some total=x\n"), [None, None]);
+        assert_eq!(parse_pressure_totals(b"\xff\xfe"), [None, None]);
+        assert_eq!(parse_pressure_totals(b""), [None, None]);
     }
 
     #[test]

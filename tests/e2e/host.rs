@@ -109,6 +109,75 @@ fn host_role_end_to_end() {
     assert_eq!(p.terminate(), 0, "exit code after SIGTERM");
 }
 
+/// This kernel's pressure stall totals in microseconds, by (resource, kind); empty without
+/// `/proc/pressure`.
+fn kernel_pressure() -> Vec<((String, String), u64)> {
+    let mut out = Vec::new();
+    for resource in ["cpu", "memory", "io"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/pressure/{resource}")) else {
+            continue;
+        };
+        for line in text.lines() {
+            let mut fields = line.split_ascii_whitespace();
+            let kind = fields.next().unwrap().to_string();
+            let total = fields
+                .find_map(|f| f.strip_prefix("total="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            out.push(((resource.to_string(), kind), total));
+        }
+    }
+    out
+}
+
+/// The node's pressure stall totals on /metrics are this kernel's: every total of
+/// `/proc/pressure` is there, between what the kernel said before and after the scrape.
+#[test]
+fn node_pressure_is_the_kernels() {
+    let before = kernel_pressure();
+    let p = Prober::start(&[
+        "--role",
+        "host",
+        "--node-name",
+        "psi-node",
+        "--tick-interval",
+        "1s",
+    ]);
+    wait_ready(&p);
+    let (status, body) = get(&p.url("/metrics"));
+    assert_eq!(status, 200);
+    let after = kernel_pressure();
+    let prefix = "kube_prober_node_pressure_stalled_seconds_total{node=\"psi-node\",resource=\"";
+    let rows: Vec<(String, String, f64)> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(|rest| {
+            let (resource, rest) = rest.split_once("\",kind=\"").unwrap();
+            let (kind, value) = rest.split_once("\"} ").unwrap();
+            (resource.into(), kind.into(), value.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        rows.len(),
+        before.len(),
+        "one row per total of /proc/pressure ({before:?}):\n{body}"
+    );
+    for ((key, lo), (key_after, hi)) in before.iter().zip(&after) {
+        assert_eq!(key, key_after);
+        let (_, _, v) = rows
+            .iter()
+            .find(|(r, k, _)| (r, k) == (&key.0, &key.1))
+            .unwrap_or_else(|| panic!("no row for {key:?}:\n{body}"));
+        let us = (v * 1e6).round() as u64;
+        assert!(
+            (*lo..=*hi).contains(&us),
+            "{key:?}: {us} µs on /metrics, the kernel said {lo} before and {hi} after"
+        );
+    }
+    assert_eq!(p.terminate(), 0, "exit code after SIGTERM");
+}
+
 #[test]
 fn sigint_also_stops_cleanly_before_ready() {
     let p = Prober::start(&["--role", "host", "--node-name", "early"]);

@@ -847,6 +847,20 @@ mod counts {
         v.insert("cpus", s.cpus as f64);
         v.insert("platform", 1.0);
         v.insert("vmstat_keys", 5.0);
+        snap.pressure = Some(Arc::new(kube_prober::model::NodePressure {
+            node: "node-0".into(),
+            totals: ["cpu", "memory", "io"]
+                .into_iter()
+                .flat_map(|resource| {
+                    ["some", "full"].map(|kind| Pressure {
+                        resource,
+                        kind,
+                        seconds: 1.5,
+                    })
+                })
+                .collect(),
+        }));
+        v.insert("node_pressure", 6.0);
 
         // Probes: the first failed once.
         for p in 0..s.probes {

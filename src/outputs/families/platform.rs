@@ -65,6 +65,13 @@ pub const PLATFORM_VMSTAT: Family = counter(
 )
 .otel(&[o("kube_prober.platform.vmstat", "{event}", C)]);
 
+pub const NODE_PRESSURE: Family = counter(
+    "kube_prober_node_pressure_stalled_seconds",
+    "Pressure stall time of the whole node (/proc/pressure/cpu, memory and io: total, some or full), read by the host usage source (node and host roles).",
+    Some("seconds"),
+)
+.otel(&[o("kube_prober.node.pressure.stalled", "s", C)]);
+
 /// This node's platform (step `Platform`).
 pub const PLATFORM: &[Family] = &[
     PLATFORM_SOCKETS,
@@ -77,6 +84,7 @@ pub const PLATFORM: &[Family] = &[
     PLATFORM_NUMA_FREE,
     PLATFORM_NUMA_USED,
     PLATFORM_VMSTAT,
+    NODE_PRESSURE,
 ];
 
 /// The node's platform families (node role).
@@ -133,7 +141,27 @@ fn platform<V: Visitor>(w: &mut V, p: Option<&Platform>) {
     w.family(&PLATFORM_VMSTAT, &rows);
 }
 
-/// This node's platform: topology, CPU, memory per NUMA node and vmstat counters.
+/// This node's pressure stall totals (host usage source).
+fn pressure<V: Visitor>(w: &mut V, p: Option<&NodePressure>) {
+    let rows: Vec<_> = p
+        .into_iter()
+        .flat_map(|p| {
+            p.totals.iter().map(|t| {
+                let labels = vec![
+                    ("node", p.node.as_str()),
+                    ("resource", t.resource),
+                    ("kind", t.kind),
+                ];
+                (labels, t.seconds)
+            })
+        })
+        .collect();
+    w.family(&NODE_PRESSURE, &rows);
+}
+
+/// This node's platform: topology, CPU, memory per NUMA node and vmstat counters; and its
+/// pressure stall totals.
 pub fn visit_platform<V: Visitor>(w: &mut V, snap: &Snapshot) {
     platform(w, snap.platform.as_deref());
+    pressure(w, snap.pressure.as_deref());
 }

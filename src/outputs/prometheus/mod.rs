@@ -596,7 +596,7 @@ fn step_same(step: Step, a: &Snapshot, b: &Snapshot) -> bool {
         Step::Restarts => cs(a, b, |c| &c.restarts),
         Step::Skipped => cs(a, b, |c| &c.skipped),
         Step::Tasks => arc(&a.tasks, &b.tasks),
-        Step::Platform => arc(&a.platform, &b.platform),
+        Step::Platform => arc(&a.platform, &b.platform) && arc(&a.pressure, &b.pressure),
         _ => false,
     }
 }
@@ -1147,6 +1147,34 @@ mod tests {
             series::visit_step(step, snap, &mut w);
         }
         w.out
+    }
+
+    /// The node's pressure totals share the platform step: a change of theirs alone (the
+    /// platform the same `Arc`) is written, never served from the previous body.
+    #[test]
+    fn a_change_of_the_node_pressure_alone_is_written() {
+        use crate::model::{NodePressure, Pressure};
+        let pressure = |seconds: f64| {
+            Some(Arc::new(NodePressure {
+                node: "n1".into(),
+                totals: vec![Pressure {
+                    resource: "io",
+                    kind: "full",
+                    seconds,
+                }],
+            }))
+        };
+        for format in [Format::Text, Format::OpenMetrics] {
+            let mut r = Renderer::new(format);
+            let mut snap = tasks(3, 1, 1.0);
+            r.render(Arc::new(snap.clone()));
+            for seconds in [2.5, 7.25] {
+                snap.pressure = pressure(seconds);
+                let body = text(&r.render(Arc::new(snap.clone())));
+                assert!(body == whole(&snap, format));
+                assert!(body.contains(&format!("resource=\"io\",kind=\"full\"}} {seconds}")));
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The host fetcher: this machine's load from procfs (root configurable, like node_exporter's
 //! `--path.procfs`). CPU, network and disk are rates between two reads; the first fetch reads
-//! twice, [`PRIME`] apart, so even the first sample has every value.
+//! twice, [`PRIME`] apart, so even the first sample has every value. Beside the load, the
+//! node's pressure stall totals (`pressure/{cpu,memory,io}`), as counters.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::{Fetched, UsageFetcher};
-use crate::model::{NodeCapacity, Resource, UsageSample};
-use crate::shared::error::Error;
+use crate::model::{NodeCapacity, NodePressure, Pressure, Resource, UsageSample};
+use crate::shared::error::{Error, ParseError};
 use crate::sources::procfs::{self, CpuStat, NetCounters};
 
 /// Gap between the two reads of the first fetch.
@@ -79,6 +80,58 @@ impl HostFetcher {
             disks,
         }
     }
+}
+
+/// The pressure stall files of procfs, with the resource each names.
+const PRESSURE_FILES: [(&str, &str); 3] = [
+    ("cpu", "pressure/cpu"),
+    ("memory", "pressure/memory"),
+    ("io", "pressure/io"),
+];
+
+/// The node's pressure stall totals. A kernel without pressure stall information (before
+/// 4.20, built without it, or booted with `psi=0`) has no `pressure/` folder: `None`, and no
+/// error. A file that is there but unreadable, or has no `some` total, is an error kept in
+/// `errors` (the run is counted as failed with the rest of the values kept).
+async fn read_pressure(root: &Path, node: &str, errors: &mut Vec<Error>) -> Option<NodePressure> {
+    let mut out = NodePressure {
+        node: node.to_string(),
+        totals: Vec::new(),
+    };
+    let mut found = false;
+    for (resource, rel) in PRESSURE_FILES {
+        let path = root.join(rel);
+        let b = match tokio::fs::read(&path).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                errors.push(Error::Io { path, source });
+                continue;
+            }
+        };
+        found = true;
+        let [some, full] = procfs::parse_pressure_totals(&b);
+        if some.is_none() {
+            errors.push(
+                ParseError::Missing {
+                    file: rel,
+                    what: "a `some` line with total=",
+                }
+                .into(),
+            );
+            continue;
+        }
+        for (kind, total) in [("some", some), ("full", full)] {
+            if let Some(us) = total {
+                out.totals.push(Pressure {
+                    resource,
+                    kind,
+                    seconds: us as f64 / 1e6,
+                });
+            }
+        }
+    }
+    found.then_some(out)
 }
 
 /// The value, or `None` with the error kept.
@@ -184,6 +237,7 @@ impl UsageFetcher for HostFetcher {
                 },
             ));
         }
+        fetched.pressure = read_pressure(&self.cfg.procfs, &node, &mut fetched.errors).await;
         if !values.is_empty() {
             fetched.samples.push(UsageSample { node, at, values });
         }
@@ -205,6 +259,9 @@ mod tests {
     fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("net")).unwrap();
+        if files.iter().any(|(rel, _)| rel.starts_with("pressure/")) {
+            std::fs::create_dir_all(dir.path().join("pressure")).unwrap();
+        }
         for (rel, fix) in files {
             std::fs::write(dir.path().join(rel), fixture(fix)).unwrap();
         }
@@ -243,6 +300,65 @@ mod tests {
         assert_eq!(Some(*m), mem.used_ratio());
         assert_eq!(got.capacities[0].1.cpu_cores, 4.0);
         assert_eq!(got.capacities[0].1.memory_bytes, mem.total_bytes as f64);
+        assert_eq!(
+            got.pressure, None,
+            "no pressure/ folder: no pressure, no error"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pressure_totals_from_a_fixture_tree() {
+        let dir = tree(&[
+            ("stat", "stat_4cpu_a"),
+            ("meminfo", "meminfo_modern"),
+            ("net/dev", "net_dev_a"),
+            ("diskstats", "diskstats_a"),
+            ("pressure/cpu", "pressure_cpu"),
+            ("pressure/memory", "pressure_memory"),
+            ("pressure/io", "pressure_io"),
+        ]);
+        let mut f = HostFetcher::new(HostConfig {
+            procfs: dir.path().to_path_buf(),
+            node_name: "h1".into(),
+        });
+        let got = f.fetch().await;
+        assert!(got.errors.is_empty(), "{:?}", got.errors);
+        let p = got.pressure.expect("pressure totals");
+        assert_eq!(p.node, "h1");
+        let totals: Vec<_> = p
+            .totals
+            .iter()
+            .map(|t| (t.resource, t.kind, t.seconds))
+            .collect();
+        assert_eq!(
+            totals,
+            [
+                ("cpu", "some", 5036.197406),
+                ("cpu", "full", 0.0),
+                ("memory", "some", 153.702679),
+                ("memory", "full", 90.543816),
+                ("io", "some", 32.539654),
+                ("io", "full", 15.84408),
+            ]
+        );
+        // A kernel before 5.13 (no `full` line for cpu), and a file that does not parse: the
+        // run keeps every total it could read and reports the broken file.
+        std::fs::write(dir.path().join("pressure/cpu"), fixture("pressure_cpu_5_4")).unwrap();
+        std::fs::write(dir.path().join("pressure/io"), "garbage\n").unwrap();
+        let got = f.fetch().await;
+        let p = got.pressure.expect("pressure totals");
+        let kinds: Vec<_> = p.totals.iter().map(|t| (t.resource, t.kind)).collect();
+        assert_eq!(
+            kinds,
+            [("cpu", "some"), ("memory", "some"), ("memory", "full")]
+        );
+        assert_eq!(p.totals[0].seconds, 40.188553);
+        assert_eq!(got.errors.len(), 1, "{:?}", got.errors);
+        assert!(
+            got.errors[0].to_string().contains("pressure/io"),
+            "{}",
+            got.errors[0]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -101,6 +101,8 @@ pub struct Fetched {
     pub streamed: u64,
     /// How the backend's series met the cluster's Nodes, when the fetcher checked it.
     pub usage_match: Option<crate::model::UsageMatch>,
+    /// The node's pressure stall totals (the host fetcher, on a kernel that has them).
+    pub pressure: Option<crate::model::NodePressure>,
 }
 
 /// One value a fetcher could not use, for [`crate::hub::NodeRecorder::record_dropped`].
@@ -206,6 +208,9 @@ async fn fetch_once<F: UsageFetcher>(
     }
     for (node, cap) in fetched.capacities {
         provider.node().record_node_capacity(&node, cap);
+    }
+    if let Some(p) = fetched.pressure {
+        provider.node().record_node_pressure(p);
     }
     for d in &fetched.dropped {
         provider

@@ -28,8 +28,7 @@ pub use discovery::{
 pub use fds::{FdBudget, raise_fd_limit, read_into};
 pub use files::{ReadCounts, read_stats};
 pub use parse::{
-    parse_keyed, parse_keys, parse_max, parse_numa_stat_v1, parse_numa_stat_v2, parse_pressure,
-    parse_pressure_totals, parse_u64,
+    parse_keyed, parse_keys, parse_max, parse_numa_stat_v1, parse_numa_stat_v2, parse_u64,
 };
 pub use reader::CgroupReader;
 pub use schedule::{DEFAULT_DETAIL_EVERY, DetailReads, MAX_DETAIL_EVERY};

@@ -1,6 +1,6 @@
-//! The formats of the cgroup files, pure: single numbers, `max` limits, flat keyed files,
-//! pressure totals and NUMA statistics. Kernel id lists (cpusets) are parsed by the shared
-//! [`crate::sources::procfs::parse_id_list_len`].
+//! The formats of the cgroup files, pure: single numbers, `max` limits, flat keyed files and
+//! NUMA statistics. Kernel id lists (cpusets) and pressure totals, whose formats the cgroup
+//! files share with procfs, are parsed by the shared [`crate::sources::procfs`] parsers.
 
 /// A single unsigned integer (`memory.usage_in_bytes`, `cpuacct.usage`).
 pub fn parse_u64(b: &[u8]) -> Option<u64> {
@@ -39,49 +39,6 @@ pub fn parse_keys<const N: usize>(b: &[u8], keys: [&str; N]) -> [Option<u64>; N]
         if let Some(i) = keys.iter().position(|x| *x == k) {
             out[i] = v.trim().parse().ok();
         }
-    }
-    out
-}
-
-/// `some` and `full` totals of a pressure file, in microseconds.
-pub fn parse_pressure(b: &[u8]) -> Vec<(&'static str, u64)> {
-    let Ok(s) = std::str::from_utf8(b) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for l in s.lines() {
-        let mut it = l.split_ascii_whitespace();
-        let kind = match it.next() {
-            Some("some") => "some",
-            Some("full") => "full",
-            _ => continue,
-        };
-        if let Some(t) = it
-            .find_map(|f| f.strip_prefix("total="))
-            .and_then(|v| v.parse().ok())
-        {
-            out.push((kind, t));
-        }
-    }
-    out
-}
-
-/// The `some` and `full` totals of a pressure file, in microseconds, without allocating.
-pub fn parse_pressure_totals(b: &[u8]) -> [Option<u64>; 2] {
-    let mut out = [None; 2];
-    let Ok(s) = std::str::from_utf8(b) else {
-        return out;
-    };
-    for l in s.lines() {
-        let mut it = l.split_ascii_whitespace();
-        let i = match it.next() {
-            Some("some") => 0,
-            Some("full") => 1,
-            _ => continue,
-        };
-        out[i] = it
-            .find_map(|f| f.strip_prefix("total="))
-            .and_then(|v| v.parse().ok());
     }
     out
 }
@@ -150,10 +107,6 @@ mod tests {
             [Some(1), None, Some(10)]
         );
         assert_eq!(
-            parse_pressure(b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"),
-            vec![("some", 1234), ("full", 5)]
-        );
-        assert_eq!(
             parse_numa_stat_v1(
                 b"total=10 N0=6 N1=4\nfile=1 N0=1 N1=0\nhierarchical_total=30 N0=20 N1=10\n"
             ),
@@ -166,20 +119,6 @@ mod tests {
         assert_eq!(
             parse_numa_stat_v2(b"anon N0=100 N1=1\nfile N0=10 N1=2\nkernel_stack N0=5 N1=5\nunevictable N0=1 N1=0\n"),
             vec![(0, 111), (1, 3)]
-        );
-    }
-
-    #[test]
-    fn pressure_totals() {
-        assert_eq!(
-            parse_pressure_totals(
-                b"some avg10=0.10 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"
-            ),
-            [Some(1234), Some(5)]
-        );
-        assert_eq!(
-            parse_pressure_totals(b"some avg10=0.10 total=9\n"),
-            [Some(9), None]
         );
     }
 }

@@ -3,11 +3,10 @@
 
 use super::files::Knob;
 use super::parse::{
-    parse_keyed, parse_keys, parse_max, parse_numa_stat_v1, parse_numa_stat_v2,
-    parse_pressure_totals, parse_u64,
+    parse_keyed, parse_keys, parse_max, parse_numa_stat_v1, parse_numa_stat_v2, parse_u64,
 };
 use crate::model::{CgroupStats, Pressure};
-use crate::sources::procfs::parse_id_list_len;
+use crate::sources::procfs::{parse_id_list_len, parse_pressure_totals};
 
 /// A v1 memory limit at or above this is "no limit" (the kernel's PAGE_COUNTER_MAX rounded).
 const V1_UNLIMITED: u64 = 1 << 62;

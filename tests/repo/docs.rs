@@ -249,7 +249,10 @@ fn reason_literals(code: &str, file_text: &str) -> Vec<String> {
         return vec![rest[..rest.find('"').unwrap()].to_string()];
     }
     if code.starts_with("format!(") {
-        return literals(&code[..code.find(')').unwrap()]).into_iter().take(1).collect();
+        return literals(&code[..code.find(')').unwrap()])
+            .into_iter()
+            .take(1)
+            .collect();
     }
     let ident: String = code
         .chars()
@@ -291,7 +294,10 @@ fn probe_reasons_in_code() -> BTreeSet<String> {
             }
         }
     }
-    assert!(calls >= 10, "found only {calls} Failure::new calls in {dir}");
+    assert!(
+        calls >= 10,
+        "found only {calls} Failure::new calls in {dir}"
+    );
     reasons
 }
 
@@ -305,8 +311,18 @@ fn every_probe_failure_reason_is_documented() {
         .map(|s| s.to_string())
         .collect();
     let code = probe_reasons_in_code();
-    for known in ["timeout", "refused", "dns", "status_<code>", "too_large", "error"] {
-        assert!(code.contains(known), "the scan of the probes missed {known}: {code:?}");
+    for known in [
+        "timeout",
+        "refused",
+        "dns",
+        "status_<code>",
+        "too_large",
+        "error",
+    ] {
+        assert!(
+            code.contains(known),
+            "the scan of the probes missed {known}: {code:?}"
+        );
     }
     let unlisted: Vec<_> = code.difference(&list).collect();
     assert!(
@@ -315,7 +331,11 @@ fn every_probe_failure_reason_is_documented() {
     );
     for (file, marker, end) in [
         ("docs/configuration.md", "fixed set (", ")"),
-        ("docs/alerts.md", "`kube_prober_probe_failures_total{reason}` (", ";"),
+        (
+            "docs/alerts.md",
+            "`kube_prober_probe_failures_total{reason}` (",
+            ";",
+        ),
         (
             "docs/metrics.md",
             "| `kube_prober_probe_failures_total` | counter | probe, target, reason | ",
@@ -328,6 +348,20 @@ fn every_probe_failure_reason_is_documented() {
             "{file}'s probe failure reasons and probe::FAILURE_REASONS disagree"
         );
     }
+}
+
+/// The scan above reads a reason given as a literal, as a `format!` and through a `let`, and
+/// leaves a call to the function that holds its own literals.
+#[test]
+fn the_probe_reason_scan_reads_literals_formats_and_bindings() {
+    let file = "let reason = if slow { \"timeout\" } else { io_reason(&e) };";
+    assert_eq!(reason_literals("\"dns\", e.to_string())", file), ["dns"]);
+    assert_eq!(
+        reason_literals("\n  format!(\"status_{}\", s.code), d)", file),
+        ["status_<code>"]
+    );
+    assert_eq!(reason_literals("reason, e.to_string())", file), ["timeout"]);
+    assert!(reason_literals("io_reason(&e), d)", file).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------

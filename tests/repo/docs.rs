@@ -206,6 +206,164 @@ fn every_perf_open_failure_reason_is_documented() {
     assert_eq!(documented, code);
 }
 
+/// The reasons listed in `file` (under the repository root) after `marker`, up to `end`: the
+/// `code` spans that are label values (`status_<code>` included, flags such as
+/// `--max-response-bytes` left out).
+fn listed_reasons(file: &str, marker: &str, end: &str) -> BTreeSet<String> {
+    let path = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{file} no longer says {marker:?}"))
+        + marker.len();
+    let list = &text[start..];
+    let list = &list[..list.find(end).unwrap_or(list.len())];
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            let w = w.strip_suffix("<code>").unwrap_or(w);
+            !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The string literals of `code` that a Rust expression starting there evaluates to: a literal
+/// (`"dns"`), a `format!` whose format starts with a literal part (`status_{}` as
+/// `status_<code>`), or a variable, through its `let` in `file_text` (every literal up to the
+/// `;`). A call (`io_reason(&e)`) gives nothing here: its literals are read where it is defined.
+fn reason_literals(code: &str, file_text: &str) -> Vec<String> {
+    let code = code.trim_start();
+    let literals = |s: &str| -> Vec<String> {
+        s.split('"')
+            .skip(1)
+            .step_by(2)
+            .map(|l| match l.split_once('{') {
+                Some((head, _)) => format!("{head}<code>"),
+                None => l.to_string(),
+            })
+            .collect()
+    };
+    if let Some(rest) = code.strip_prefix('"') {
+        return vec![rest[..rest.find('"').unwrap()].to_string()];
+    }
+    if code.starts_with("format!(") {
+        return literals(&code[..code.find(')').unwrap()])
+            .into_iter()
+            .take(1)
+            .collect();
+    }
+    let ident: String = code
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    if code[ident.len()..].trim_start().starts_with('(') {
+        return Vec::new();
+    }
+    let binding = format!("let {ident} =");
+    let at = file_text
+        .find(&binding)
+        .unwrap_or_else(|| panic!("a failure reason `{ident}` without a `let`"));
+    let rest = &file_text[at..];
+    literals(&rest[..rest.find(';').unwrap()])
+}
+
+/// Every reason the probes' code can record: the first argument of each `Failure::new` in
+/// src/sources/probe/ (its unit tests aside) and what `io_reason` returns.
+fn probe_reasons_in_code() -> BTreeSet<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/sources/probe");
+    let mut reasons = BTreeSet::new();
+    let mut calls = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (i, _) in text.match_indices("Failure::new(") {
+            calls += 1;
+            reasons.extend(reason_literals(&text[i + "Failure::new(".len()..], text));
+        }
+        if let Some(at) = text.find("pub fn io_reason(") {
+            let body = &text[at..];
+            let body = &body[..body.find("\n}\n").unwrap()];
+            for l in body.split('"').skip(1).step_by(2) {
+                reasons.insert(l.to_string());
+            }
+        }
+    }
+    assert!(
+        calls >= 10,
+        "found only {calls} Failure::new calls in {dir}"
+    );
+    reasons
+}
+
+/// The probes' failure reasons: every reason the code can record is in
+/// `probe::FAILURE_REASONS`, and the list in docs/configuration.md, docs/alerts.md and
+/// docs/metrics.md is exactly that list.
+#[test]
+fn every_probe_failure_reason_is_documented() {
+    let list: BTreeSet<String> = kube_prober::sources::probe::FAILURE_REASONS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let code = probe_reasons_in_code();
+    for known in [
+        "timeout",
+        "refused",
+        "dns",
+        "status_<code>",
+        "too_large",
+        "error",
+    ] {
+        assert!(
+            code.contains(known),
+            "the scan of the probes missed {known}: {code:?}"
+        );
+    }
+    let unlisted: Vec<_> = code.difference(&list).collect();
+    assert!(
+        unlisted.is_empty(),
+        "probe failure reasons in the code but not in probe::FAILURE_REASONS: {unlisted:?}"
+    );
+    for (file, marker, end) in [
+        ("docs/configuration.md", "fixed set (", ")"),
+        (
+            "docs/alerts.md",
+            "`kube_prober_probe_failures_total{reason}` (",
+            ";",
+        ),
+        (
+            "docs/metrics.md",
+            "| `kube_prober_probe_failures_total` | counter | probe, target, reason | ",
+            " |\n",
+        ),
+    ] {
+        assert_eq!(
+            listed_reasons(file, marker, end),
+            list,
+            "{file}'s probe failure reasons and probe::FAILURE_REASONS disagree"
+        );
+    }
+}
+
+/// The scan above reads a reason given as a literal, as a `format!` and through a `let`, and
+/// leaves a call to the function that holds its own literals.
+#[test]
+fn the_probe_reason_scan_reads_literals_formats_and_bindings() {
+    let file = "let reason = if slow { \"timeout\" } else { io_reason(&e) };";
+    assert_eq!(reason_literals("\"dns\", e.to_string())", file), ["dns"]);
+    assert_eq!(
+        reason_literals("\n  format!(\"status_{}\", s.code), d)", file),
+        ["status_<code>"]
+    );
+    assert_eq!(reason_literals("reason, e.to_string())", file), ["timeout"]);
+    assert!(reason_literals("io_reason(&e), d)", file).is_empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Series per family: the formulas of docs/metrics.md's "Series per family" table, evaluated
 // with the counts of small known snapshots, against the series the renderer writes.

@@ -59,14 +59,19 @@ pub fn refuse_update_in_ci(var: &str) {
 /// golden files alone; any other version there still differs.
 pub fn assert_golden(name: &str, actual: &str) {
     let path = crate::repo_root().join("tests/golden").join(name);
-    let actual = golden_version(actual);
-    let actual = actual.as_str();
+    assert_generated(&path, &golden_version(actual));
+}
+
+/// Compares `actual` with the checked-in file at `path` (a golden file, or a page of docs/
+/// generated from the binary); `UPDATE_GOLDEN=1` rewrites the file instead (refused under
+/// `CI`). A difference names the first differing lines.
+pub fn assert_generated(path: &Path, actual: &str) {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         refuse_update_in_ci("UPDATE_GOLDEN");
-        std::fs::write(&path, actual).unwrap();
+        std::fs::write(path, actual).unwrap();
         return;
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+    let want = std::fs::read_to_string(path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
             path.display()

@@ -20,8 +20,23 @@ use crate::hub::Provider;
 use crate::model::ProbeOutcome;
 use crate::sources::runner::{self, Pace};
 
-/// Why a probe failed: `reason` is a label value from a small fixed set (`timeout`, `refused`,
-/// `dns`, `status_<code>`, `bad_body`, `no_items`, `error`); `detail` is for the log.
+/// Every failure reason a probe records, as docs/configuration.md, docs/alerts.md and
+/// docs/metrics.md list them; `status_<code>` stands for `status_` and the HTTP status code.
+/// `tests/repo/docs.rs` checks the reasons the probes' code gives against this list and the
+/// list against those pages.
+pub const FAILURE_REASONS: &[&str] = &[
+    "timeout",
+    "refused",
+    "dns",
+    "status_<code>",
+    "bad_body",
+    "no_items",
+    "too_large",
+    "error",
+];
+
+/// Why a probe failed: `reason` is a label value from [`FAILURE_REASONS`]; `detail` is for the
+/// log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub reason: String,

@@ -1,8 +1,10 @@
 //! Dashboards as files. Grafana dashboards take their data source from a template variable (no
 //! hard-coded data source UID anywhere) and, as mixins' dashboards do, filter every selector on
 //! `job` and `cluster` variables and take every range as `$__rate_interval`; a `node` variable
-//! where nodes are shown. Cloud Monitoring dashboards (for `gcloud monitoring dashboards create
-//! --config-from-file`) filter only on metric types the Cloud Monitoring sink writes
+//! where nodes are shown. The chart and the `grafana-dashboards` kustomize component carry
+//! copies of them (Helm and kustomize read only files inside their own folders), equal to them.
+//! Cloud Monitoring dashboards (for `gcloud monitoring dashboards create --config-from-file`)
+//! filter only on metric types the Cloud Monitoring sink writes
 //! (`kube_prober::outputs::families::GKE_PROBER`), on the resource type it writes each on, with
 //! label keys that type carries. (Every Grafana query is evaluated on a real Prometheus in
 //! tests/deploy/prometheus.rs.)
@@ -374,6 +376,57 @@ fn grafana_dashboards_use_the_datasource_variable_rate_interval_and_filter_by_jo
             assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()), "{at}");
         }
     }
+}
+
+/// Where the Grafana dashboards are copied to: the chart's folder (its ConfigMaps read them with
+/// `.Files.Glob`) and the kustomize component's (its `configMapGenerator` reads them).
+const COPIES: &[&str] = &[
+    "charts/kube-prober/files/dashboards",
+    "manifests/components/grafana-dashboards/dashboards",
+];
+
+/// Each copy holds exactly the files of dashboards/grafana, byte for byte. Outside CI a drifted
+/// copy is rewritten (and the test fails, so that the rewrite gets reviewed and committed);
+/// with `CI` set it is only reported.
+#[test]
+fn the_chart_and_the_kustomize_component_carry_the_grafana_dashboards_unchanged() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fix = std::env::var_os("CI").is_none();
+    let source = files("dashboards/grafana");
+    assert_eq!(source.len(), 3);
+    let mut drift = Vec::new();
+    for dir in COPIES {
+        let name = |p: &Path| p.file_name().unwrap().to_os_string();
+        for copy in files(dir) {
+            if !source.iter().any(|s| name(s) == name(&copy)) {
+                drift.push(format!("{}: not in dashboards/grafana", copy.display()));
+                if fix {
+                    std::fs::remove_file(&copy).unwrap();
+                }
+            }
+        }
+        for s in &source {
+            let want = std::fs::read(s).unwrap();
+            let copy = root.join(dir).join(name(s));
+            if std::fs::read(&copy).ok().as_ref() != Some(&want) {
+                drift.push(format!("{}: differs from {}", copy.display(), s.display()));
+                if fix {
+                    std::fs::write(&copy, &want).unwrap();
+                }
+            }
+        }
+    }
+    assert!(
+        drift.is_empty(),
+        "{}\n{}",
+        drift.join("\n"),
+        if fix {
+            "rewritten from dashboards/grafana: review and commit"
+        } else {
+            "not rewritten because CI is set: run `cargo test --test deploy -- dashboards::` \
+             without CI and commit the result"
+        }
+    );
 }
 
 /// gke-prober's metric types as the Cloud Monitoring sink writes them, with the resource type

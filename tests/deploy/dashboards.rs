@@ -1,9 +1,12 @@
-//! Dashboards as files: Grafana dashboards take their data source from a template variable (no
-//! hard-coded data source UID anywhere), have `cluster` and `node` variables used by their
-//! queries; Cloud Monitoring dashboards (for `gcloud monitoring dashboards create
-//! --config-from-file`) filter only on metric types the Cloud Monitoring sink writes
-//! (`kube_prober::outputs::families::GKE_PROBER`), on the resource type it writes each on, with label
-//! keys that type carries. (Every Grafana query is evaluated on a real Prometheus in
+//! Dashboards as files. Grafana dashboards take their data source from a template variable (no
+//! hard-coded data source UID anywhere) and, as mixins' dashboards do, filter every selector on
+//! `job` and `cluster` variables and take every range as `$__rate_interval`; a `node` variable
+//! where nodes are shown. The chart and the `grafana-dashboards` kustomize component carry
+//! copies of them (Helm and kustomize read only files inside their own folders), equal to them.
+//! Cloud Monitoring dashboards (for `gcloud monitoring dashboards create --config-from-file`)
+//! filter only on metric types the Cloud Monitoring sink writes
+//! (`kube_prober::outputs::families::GKE_PROBER`), on the resource type it writes each on, with
+//! label keys that type carries. (Every Grafana query is evaluated on a real Prometheus in
 //! tests/deploy/prometheus.rs.)
 
 use std::collections::BTreeSet;
@@ -43,8 +46,260 @@ fn datasources<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
     }
 }
 
+/// One vector selector of a PromQL expression: its metric name (empty for a bare `{...}`) and
+/// its label matchers as written.
+#[derive(Debug, PartialEq)]
+struct Selector {
+    metric: String,
+    matchers: Vec<String>,
+}
+
+/// Words that are no metric name where they stand: the ones followed by a label list, then the
+/// operators and modifiers written as words.
+const LABEL_LISTS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+const KEYWORDS: &[&str] = &["and", "or", "unless", "bool", "offset"];
+
+/// The index just past the string literal opening at `i`.
+fn skip_string(b: &[u8], i: usize) -> usize {
+    let quote = b[i];
+    let mut j = i + 1;
+    while j < b.len() && b[j] != quote {
+        j += if b[j] == b'\\' { 2 } else { 1 };
+    }
+    j + 1
+}
+
+/// The text between the bracket opening at `i` and its closing `close` (strings skipped), and
+/// the index past it.
+fn enclosed(e: &str, i: usize, close: u8) -> (&str, usize) {
+    let b = e.as_bytes();
+    let mut j = i + 1;
+    while j < b.len() && b[j] != close {
+        j = if b[j] == b'"' {
+            skip_string(b, j)
+        } else {
+            j + 1
+        };
+    }
+    (&e[i + 1..j.min(b.len())], j + 1)
+}
+
+/// Label matchers, split at the commas outside their strings.
+fn matchers(inside: &str) -> Vec<String> {
+    let b = inside.as_bytes();
+    let (mut out, mut from, mut j) = (Vec::new(), 0, 0);
+    while j < b.len() {
+        match b[j] {
+            b'"' => j = skip_string(b, j),
+            b',' => {
+                out.push(inside[from..j].trim().to_string());
+                j += 1;
+                from = j;
+            }
+            _ => j += 1,
+        }
+    }
+    out.push(inside[from.min(b.len())..].trim().to_string());
+    out.retain(|m| !m.is_empty());
+    out
+}
+
+/// Every vector selector of a PromQL expression and every range (`[...]`) in it.
+fn parse_promql(e: &str) -> (Vec<Selector>, Vec<String>) {
+    let b = e.as_bytes();
+    let (mut selectors, mut ranges, mut i) = (Vec::new(), Vec::new(), 0);
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' || c == b'\'' {
+            i = skip_string(b, i);
+        } else if c.is_ascii_digit() || c == b'.' {
+            while i < b.len() && (word(b[i]) || b[i] == b'.') {
+                i += 1;
+            }
+        } else if c == b'[' {
+            let (inside, next) = enclosed(e, i, b']');
+            ranges.push(inside.to_string());
+            i = next;
+        } else if c == b'{' {
+            let (inside, next) = enclosed(e, i, b'}');
+            selectors.push(Selector {
+                metric: String::new(),
+                matchers: matchers(inside),
+            });
+            i = next;
+        } else if word(c) {
+            let start = i;
+            while i < b.len() && word(b[i]) {
+                i += 1;
+            }
+            let name = &e[start..i];
+            let mut j = i;
+            while j < b.len() && b[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            let next = b.get(j).copied();
+            // `sum by (...) (...)`: an aggregation whose grouping comes first.
+            let grouped = ["by", "without"]
+                .iter()
+                .any(|g| e[j..].starts_with(g) && !b.get(j + g.len()).copied().is_some_and(word));
+            if LABEL_LISTS.contains(&name) && next == Some(b'(') {
+                i = enclosed(e, j, b')').1;
+            } else if next == Some(b'(')
+                || grouped
+                || KEYWORDS.contains(&name)
+                || LABEL_LISTS.contains(&name)
+            {
+                // A function, an aggregation, an operator.
+            } else if next == Some(b'{') {
+                let (inside, after) = enclosed(e, j, b'}');
+                selectors.push(Selector {
+                    metric: name.to_string(),
+                    matchers: matchers(inside),
+                });
+                i = after;
+            } else {
+                selectors.push(Selector {
+                    metric: name.to_string(),
+                    matchers: Vec::new(),
+                });
+            }
+        } else {
+            i += 1;
+        }
+    }
+    (selectors, ranges)
+}
+
+const CLUSTER: &str = r#"cluster=~"$cluster""#;
+const JOB: &str = r#"job=~"$job""#;
+
+/// What the mixins' dashboards hold to and `expr` does not: every selector filters on
+/// `job=~"$job"` and `cluster=~"$cluster"` (every series Prometheus scrapes has a `job`; a
+/// missing `cluster` label matches the variable's "All", `.*`), every range is
+/// `[$__rate_interval]`.
+fn problems(expr: &str) -> Vec<String> {
+    let (selectors, ranges) = parse_promql(expr);
+    let mut out = Vec::new();
+    if selectors.is_empty() {
+        out.push(format!("no selector in `{expr}`"));
+    }
+    for s in &selectors {
+        for want in [CLUSTER, JOB] {
+            if !s.matchers.iter().any(|m| m == want) {
+                out.push(format!("{}{:?} lacks {want}", s.metric, s.matchers));
+            }
+        }
+    }
+    for r in ranges {
+        if r != "$__rate_interval" {
+            out.push(format!("range [{r}] is not [$__rate_interval]"));
+        }
+    }
+    out
+}
+
 #[test]
-fn grafana_dashboards_use_the_datasource_variable_and_cluster_and_node_variables() {
+fn the_query_checker_finds_selectors_ranges_and_what_they_lack() {
+    let good = r#"histogram_quantile(0.9, sum by (probe, le) (rate(kube_prober_probe_duration_seconds_bucket{cluster=~"$cluster", job=~"$job"}[$__rate_interval]))) * 3600 > bool 0.5"#;
+    let (selectors, ranges) = parse_promql(good);
+    assert_eq!(
+        selectors,
+        [Selector {
+            metric: "kube_prober_probe_duration_seconds_bucket".into(),
+            matchers: vec![CLUSTER.into(), JOB.into()],
+        }]
+    );
+    assert_eq!(ranges, ["$__rate_interval"]);
+    assert_eq!(problems(good), Vec::<String>::new());
+    // A selector without `job`, one without any matcher (the operand of `or` and `on (node)`
+    // are no metric names), a fixed range, a comma inside a matcher's value.
+    let bad = r#"sum(increase(kube_prober_a{cluster=~"$cluster", reason=~"x,y"}[1h])) / on (node) group_left kube_prober_b or time()"#;
+    let (selectors, _) = parse_promql(bad);
+    assert_eq!(
+        selectors
+            .iter()
+            .map(|s| (s.metric.as_str(), s.matchers.len()))
+            .collect::<Vec<_>>(),
+        [("kube_prober_a", 2), ("kube_prober_b", 0)]
+    );
+    assert_eq!(
+        problems(bad),
+        [
+            r#"kube_prober_a["cluster=~\"$cluster\"", "reason=~\"x,y\""] lacks job=~"$job""#,
+            r#"kube_prober_b[] lacks cluster=~"$cluster""#,
+            r#"kube_prober_b[] lacks job=~"$job""#,
+            "range [1h] is not [$__rate_interval]",
+        ]
+    );
+}
+
+/// The `$name` and `${name}` variables a query refers to.
+fn variables_used(q: &str) -> BTreeSet<String> {
+    q.split('$')
+        .skip(1)
+        .map(|rest| {
+            rest.trim_start_matches('{')
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks one dashboard's template variables; returns the queries of its query variables.
+fn check_variables(at: &str, d: &Value) -> Vec<(String, String)> {
+    let vars = d["templating"]["list"].as_array().unwrap();
+    let var = |n: &str| vars.iter().find(|v| v["name"] == n);
+    let ds = var("datasource").unwrap_or_else(|| panic!("{at}: datasource variable"));
+    assert_eq!(ds["type"], "datasource");
+    assert_eq!(ds["query"], "prometheus");
+    let cluster = var("cluster").unwrap_or_else(|| panic!("{at}: cluster variable"));
+    assert_eq!(
+        cluster["allValue"], ".*",
+        "{at}: single-cluster Prometheus has no cluster label"
+    );
+    let job = var("job").unwrap_or_else(|| panic!("{at}: job variable"));
+    assert_eq!(job["includeAll"], true, "{at}");
+    assert!(
+        job["allValue"].as_str().unwrap_or_default().is_empty(),
+        "{at}: the job variable's All must be the jobs it finds, not a regex of every job"
+    );
+    let mut defined = BTreeSet::new();
+    let mut queries = Vec::new();
+    for v in vars {
+        let name = v["name"].as_str().unwrap().to_string();
+        if v["type"] == "query" {
+            let q = v["query"]["query"].as_str().unwrap();
+            assert_eq!(v["definition"], q, "{at}: variable {name}");
+            let used = variables_used(q);
+            assert!(
+                used.is_subset(&defined),
+                "{at}: variable {name} uses {used:?}, defined before it: {defined:?}"
+            );
+            let (label, promql) = q
+                .strip_prefix("label_values(")
+                .and_then(|s| s.strip_suffix(')'))
+                .and_then(|s| s.rsplit_once(','))
+                .map(|(sel, label)| (label.trim(), sel))
+                .unwrap_or_else(|| panic!("{at}: variable {name}: {q}"));
+            assert_eq!(label, name, "{at}: variable {name} lists {label}");
+            queries.push((format!("variable {name}"), promql.to_string()));
+        }
+        defined.insert(name);
+    }
+    queries
+}
+
+#[test]
+fn grafana_dashboards_use_the_datasource_variable_rate_interval_and_filter_by_job_and_cluster() {
     let dashboards = files("dashboards/grafana");
     assert_eq!(dashboards.len(), 3);
     let mut uids = BTreeSet::new();
@@ -55,16 +310,7 @@ fn grafana_dashboards_use_the_datasource_variable_and_cluster_and_node_variables
             uids.insert(d["uid"].as_str().unwrap().to_string()),
             "{at}: unique uid"
         );
-        let vars = d["templating"]["list"].as_array().unwrap();
-        let var = |n: &str| vars.iter().find(|v| v["name"] == n);
-        let ds = var("datasource").unwrap_or_else(|| panic!("{at}: datasource variable"));
-        assert_eq!(ds["type"], "datasource");
-        assert_eq!(ds["query"], "prometheus");
-        let cluster = var("cluster").unwrap_or_else(|| panic!("{at}: cluster variable"));
-        assert_eq!(
-            cluster["allValue"], ".*",
-            "{at}: single-cluster Prometheus has no cluster label"
-        );
+        let variables = check_variables(&at, &d);
         let mut all = Vec::new();
         datasources(&d, &mut all);
         assert!(!all.is_empty());
@@ -74,21 +320,47 @@ fn grafana_dashboards_use_the_datasource_variable_and_cluster_and_node_variables
                 "{at}: hard-coded data source {x}"
             );
         }
-        let exprs: Vec<&str> = d["panels"]
+        let panels: Vec<(String, String)> = d["panels"]
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|p| p["targets"].as_array().unwrap())
-            .map(|t| t["expr"].as_str().unwrap())
+            .flat_map(|p| {
+                let title = p["title"].as_str().unwrap_or_default().to_string();
+                p["targets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |t| (title.clone(), t["expr"].as_str().unwrap().to_string()))
+            })
             .collect();
-        assert!(!exprs.is_empty());
-        for e in &exprs {
-            assert!(
-                e.contains("cluster=~\"$cluster\""),
-                "{at}: query ignores $cluster: {e}"
+        assert!(!panels.is_empty());
+        let mut bad = Vec::new();
+        for (place, q) in &panels {
+            bad.extend(
+                problems(q)
+                    .into_iter()
+                    .map(|p| format!("panel {place:?}: {p}")),
             );
         }
-        if var("node").is_some() {
+        // The variables filter on the variables before them: `cluster` on none, `job` on
+        // `cluster`, `node` on both.
+        for (place, q) in &variables {
+            let mut found = problems(q);
+            if place == "variable cluster" {
+                found.retain(|p| !p.contains("lacks"));
+            } else if place == "variable job" {
+                found.retain(|p| !p.contains("lacks job"));
+            }
+            bad.extend(found.into_iter().map(|p| format!("{place}: {p}")));
+        }
+        assert!(bad.is_empty(), "{at}:\n{}", bad.join("\n"));
+        let exprs: Vec<&str> = panels.iter().map(|(_, q)| q.as_str()).collect();
+        if d["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "node")
+        {
             assert!(
                 exprs.iter().any(|e| e.contains("node=~\"$node\"")),
                 "{at}: $node unused"
@@ -99,11 +371,62 @@ fn grafana_dashboards_use_the_datasource_variable_and_cluster_and_node_variables
                 "{at}: a node variable (only the self-health board has none)"
             );
         }
-        // Panels do not overlap and have titles.
+        // Panels have titles.
         for p in d["panels"].as_array().unwrap() {
             assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()), "{at}");
         }
     }
+}
+
+/// Where the Grafana dashboards are copied to: the chart's folder (its ConfigMaps read them with
+/// `.Files.Glob`) and the kustomize component's (its `configMapGenerator` reads them).
+const COPIES: &[&str] = &[
+    "charts/kube-prober/files/dashboards",
+    "manifests/components/grafana-dashboards/dashboards",
+];
+
+/// Each copy holds exactly the files of dashboards/grafana, byte for byte. Outside CI a drifted
+/// copy is rewritten (and the test fails, so that the rewrite gets reviewed and committed);
+/// with `CI` set it is only reported.
+#[test]
+fn the_chart_and_the_kustomize_component_carry_the_grafana_dashboards_unchanged() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fix = std::env::var_os("CI").is_none();
+    let source = files("dashboards/grafana");
+    assert_eq!(source.len(), 3);
+    let mut drift = Vec::new();
+    for dir in COPIES {
+        let name = |p: &Path| p.file_name().unwrap().to_os_string();
+        for copy in files(dir) {
+            if !source.iter().any(|s| name(s) == name(&copy)) {
+                drift.push(format!("{}: not in dashboards/grafana", copy.display()));
+                if fix {
+                    std::fs::remove_file(&copy).unwrap();
+                }
+            }
+        }
+        for s in &source {
+            let want = std::fs::read(s).unwrap();
+            let copy = root.join(dir).join(name(s));
+            if std::fs::read(&copy).ok().as_ref() != Some(&want) {
+                drift.push(format!("{}: differs from {}", copy.display(), s.display()));
+                if fix {
+                    std::fs::write(&copy, &want).unwrap();
+                }
+            }
+        }
+    }
+    assert!(
+        drift.is_empty(),
+        "{}\n{}",
+        drift.join("\n"),
+        if fix {
+            "rewritten from dashboards/grafana: review and commit"
+        } else {
+            "not rewritten because CI is set: run `cargo test --test deploy -- dashboards::` \
+             without CI and commit the result"
+        }
+    );
 }
 
 /// gke-prober's metric types as the Cloud Monitoring sink writes them, with the resource type

@@ -353,6 +353,11 @@ fn the_schema_refuses_wrong_values_naming_the_key() {
             "cluster.workloadNamespaces[0]=Kube_System",
             "at '/cluster/workloadNamespaces/0'",
         ),
+        (
+            "dashboards.label=grafana dashboard",
+            "at '/dashboards/label'",
+        ),
+        ("dashboards.namespace=Grafana", "at '/dashboards/namespace'"),
     ];
     for (set, key) in cases {
         let err = helm::template(RELEASE, NAMESPACE, &[], &[set])
@@ -570,6 +575,113 @@ fn another_release_name_renames_everything_it_must() {
         dep["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
         "edge"
     );
+}
+
+/// The Grafana dashboards' ConfigMaps of a render: (namespace, name) → the ConfigMap.
+fn dashboard_config_maps(objs: &[Value]) -> BTreeMap<(String, String), &Value> {
+    objs.iter()
+        .filter(|o| kind(o) == "ConfigMap")
+        .map(|o| ((namespace(o).to_string(), name(o).to_string()), o))
+        .collect()
+}
+
+/// The dashboards follow the values: none by default; with `dashboards.enabled` one ConfigMap
+/// per file of dashboards/grafana, named after it, whose one key is the file's name and whose
+/// value is the file's JSON, carrying the sidecar's label (its name and value as set, an
+/// integer value too), in the namespace and with the annotations given.
+#[test]
+fn dashboards_follow_the_values() {
+    assert!(dashboard_config_maps(&render_set("kube-prober", &[])).is_empty());
+    let dir = helm::repo().join("dashboards/grafana");
+    let mut files: Vec<(String, Value)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_str(&text).unwrap(),
+            )
+        })
+        .collect();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(files.len(), 3);
+    /// A release, its `--set`s, and the namespace, sidecar label and annotation they give.
+    struct Case {
+        release: &'static str,
+        set: &'static [&'static str],
+        ns: &'static str,
+        label: (&'static str, &'static str),
+        annotation: Option<(&'static str, &'static str)>,
+    }
+    let cases = [
+        Case {
+            release: "kube-prober",
+            set: &["dashboards.enabled=true"],
+            ns: "monitoring",
+            label: ("grafana_dashboard", "1"),
+            annotation: None,
+        },
+        Case {
+            release: "edge",
+            set: &[
+                "dashboards.enabled=true",
+                "dashboards.label=dashboards.example.com/grafana",
+                "dashboards.labelValue=7",
+                "dashboards.namespace=grafana",
+                "dashboards.annotations.grafana_folder=kube-prober",
+            ],
+            ns: "grafana",
+            label: ("dashboards.example.com/grafana", "7"),
+            annotation: Some(("grafana_folder", "kube-prober")),
+        },
+    ];
+    for Case {
+        release,
+        set,
+        ns,
+        label: (label, value),
+        annotation,
+    } in cases
+    {
+        let objs = render_set(release, set);
+        let maps = dashboard_config_maps(&objs);
+        let prefix = if release == "kube-prober" {
+            "kube-prober".to_string()
+        } else {
+            format!("{release}-kube-prober")
+        };
+        let want: Vec<(String, String)> = files
+            .iter()
+            .map(|(f, _)| {
+                let short = f
+                    .trim_end_matches(".json")
+                    .trim_start_matches("kube-prober-");
+                (ns.to_string(), format!("{prefix}-dashboard-{short}"))
+            })
+            .collect();
+        assert_eq!(maps.keys().cloned().collect::<Vec<_>>(), want, "{set:?}");
+        for ((f, json), cm) in files.iter().zip(maps.values()) {
+            let labels = &cm["metadata"]["labels"];
+            assert_eq!(labels[label], value, "{set:?}: {f}: {labels}");
+            if label != "grafana_dashboard" {
+                assert!(labels.get("grafana_dashboard").is_none(), "{labels}");
+            }
+            assert_eq!(labels["app.kubernetes.io/instance"], release);
+            match annotation {
+                Some((k, v)) => assert_eq!(cm["metadata"]["annotations"][k], v),
+                None => assert!(cm["metadata"].get("annotations").is_none(), "{cm}"),
+            }
+            let data = cm["data"].as_object().expect("data");
+            assert_eq!(
+                data.keys().collect::<Vec<_>>(),
+                [f],
+                "{set:?}: one key, the file name"
+            );
+            let got: Value = serde_json::from_str(data[f].as_str().unwrap()).unwrap();
+            assert_eq!(&got, json, "{set:?}: {f}");
+        }
+    }
 }
 
 /// NOTES.txt as `helm install` prints it. `helm install --dry-run` needs a reachable cluster,

@@ -6,7 +6,8 @@
 //! pod that is not ready after 5 restarts (support::deploy::populate).
 //!
 //! The checks are support/dashboards.rs'. `$cluster` = the `cluster` target label given to
-//! every target, as a multi-cluster Prometheus adds; `$node` = two nodes, the NotReady one first.
+//! every target, as a multi-cluster Prometheus adds; `$job` = both jobs, as the variable's "All";
+//! `$node` = two nodes, the NotReady one first.
 //! Alert expressions that return nothing in this scenario (the condition does not hold: no stale
 //! source, a leader is elected, no recent restarts) are checked on their query part.
 
@@ -21,6 +22,8 @@ use deploy::{Downward, name, namespace};
 use serde_json::Value;
 
 const CLUSTER: &str = "test";
+/// The two scrape jobs below, as the `job` variable's "All" gives them.
+const JOBS: &str = "(kube-prober|kube-system/kube-prober-node)";
 
 fn start_role(
     w: &Value,
@@ -113,6 +116,7 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
     let selected = format!("({}|{})", nodes[0], nodes[1]);
     let vars = dashboards::Vars {
         cluster: CLUSTER,
+        job: JOBS,
         node: &selected,
     };
     let queries = dashboards::dashboard_queries(&vars);
@@ -133,6 +137,19 @@ async fn every_dashboard_query_and_alert_expression_returns_data_on_a_real_prome
         queries.len(),
         alert_report.join("\n")
     );
+    // The `job` variable finds exactly the two jobs that scrape kube-prober (so `JOBS` is its
+    // "All"), not the dead target's.
+    let (_, job_query) = queries
+        .iter()
+        .find(|(at, _)| at.ends_with("variable \"job\""))
+        .expect("a job variable");
+    let jobs = prometheus.try_query(job_query).unwrap();
+    let mut found: Vec<&str> = jobs
+        .iter()
+        .filter_map(|(labels, _)| labels.get("job").map(String::as_str))
+        .collect();
+    found.sort();
+    assert_eq!(found, ["kube-prober", "kube-system/kube-prober-node"]);
     // The scenario's faults show where they should.
     let not_ready = prometheus
         .try_query(&dashboards::substitute(

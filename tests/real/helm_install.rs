@@ -1,7 +1,8 @@
 //! The chart installed as users install it, on the real control plane
 //! (tests/support/control_plane.rs: etcd, kube-apiserver with RBAC, the controllers, a
 //! scheduler, kwok nodes): `helm install --wait` of the cluster and node roles with the
-//! load-watcher alias, whose workloads the real controllers roll out and whose RBAC suffices (each
+//! load-watcher alias and the Grafana dashboards (the ConfigMaps Grafana's sidecar lists by its
+//! label hold every dashboard of dashboards/grafana), whose workloads the real controllers roll out and whose RBAC suffices (each
 //! workload run as one replica with its ServiceAccount's token turns ready, never denied);
 //! `helm upgrade` with
 //! changed values, which rolls every pod to the new args and adds (then removes) exactly the RBAC
@@ -181,6 +182,44 @@ fn values(name: &str) -> String {
         .to_string()
 }
 
+/// What Grafana's dashboard sidecar lists, the ConfigMaps of every namespace with the label
+/// `grafana_dashboard=1` (kube-prometheus-stack's default), is one per file of
+/// dashboards/grafana, keyed by the file's name, holding the file's JSON.
+fn assert_sidecar_finds_the_dashboards(cp: &ControlPlane) {
+    let listed = cp.get_json(&["configmaps", "-A", "-l", "grafana_dashboard=1"]);
+    let mut got: Vec<(String, Value)> = Vec::new();
+    for cm in listed["items"].as_array().expect("items") {
+        for (key, text) in cm["data"].as_object().expect("data") {
+            let json = serde_json::from_str(text.as_str().expect("a string"))
+                .unwrap_or_else(|e| panic!("{key} in {}: {e}", cm["metadata"]["name"]));
+            got.push((key.clone(), json));
+        }
+    }
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    let dir = helm::repo().join("dashboards/grafana");
+    let mut want: Vec<(String, Value)> = std::fs::read_dir(&dir)
+        .expect("dashboards/grafana")
+        .map(|e| e.expect("entry").path())
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("a dashboard");
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_str(&text).expect("dashboard JSON"),
+            )
+        })
+        .collect();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(want.len(), 3);
+    assert_eq!(
+        got.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        want.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        "the dashboards the sidecar finds"
+    );
+    for ((k, g), (_, w)) in got.iter().zip(&want) {
+        assert_eq!(g, w, "{k} as installed differs from dashboards/grafana/{k}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_upgrade_and_uninstall_on_the_real_api_server() {
     let cp = ControlPlane::start(Options {
@@ -200,6 +239,8 @@ async fn install_upgrade_and_uninstall_on_the_real_api_server() {
         &node_values,
         "--set",
         "loadWatcher.enabled=true",
+        "--set",
+        "dashboards.enabled=true",
         "--wait",
         "--timeout",
         "180s",
@@ -219,7 +260,7 @@ async fn install_upgrade_and_uninstall_on_the_real_api_server() {
             RELEASE,
             NS,
             &[PathBuf::from(&node_values)],
-            &["loadWatcher.enabled=true"],
+            &["loadWatcher.enabled=true", "dashboards.enabled=true"],
         )
         .expect("helm template"),
     );
@@ -252,6 +293,7 @@ async fn install_upgrade_and_uninstall_on_the_real_api_server() {
         alias["spec"]["externalName"],
         "kube-prober.kube-system.svc.cluster.local"
     );
+    assert_sidecar_finds_the_dashboards(&cp);
 
     // Upgrade with changed values: the pods roll to the new args, and the Lease Role the OTLP
     // sink's leader election needs appears.

@@ -36,7 +36,7 @@
 //! in kube-system: a DaemonSet on every node and a Deployment whose pod is not ready after its
 //! containers restarted 5 times, last OOMKilled (the restarts stage of the test support). A
 //! source fails: metrics-server is stopped until Prometheus has scraped the errors, then
-//! started again. `$cluster` and `$node` are Grafana's "All" (`.*`).
+//! started again. `$cluster` and `$node` are Grafana's "All" (`.*`), `$job` the two jobs.
 //!
 //! What has no data in this setting, checked to return nothing ([`EMPTY`]): the overlay runs
 //! no sink (Prometheus scrapes it) and no leader election, so the sink and leader panels and
@@ -83,7 +83,7 @@ const EMPTY: &[(&str, &str)] = &[
         "the prometheus-operator overlay runs no leader election (components/leader-election)",
     ),
     (
-        "panel \"Leader changes\"",
+        "panel \"Leader changes per hour\"",
         "the prometheus-operator overlay runs no leader election (components/leader-election)",
     ),
 ];
@@ -751,9 +751,11 @@ fn the_operator_s_config_scrapes_the_overlay_and_every_dashboard_and_alert_has_d
     );
     cp.restart("metrics-server");
 
-    // Grafana's "All" for both variables.
+    // Grafana's "All" for every variable: `$job`'s is the jobs it finds, the ServiceMonitor's
+    // (named by its jobLabel, `app.kubernetes.io/name`) and the PodMonitor's.
     let vars = dashboards::Vars {
         cluster: ".*",
+        job: "(kube-prober|kube-system/kube-prober-node)",
         node: ".*",
     };
     let queries = dashboards::dashboard_queries(&vars);

@@ -4,11 +4,11 @@
 //!
 //! Used as `support::dashboards`, on `support::prom`'s Prometheus.
 //!
-//! Template variables are substituted as Grafana would (`$cluster` and `$node` from [`Vars`],
-//! `$__rate_interval` = 1m). Every query must parse and return data. Alert expressions that
-//! return nothing (the condition does not hold in the scenario) are checked on their query part
-//! (the expression without its final comparison), which must return data; the report says which
-//! alert was checked how. Queries the caller names as expected to be empty, with the reason,
+//! Template variables are substituted as Grafana would (`$cluster`, `$job` and `$node` from
+//! [`Vars`], `$__rate_interval` = 1m). Every query must parse and return data. Alert expressions
+//! that return nothing (the condition does not hold in the scenario) are checked on their query
+//! part (the expression without its final comparison), which must return data; the report says
+//! which alert was checked how. Queries the caller names as expected to be empty, with the reason,
 //! must return nothing, so that such a list cannot go stale.
 #![allow(dead_code)]
 
@@ -23,6 +23,10 @@ use crate::prom::ScrapingPrometheus;
 pub struct Vars<'a> {
     /// `$cluster`: a cluster name, or `.*` (the variable's "All").
     pub cluster: &'a str,
+    /// `$job`: the jobs that scrape kube-prober, as a regex; the variable's "All" is every value
+    /// its query finds, `(JOB1|JOB2)`, never `.*` (which would take in every other job's
+    /// `scrape_duration_seconds`).
+    pub job: &'a str,
     /// `$node`: a node name or a regex of several (a multi-value selection).
     pub node: &'a str,
 }
@@ -31,6 +35,8 @@ pub fn substitute(expr: &str, vars: &Vars) -> String {
     expr.replace("$__rate_interval", "1m")
         .replace("${cluster}", vars.cluster)
         .replace("$cluster", vars.cluster)
+        .replace("${job}", vars.job)
+        .replace("$job", vars.job)
         .replace("${node}", vars.node)
         .replace("$node", vars.node)
 }

@@ -19,6 +19,10 @@ use axum::routing::any;
 pub enum Behaviour {
     /// Every query: one series per `(instance, value)`.
     Answer(Vec<(String, f64)>),
+    /// Every query: this status and body as they are (an answer a real Prometheus gave); a
+    /// `timestamp(...)` query gets, for each instance the body's vector names, the query's
+    /// time.
+    Body(u16, String),
     /// As `Answer`, but POST gets 405 (some proxies), so the client must use GET.
     NoPost(Vec<(String, f64)>),
     /// 500 with a Prometheus error body for queries containing the string; others as `Answer`.
@@ -101,10 +105,34 @@ fn answer(promql: &str, time: Option<f64>, series: &[(String, f64)]) -> String {
     }
 }
 
+/// The `instance` labels of a vector answer's series (none for any other body).
+fn instances(body: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    v["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["metric"]["instance"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A value as Prometheus writes it (Go's `strconv.FormatFloat(v, 'f', -1, 64)`): `NaN`,
+/// `+Inf`, `-Inf` and the shortest decimal otherwise.
+fn prom_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
 fn vector(series: &[(String, f64)]) -> String {
     let result: Vec<String> = series
         .iter()
         .map(|(inst, v)| {
+            let v = prom_value(*v);
             format!(r#"{{"metric":{{"instance":"{inst}"}},"value":[1700000000.123,"{v}"]}}"#)
         })
         .collect();
@@ -144,6 +172,17 @@ async fn query(
     let b = st.behaviour.lock().unwrap().clone();
     match b {
         Behaviour::Answer(s) => json(StatusCode::OK, answer(&promql, time, &s)),
+        Behaviour::Body(status, body) => match time {
+            Some(t) if promql.contains("timestamp(") => {
+                let dated: Vec<(String, f64)> =
+                    instances(&body).into_iter().map(|i| (i, t)).collect();
+                json(StatusCode::OK, vector(&dated))
+            }
+            _ => json(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            ),
+        },
         Behaviour::NoPost(s) => {
             if method == Method::POST {
                 (StatusCode::METHOD_NOT_ALLOWED, "").into_response()

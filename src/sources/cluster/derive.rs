@@ -99,10 +99,11 @@ pub fn node_placement(node: &LeanNode, cfg: &DeriveConfig) -> Placement {
     }
 }
 
-/// The cpu and memory of a node's resource list; a missing one is 0.
+/// The cpu and memory of a node's resource list: `None` unless it has both (a list of only
+/// `pods`, as a virtual node reports, has no CPU or memory to serve, not zero of each).
 fn node_cpu_mem(r: Option<&Resources>) -> Result<Option<CpuMem>, BadObject> {
     let Some(r) = r else { return Ok(None) };
-    let get = |k: &str| -> Result<f64, BadObject> {
+    let get = |k: &str| -> Result<Option<f64>, BadObject> {
         r.get(k)
             .map(|q| {
                 parse_quantity(&q.0).map_err(|reason| BadObject::Quantity {
@@ -111,11 +112,11 @@ fn node_cpu_mem(r: Option<&Resources>) -> Result<Option<CpuMem>, BadObject> {
                 })
             })
             .transpose()
-            .map(|v| v.unwrap_or(0.0))
     };
-    Ok(Some(CpuMem {
-        cpu_cores: get("cpu")?,
-        memory_bytes: get("memory")?,
+    let (cpu, memory) = (get("cpu")?, get("memory")?);
+    Ok(cpu.zip(memory).map(|(cpu_cores, memory_bytes)| CpuMem {
+        cpu_cores,
+        memory_bytes,
     }))
 }
 
@@ -1169,6 +1170,36 @@ mod tests {
         assert_eq!(st.addons["n1"].len(), 1);
         assert_eq!(st.restarts.len(), 1, "only addon pods carry restart series");
         assert_eq!(st.restarts[0].containers[0].restarts, 3);
+    }
+
+    /// A resource list without cpu or memory (a virtual node listing only `pods`) gives no
+    /// capacity: a capacity of 0 cores and 0 bytes would be served as the node's.
+    #[test]
+    fn a_resource_list_without_cpu_or_memory_is_no_capacity() {
+        let cfg = DeriveConfig::default();
+        let with = |capacity, allocatable| {
+            let mut n = node("v", &[], &[("Ready", "True")], 3600);
+            let status = n.status.as_mut().unwrap();
+            status.capacity = capacity;
+            status.allocatable = allocatable;
+            node_facts(&n, at(NOW), &cfg).unwrap()
+        };
+        let pods_only = with(q(&[("pods", "1k")]), q(&[("pods", "1k")]));
+        assert_eq!((pods_only.capacity, pods_only.allocatable), (None, None));
+        let no_memory = with(q(&[("cpu", "4"), ("pods", "110")]), None);
+        assert_eq!(no_memory.capacity, None);
+        let both = with(
+            q(&[("cpu", "4"), ("memory", "16Gi")]),
+            q(&[("memory", "1Gi")]),
+        );
+        assert_eq!(
+            both.capacity,
+            Some(NodeCapacity {
+                cpu_cores: 4.0,
+                memory_bytes: 16.0 * 1024.0 * 1024.0 * 1024.0
+            })
+        );
+        assert_eq!(both.allocatable, None);
     }
 
     #[test]

@@ -886,8 +886,10 @@ impl PrometheusFetcher {
                 tracing::debug!(instance, secs, "a newest-sample time that is not a time");
                 continue;
             }
-            let t = SystemTime::UNIX_EPOCH
-                .checked_add(Duration::from_secs_f64(secs))
+            // Past what a `Duration` holds (a Prometheus answers at most 2^63 ms): now.
+            let t = Duration::try_from_secs_f64(secs)
+                .ok()
+                .and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d))
                 .unwrap_or(now)
                 .min(now);
             let slot = dates.entry(nodes.node_of(&instance)).or_insert(t);
@@ -1258,6 +1260,30 @@ mod tests {
                 None,
                 Some("max by (node) (timestamp(my_memory))".to_string())
             )
+        );
+    }
+
+    /// A newest-sample time past what a `Duration` holds dates the node by now (no panic);
+    /// one that is not a positive number dates nothing.
+    #[test]
+    fn absurd_newest_sample_times_never_panic() {
+        let mut f = fetcher();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let dated = vec![
+            ("far".to_string(), 1e300),
+            ("max".to_string(), f64::MAX),
+            ("nan".to_string(), f64::NAN),
+            ("negative".to_string(), -5.0),
+            ("ok".to_string(), 1_700_000_000.5),
+        ];
+        let (dates, err) = f.node_dates(Dating::Dated(dated), &ClusterNodes::default(), now);
+        assert!(err.is_none());
+        let dates = dates.unwrap();
+        assert_eq!(dates.len(), 3, "{dates:?}");
+        assert_eq!((dates["far"], dates["max"]), (now, now));
+        assert_eq!(
+            dates["ok"],
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_500)
         );
     }
 

@@ -31,7 +31,7 @@ const ALLOWED_DIFFERENCES: &[(&str, &str)] = &[
     (
         "app.kubernetes.io/version",
         "the recommended label of the running version; the overlays leave the version to \
-         `kustomize edit set image`",
+         the image tag set in manifests/components/release",
     ),
     (
         "app.kubernetes.io/managed-by",

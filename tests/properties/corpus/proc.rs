@@ -6,8 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use kube_prober::hub::{RunOutcome, Store};
 use kube_prober::model::Resource;
-use kube_prober::sources::procfs::{self, CpuTimes};
-use kube_prober::sources::task::cgroup::parse_pressure_totals;
+use kube_prober::sources::procfs::{self, CpuTimes, parse_pressure_totals};
 use kube_prober::sources::usage::host::{HostConfig, HostFetcher};
 use kube_prober::sources::usage::run_once;
 

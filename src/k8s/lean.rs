@@ -153,6 +153,9 @@ pub struct PodSpec {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Container {
+    /// Matches the container's status, whose resources an in-place resize changes.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub name: String,
     #[serde(default)]
     pub resources: Option<ResourceRequirements>,
     /// `Always` on an init container: a sidecar.
@@ -192,7 +195,11 @@ pub struct PodCondition {
     pub type_: String,
     #[serde(default, deserialize_with = "null_as_default")]
     pub status: String,
-    /// When the condition last changed status (reason, message and probe times are skipped).
+    /// Whether the reason is `Infeasible` (read in place: no reason is kept), which on the
+    /// `PodResizePending` condition says that an in-place resize cannot be done on this node.
+    #[serde(rename = "reason", default, deserialize_with = "is_infeasible")]
+    pub infeasible: bool,
+    /// When the condition last changed status (message and probe times are skipped).
     #[serde(default, deserialize_with = "transition_time")]
     pub last_transition_time: TransitionTime,
 }
@@ -234,6 +241,25 @@ impl TransitionTime {
 
 /// Reads a [`TransitionTime`] from a string (parsed where it lies), `null`, or anything else
 /// (skipped, [`TransitionTime::Unreadable`]).
+/// A condition's `reason`, compared with `Infeasible` in place; anything else (missing, `null`,
+/// another reason or type) is `false`.
+fn is_infeasible<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a reason")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<bool, E> {
+            Ok(s == "Infeasible")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+    }
+    d.deserialize_any(V)
+}
+
 fn transition_time<'de, D: Deserializer<'de>>(d: D) -> Result<TransitionTime, D::Error> {
     use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
     struct V;
@@ -294,6 +320,13 @@ pub struct ContainerStatus {
     pub container_id: Option<String>,
     #[serde(default)]
     pub last_state: Option<ContainerState>,
+    /// The resources the container runs with (the kubelet reports them since in-place resize,
+    /// KEP-1287); `None` where it does not.
+    #[serde(default)]
+    pub resources: Option<ResourceRequirements>,
+    /// The resources the node allocated to the container.
+    #[serde(default)]
+    pub allocated_resources: Quantities,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

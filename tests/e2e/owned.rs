@@ -63,6 +63,8 @@ fn spawn_from_an_ended_thread() {
 
 #[test]
 #[ignore = "run by the other tests of this file, in a child process"]
+// The sleep is never waited for on purpose: this process ends with it running.
+#[allow(clippy::zombie_processes)]
 fn owned_child() {
     let (Ok(mode), Ok(pid_file)) = (std::env::var(MODE), std::env::var(PID_FILE)) else {
         return;
@@ -71,15 +73,23 @@ fn owned_child() {
         spawn_from_an_ended_thread();
     }
     let sleep = start_sleep();
-    // The marker scan is not vacuous: it finds what runs.
-    let found = owned::leftovers(owned::run_marker());
-    assert!(
-        found
-            .iter()
-            .any(|l| l.starts_with(&format!("{}: ", sleep.id()))),
-        "sleep {} not found by its run marker: {found:?}",
-        sleep.id()
-    );
+    // The marker scan is not vacuous: it finds what runs. Polled: the parent learns that exec
+    // succeeded a moment before the kernel sets up the new environment, which reads empty until
+    // then.
+    let me = format!("{}: ", sleep.id());
+    let deadline = Instant::now() + GONE_WITHIN;
+    loop {
+        let found = owned::leftovers(owned::run_marker());
+        if found.iter().any(|l| l.starts_with(&me)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sleep {} not found by its run marker: {found:?}",
+            sleep.id()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let tmp = format!("{pid_file}.tmp");
     std::fs::write(&tmp, sleep.id().to_string()).expect("writing the pid file");
     std::fs::rename(&tmp, &pid_file).expect("renaming the pid file");

@@ -132,11 +132,9 @@ impl PerfRecord {
             args.extend(["--call-graph".into(), mode]);
         }
         args.extend(["-o".into(), out.clone(), "-p".into(), pid.to_string()]);
-        let child = Command::new("perf")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        let mut cmd = Command::new("perf");
+        cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::null());
+        let child = support::owned::spawn(cmd);
         match child {
             Ok(child) => Some(PerfRecord { child, out }),
             Err(e) => {
@@ -503,15 +501,13 @@ fn start_kube_prober(
             .ok_or_else(|| format!("KUBE_PROBER_ENV: {pair:?} is not K=V"))?;
         cmd.env(k, v);
     }
-    let child = cmd
-        .args(args)
+    cmd.args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("HOME", "/nonexistent")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start kube-prober: {e}"))?;
+        .stderr(Stdio::piped());
+    let child = support::owned::spawn(cmd).map_err(|e| format!("cannot start kube-prober: {e}"))?;
     let mut guard = Guard {
         child,
         tail: Arc::default(),
@@ -657,12 +653,12 @@ fn run_wrk(url: &str, connections: usize, secs: usize) -> Result<Wrk, String> {
         "Accept-Encoding: gzip".to_string(),
         url.to_string(),
     ];
-    let mut child = Command::new(WRK)
-        .args(&args)
+    let mut cmd = Command::new(WRK);
+    cmd.args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(Stdio::piped());
+    let mut child = support::owned::spawn(cmd)
         .map_err(|e| format!("cannot start {WRK} (apt-get install wrk): {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(secs as u64 + 30);
     loop {

@@ -64,15 +64,14 @@ impl Drop for Guard {
 }
 
 fn start_kube_prober() -> (Guard, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_kube-prober"))
-        .args(KUBE_PROBER_ARGS)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+    cmd.args(KUBE_PROBER_ARGS)
         .env("HOME", "/nonexistent")
         .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start kube-prober");
+        .stderr(Stdio::piped());
+    let child = support::owned::spawn(cmd).expect("cannot start kube-prober");
     let mut guard = Guard {
         name: "kube-prober",
         child,
@@ -118,13 +117,12 @@ fn start_kube_prober() -> (Guard, String) {
 use support::ports::free_port;
 
 fn start_node_exporter(port: u16) -> Guard {
-    let child = Command::new(NODE_EXPORTER)
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+    let mut cmd = Command::new(NODE_EXPORTER);
+    cmd.arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start prometheus-node-exporter");
+        .stderr(Stdio::null());
+    let child = support::owned::spawn(cmd).expect("cannot start prometheus-node-exporter");
     Guard {
         name: "prometheus-node-exporter",
         child,

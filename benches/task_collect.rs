@@ -454,25 +454,24 @@ async fn node_role_rss(root: &Path) -> (u64, u64, usize, usize, String, String) 
     let listen = format!("127.0.0.1:{port}");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let churner = (std::env::var("CHURN").as_deref() != Ok("0")).then(|| churn(root, stop.clone()));
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "--role",
-            "node",
-            "--listen",
-            &listen,
-            "--tick-interval",
-            "1s",
-        ])
-        .args(["--interval", "1s", "--timeout", "1s", "--log-level", "warn"])
-        .arg("--cgroup-root")
-        .arg(root)
-        .env("KUBECONFIG", &kc)
-        .env("NODE_NAME", NODE)
-        .env("HOME", "/nonexistent")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([
+        "--role",
+        "node",
+        "--listen",
+        &listen,
+        "--tick-interval",
+        "1s",
+    ])
+    .args(["--interval", "1s", "--timeout", "1s", "--log-level", "warn"])
+    .arg("--cgroup-root")
+    .arg(root)
+    .env("KUBECONFIG", &kc)
+    .env("NODE_NAME", NODE)
+    .env("HOME", "/nonexistent")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut child = support::owned::spawn(cmd).unwrap();
     let sampler = sample_rss(child.id(), stop.clone());
     let client = reqwest::Client::new();
     let url = format!("http://{listen}/metrics");

@@ -285,13 +285,13 @@ fn run_wrk(url: &str, connections: u64, secs: u64) -> (WrkResult, String) {
             ["-H".to_string(), "Accept-Encoding: gzip".to_string()],
         );
     }
-    let mut child = Command::new(WRK)
-        .args(&args)
+    let mut cmd = Command::new(WRK);
+    cmd.args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {WRK}: {e}"));
+        .stderr(Stdio::piped());
+    let mut child =
+        support::owned::spawn(cmd).unwrap_or_else(|e| panic!("cannot start {WRK}: {e}"));
     let deadline = Instant::now() + Duration::from_secs(secs + 30);
     loop {
         match child.try_wait() {

@@ -1003,11 +1003,10 @@ fn a_missing_helm_fails_naming_the_build_script() {
         module_path!(),
         "helm_lint_strict_is_clean_with_every_values_file",
     );
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "--nocapture", &lint])
-        .env("KUBE_PROBER_UPSTREAM_BIN", &missing)
-        .output()
-        .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "--nocapture", &lint])
+        .env("KUBE_PROBER_UPSTREAM_BIN", &missing);
+    let out = support::owned::output(cmd, None).unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

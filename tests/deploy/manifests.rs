@@ -9,7 +9,7 @@ use support::apiserver;
 use support::deploy;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use deploy::{Downward, kind, name, namespace};
@@ -53,22 +53,12 @@ fn every_overlay_renders_and_validates_strictly() {
         "an overlay carries the ServiceMonitor, PodMonitor and PrometheusRule"
     );
     let modules = npm_models();
-    let mut child = Command::new("node")
-        .arg(deploy::repo().join("tests/deploy_validate_crds.mjs"))
-        .arg(&modules)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let mut node = Command::new("node");
+    node.arg(deploy::repo().join("tests/deploy_validate_crds.mjs"))
+        .arg(&modules);
+    let objects = serde_json::to_string(&crd_objects).unwrap();
+    let out = support::owned::output(node, Some(objects.as_bytes()))
         .expect("node (npm's runtime) is needed to validate the Prometheus Operator objects");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(&crd_objects).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     let report = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::run_binary;
+use support::{owned, run_binary};
 
 fn prober() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
@@ -117,8 +117,8 @@ fn an_unknown_log_level_is_a_start_up_error_listing_the_levels() {
 
 /// Starts the prober with stderr on `stderr`, reads until the "role chosen" line; returns
 /// what was read.
-fn first_lines(mut cmd: Command, mut read: impl Read + Send + 'static) -> String {
-    let mut child = cmd.spawn().unwrap();
+fn first_lines(cmd: Command, mut read: impl Read + Send + 'static) -> String {
+    let mut child = owned::spawn(cmd).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut seen = Vec::new();
@@ -145,7 +145,7 @@ fn first_lines(mut cmd: Command, mut read: impl Read + Send + 'static) -> String
 fn text_logs_have_no_colour_when_stderr_is_not_a_terminal() {
     let mut cmd = prober();
     cmd.args(["--log-format", "text"]).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
+    let mut child = owned::spawn(cmd).unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut seen = Vec::new();
     for line in lines.by_ref() {
@@ -213,11 +213,10 @@ fn text_logs_are_coloured_on_a_terminal_unless_no_color() {
 fn a_closed_stderr_neither_panics_nor_blocks_sigterm() {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let mut child = prober()
-        .args(["--log-level", "debug", "--tick-interval", "1s"])
-        .stderr(Stdio::from(OwnedFd::from(writer)))
-        .spawn()
-        .unwrap();
+    let mut cmd = prober();
+    cmd.args(["--log-level", "debug", "--tick-interval", "1s"])
+        .stderr(Stdio::from(OwnedFd::from(writer)));
+    let mut child = owned::spawn(cmd).unwrap();
     if let Err(e) = wait_healthy(&mut child, Duration::from_secs(20)) {
         let _ = child.kill();
         let _ = child.wait();
@@ -253,11 +252,10 @@ fn a_stderr_nobody_reads_neither_blocks_serving_nor_sigterm() {
         let flags = libc::fcntl(fd, libc::F_GETFL);
         assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK), 0);
     }
-    let mut child = prober()
-        .args(["--log-level", "debug", "--tick-interval", "1s"])
-        .stderr(Stdio::from(OwnedFd::from(writer)))
-        .spawn()
-        .unwrap();
+    let mut cmd = prober();
+    cmd.args(["--log-level", "debug", "--tick-interval", "1s"])
+        .stderr(Stdio::from(OwnedFd::from(writer)));
+    let mut child = owned::spawn(cmd).unwrap();
     if let Err(e) = wait_healthy(&mut child, Duration::from_secs(20)) {
         let _ = child.kill();
         let _ = child.wait();

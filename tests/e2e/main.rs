@@ -1,7 +1,8 @@
 //! The built binary end to end against stand-ins: command line and first use, every role and
 //! backend, the push outputs, the fault suite's bounds, TLS and authentication, sharding and the
-//! node role's task sources on fixture trees. Needs promtool and a real Prometheus for a few
-//! checks (installed by `bash .ci/test`). Index: tests/README.md.
+//! node role's task sources on fixture trees; and that every process a test starts ends with
+//! it. Needs promtool and a real Prometheus for a few checks (installed by `bash .ci/test`).
+//! Index: tests/README.md.
 
 mod backends;
 mod cli;
@@ -11,6 +12,7 @@ mod faults_usage;
 mod first_use;
 mod host;
 mod kubelet_node;
+mod owned;
 mod pod_scope;
 mod serve_auth;
 mod shard;

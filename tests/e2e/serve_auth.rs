@@ -920,17 +920,17 @@ async fn prometheus_scrapes_over_tls_with_a_bearer_token() {
     std::fs::write(&config_path, config).unwrap();
     let port = free_port();
     let log = std::fs::File::create(f.dir.path().join("prometheus.log")).unwrap();
-    let prom = std::process::Command::new("prometheus")
-        .arg(format!("--config.file={}", config_path.display()))
+    let mut prom = std::process::Command::new("prometheus");
+    prom.arg(format!("--config.file={}", config_path.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
             f.dir.path().join("data").display()
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("prometheus (Debian package `prometheus`) on PATH");
+        .stderr(log);
+    let prom =
+        support::owned::spawn(prom).expect("prometheus (Debian package `prometheus`) on PATH");
     struct Kill(std::process::Child);
     impl Drop for Kill {
         fn drop(&mut self) {

@@ -162,8 +162,8 @@ async fn node_role_hands_start_up_pages_back_at_each_set_up_point_before_the_fir
     api.upsert(&apiserver::task_pod("web-a", uid, "c0ffee01", NODE));
     let dir = tempfile::tempdir().unwrap();
     let (cg, sys, kc) = node_fixture(&api, dir.path(), &[(uid, "c0ffee01", 1)]);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"))
-        .args(["--role", "node", "--listen", "127.0.0.1:0"])
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+    cmd.args(["--role", "node", "--listen", "127.0.0.1:0"])
         .args([
             "--log-format",
             "json",
@@ -187,9 +187,8 @@ async fn node_role_hands_start_up_pages_back_at_each_set_up_point_before_the_fir
         .env("HOME", "/nonexistent")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    let mut child = support::owned::spawn(cmd).unwrap();
     let stderr = child.stderr.take().unwrap();
     // The lines up to the first complete snapshot (or the end of the output), read off the
     // test's threads: the stand-in API server runs on them.

@@ -90,19 +90,18 @@ fn child_worker() {
 }
 
 fn spawn_worker(role: &str) -> (Child, BufReader<std::process::ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &support::test_name(module_path!(), "child_worker"),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        &support::test_name(module_path!(), "child_worker"),
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, role)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = support::owned::spawn(cmd).unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
     (child, out)
 }

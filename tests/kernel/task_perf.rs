@@ -185,19 +185,18 @@ fn software_counters_match_the_cgroup_and_hardware_is_counted_or_reported() {
     let hw_first = hw.collect(std::slice::from_ref(&pod));
     auto.collect(std::slice::from_ref(&pod));
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &support::test_name(module_path!(), "child_worker"),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "burn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        &support::test_name(module_path!(), "child_worker"),
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, "burn")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = support::owned::spawn(cmd).unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let cpid = child.id().to_string();
     std::fs::write(perf_dir.join(&pod_rel).join("cgroup.procs"), &cpid).unwrap();

@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md against the tree, so the picture a newcomer reads cannot fall behind it.
 //!
 //! - Every folder of `src/` is named in ARCHITECTURE.md.
+//! - Tests, benches and examples start processes only through `support::owned`.
 //! - Every import of the library follows the document's table of layers: a layer imports only
 //!   the layers its row's "may import" cell names (all of them below it), sources never import
 //!   outputs and outputs never import sources, and inside a layer of rooms (sources, outputs) a
@@ -1252,4 +1253,37 @@ fn every_source_runs_through_the_one_runner() {
             "the runner itself no longer writes `{needle}`: update this test"
         );
     }
+}
+
+/// Every process a test, bench or example starts goes through `support::owned`
+/// (tests/support/owned.rs), which ends it with the test process however that ends: nowhere
+/// else does a `Command` spawn itself (a `Command`'s `.output()` or `.status()` of a quick local
+/// tool, which ends within the call, may still run directly).
+#[test]
+fn only_support_owned_spawns_processes() {
+    // Written in two pieces, so that this file does not find itself.
+    const SPAWN: &str = concat!(".spawn", "()");
+    let owned = root().join("tests/support/owned.rs");
+    let mut files = Vec::new();
+    for dir in ["tests", "benches", "examples"] {
+        rs_files(&root().join(dir), &mut files);
+    }
+    assert!(files.len() > 50, "the tests' and benches' files are read");
+    let mut found = Vec::new();
+    for path in files.iter().filter(|p| **p != owned) {
+        for (n, line) in code_lines(&read(path)) {
+            if line.contains(SPAWN) {
+                found.push(format!("{}:{n}: {}", path.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "start processes with support::owned::spawn (or spawn_owned, output), not `{SPAWN}`:\n{}",
+        found.join("\n")
+    );
+    assert!(
+        code_lines(&read(&owned)).any(|(_, l)| l.contains(SPAWN)),
+        "tests/support/owned.rs itself no longer writes `{SPAWN}`: update this test"
+    );
 }

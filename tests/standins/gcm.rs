@@ -1043,7 +1043,7 @@ fn run_child(env: &[(&str, &str)]) -> String {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
+    let out = support::owned::output(cmd, None).unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success() && stdout.contains("1 passed"),

@@ -131,17 +131,16 @@ fn golden_files_carry_no_crate_version() {
 fn update_golden_is_refused_in_ci() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/watcher.json");
     let before = std::fs::read(&path).unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            &support::test_name(module_path!(), "golden_watcher_body"),
-            "--exact",
-            "--test-threads",
-            "1",
-        ])
-        .env("CI", "true")
-        .env("UPDATE_GOLDEN", "1")
-        .output()
-        .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        &support::test_name(module_path!(), "golden_watcher_body"),
+        "--exact",
+        "--test-threads",
+        "1",
+    ])
+    .env("CI", "true")
+    .env("UPDATE_GOLDEN", "1");
+    let out = support::owned::output(cmd, None).unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{text}");

@@ -363,7 +363,7 @@ async fn proxy_env_is_not_used() {
             cmd.env(v, &proxy_url).env(v.to_lowercase(), &proxy_url);
         }
         cmd.env_remove("NO_PROXY").env_remove("no_proxy");
-        cmd.output().unwrap()
+        support::owned::output(cmd, None).unwrap()
     })
     .await
     .unwrap();

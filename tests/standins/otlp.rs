@@ -1110,23 +1110,22 @@ async fn child_explicit_headers_win_over_the_environment() {
 
 #[test]
 fn explicit_headers_win_over_the_environment() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &support::test_name(
-                module_path!(),
-                "child_explicit_headers_win_over_the_environment",
-            ),
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("KP_OTLP_CHILD", "1")
-        .env(
-            "OTEL_EXPORTER_OTLP_HEADERS",
-            "x-tenant=from-env,x-env-only=yes",
-        )
-        .output()
-        .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        &support::test_name(
+            module_path!(),
+            "child_explicit_headers_win_over_the_environment",
+        ),
+        "--ignored",
+        "--nocapture",
+    ])
+    .env("KP_OTLP_CHILD", "1")
+    .env(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "x-tenant=from-env,x-env-only=yes",
+    );
+    let out = support::owned::output(cmd, None).unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");

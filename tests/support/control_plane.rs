@@ -9,15 +9,13 @@
 //! script, never a skip. Ports are free ports of 127.0.0.1, certificates are made per run
 //! (rcgen), pod IPs lie in 127.1.0.0/16, and every process is killed and every file removed when
 //! the `ControlPlane` is dropped, when the test binary exits (for one kept in a static) and, by
-//! the kernel, when the test process dies (PR_SET_PDEATHSIG from a spawner thread that lives as
-//! long as the process).
+//! the kernel, when the test process dies: every process is started through [`crate::owned`].
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::process::{Child, Command, Output};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -46,79 +44,9 @@ pub fn upstream(name: &str) -> PathBuf {
 
 pub use crate::ports::free_port;
 
-// ---- processes: spawned from one thread that outlives every test, killed at exit ----
+// ---- processes: every one through `crate::owned`, which ends them with the test process ----
 
-type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
-
-fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
-    static TX: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnRequest>();
-        std::thread::spawn(move || {
-            for (mut cmd, reply) in rx {
-                let _ = reply.send(cmd.spawn());
-            }
-            // Never returns while the process lives: PR_SET_PDEATHSIG fires when the thread
-            // that spawned a child exits, so the spawner must outlive every test thread.
-            loop {
-                std::thread::park();
-            }
-        });
-        Mutex::new(tx)
-    })
-}
-
-/// Pids and folders to clean up at process exit (a control plane kept in a static is never
-/// dropped).
-fn registry() -> &'static Mutex<(Vec<u32>, Vec<PathBuf>)> {
-    static R: OnceLock<Mutex<(Vec<u32>, Vec<PathBuf>)>> = OnceLock::new();
-    R.get_or_init(|| {
-        extern "C" fn at_exit() {
-            if let Ok(r) = registry().lock() {
-                for pid in &r.0 {
-                    unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
-                }
-                for dir in &r.1 {
-                    let _ = std::fs::remove_dir_all(dir);
-                }
-            }
-        }
-        unsafe { libc::atexit(at_exit) };
-        Mutex::new((Vec::new(), Vec::new()))
-    })
-}
-
-/// Spawns `cmd` (stdout and stderr into `log`) so that it dies with the test process.
-pub fn spawn_owned(mut cmd: Command, log: &Path) -> Child {
-    use std::os::unix::process::CommandExt;
-    // Appended to: a restarted component's earlier lines stay in the same log.
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("opening a log file");
-    let err = out.try_clone().expect("cloning a log file");
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    let (tx, rx) = mpsc::channel();
-    spawner()
-        .lock()
-        .expect("spawner")
-        .send((cmd, tx))
-        .expect("spawner thread");
-    let child = rx
-        .recv()
-        .expect("spawner reply")
-        .unwrap_or_else(|e| panic!("starting {program}: {e}"));
-    registry().lock().expect("registry").0.push(child.id());
-    child
-}
+pub use crate::owned::spawn_owned;
 
 /// One process of the control plane: restartable with the same command line.
 struct Proc {
@@ -327,11 +255,7 @@ impl ControlPlane {
             .prefix("kube-prober-cp-")
             .tempdir()
             .expect("temp dir");
-        registry()
-            .lock()
-            .expect("registry")
-            .1
-            .push(tmp.path().to_path_buf());
+        crate::owned::remove_at_exit(tmp.path());
         let files = Files {
             dir: tmp.path().to_path_buf(),
         };
@@ -1049,20 +973,8 @@ pub fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Ou
     let mut cmd = Command::new("/usr/bin/kubectl");
     cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("running /usr/bin/kubectl");
-    if let Some(text) = stdin {
-        let mut s = child.stdin.take().expect("kubectl stdin");
-        s.write_all(text.as_bytes()).expect("writing kubectl stdin");
-    }
-    child.wait_with_output().expect("kubectl output")
+        .args(args);
+    crate::owned::output(cmd, stdin.map(str::as_bytes)).expect("running /usr/bin/kubectl")
 }
 
 /// The annotation whose value kwok reports as every container's `restartCount` of a running

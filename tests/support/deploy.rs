@@ -360,11 +360,8 @@ pub fn spawn(args: &[String], env: &[(String, String)]) -> Prober {
 }
 
 fn spawn_command(mut cmd: Command, args: &[String]) -> Prober {
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning kube-prober");
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = crate::owned::spawn(cmd).expect("spawning kube-prober");
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {

@@ -70,9 +70,9 @@ pub fn state_dir(tag: &str) -> PathBuf {
 }
 
 /// Runs a prepared command; the output.
-pub fn run(mut cmd: Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
+pub fn run(cmd: Command) -> Output {
+    let what = format!("{cmd:?}");
+    crate::owned::output(cmd, None).unwrap_or_else(|e| panic!("running {what}: {e}"))
 }
 
 /// `helm template RELEASE charts/kube-prober --namespace NAMESPACE -f FILE... --set S...`:

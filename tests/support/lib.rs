@@ -2,7 +2,8 @@
 //! the workspace (`tests/support/Cargo.toml`), compiled once and linked into every test binary.
 //! Its root holds starting and stopping the built binary (`Prober`, `run_binary`), golden
 //! files, promtool and polling helpers; each module is one stand-in or one real component's
-//! harness (tests/README.md lists them).
+//! harness (tests/README.md lists them). Every process they start goes through [`owned`], so
+//! that it ends with the test process.
 #![allow(dead_code)]
 
 pub mod apiserver;
@@ -17,6 +18,7 @@ pub mod helm;
 pub mod kubelet;
 pub mod otelcol;
 pub mod otlp;
+pub mod owned;
 pub mod ports;
 pub mod prom;
 pub mod skip;
@@ -111,21 +113,9 @@ pub fn promtool() -> PathBuf {
 
 /// Runs `promtool check metrics` on `body`; returns (exit code, stderr).
 pub fn promtool_check(body: &str) -> (i32, String) {
-    let mut child = Command::new(promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = Command::new(promtool());
+    cmd.args(["check", "metrics"]);
+    let out = owned::output(cmd, Some(body.as_bytes())).unwrap();
     let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stdout));
     (out.status.code().unwrap_or(-1), text)
@@ -173,11 +163,8 @@ impl Prober {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = owned::spawn(cmd).unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -288,7 +275,7 @@ pub fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap();
+    let mut child = owned::spawn(cmd).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(st) = child.try_wait().unwrap() {

@@ -127,14 +127,14 @@ impl Collector {
         let out = dir.path().join("metrics.jsonl");
         let cfg = dir.path().join("config.yaml");
         std::fs::write(&cfg, config(grpc, http, telemetry, &out)).expect("writing the config");
-        let mut child = Command::new(bin)
-            .arg("--config")
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config")
             .arg(&cfg)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("spawning {}: {e}", bin.display()))?;
+            .stderr(Stdio::piped());
+        let mut child =
+            crate::owned::spawn(cmd).map_err(|e| format!("spawning {}: {e}", bin.display()))?;
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().expect("piped stderr");
         let sink = stderr.clone();

@@ -304,14 +304,14 @@ fn spawn_listening(
         let addr = format!("127.0.0.1:{}", free_port());
         let out = File::create(&log).expect("creating a child's log file");
         let err = out.try_clone().expect("cloning a file handle");
-        let child = Command::new(bin)
-            .args(args(&addr))
+        let mut cmd = Command::new(bin);
+        cmd.args(args(&addr))
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+            .stderr(err);
+        let child =
+            crate::owned::spawn(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
         let guard = ChildGuard {
             name,
             child: Mutex::new(child),

@@ -9,6 +9,9 @@
 //! - a deleted node leaves `/metrics` and `/watcher` by the next tick, and so do its pods once
 //!   the pod-GC controller removes them;
 //! - the node role for one kwok node sees exactly its pods (field selector).
+//! - pod-level resources, and an in-place resize through the `resize` subresource with the
+//!   kubelet's report written through `status`, count in the pods' requests as the scheduler
+//!   counts them.
 //!
 //! One control plane serves every test of this file (they use their own nodes and namespaces).
 
@@ -458,6 +461,146 @@ async fn node_role_sees_exactly_its_nodes_pods() {
         "the node role reports its own node only:\n{body}"
     );
     assert_eq!(p.terminate(), 0);
+}
+
+/// The CPU requested by the pods on `node` outside namespace `ns`, from the API's own view
+/// (plain container requests: the DaemonSet pods other tests may put there).
+fn other_pods_cpu(cp: &ControlPlane, node: &str, ns: &str) -> f64 {
+    let pods = cp.get_json(&[
+        "pods",
+        "-A",
+        &format!("--field-selector=spec.nodeName={node}"),
+    ]);
+    control_plane::items(&pods)
+        .iter()
+        .filter(|p| p["metadata"]["namespace"] != ns)
+        .flat_map(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|c| {
+            c["resources"]["requests"]["cpu"]
+                .as_str()
+                .map(control_plane::quantity)
+        })
+        .sum()
+}
+
+/// PUTs `object` to the API path `path` (a subresource), as the admin.
+fn put(cp: &ControlPlane, path: &str, object: &serde_json::Value) {
+    cp.kubectl_stdin(
+        &["replace", "--raw", path, "-f", "-"],
+        Some(&object.to_string()),
+    );
+}
+
+/// Pod-level resources and in-place resize, kept by the real API server 1.34 (both features on
+/// by default there): a pod's `spec.resources` wins over its containers'; a resize through the
+/// `resize` subresource moves the requests; the resources the kubelet reports in the
+/// container statuses count as the scheduler counts them, the running ones alone while the
+/// resize is infeasible. (kwok writes no status resources: the test writes them through the
+/// `status` subresource as a kubelet would.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_resources_and_in_place_resize_as_the_api_server_keeps_them() {
+    let cp = cp();
+    let (node, ns) = ("kwok-node-40", "resize");
+    cp.create_nodes(40..41, "8", "16Gi");
+    cp.apply(&format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: resized, namespace: {ns}}}
+spec:
+  nodeName: {node}
+  containers: [{{name: app, image: app, resources: {{requests: {{cpu: 500m}}, limits: {{cpu: "1"}}}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: pod-level, namespace: {ns}}}
+spec:
+  nodeName: {node}
+  resources: {{requests: {{cpu: "2", memory: 1Gi}}}}
+  containers: [{{name: app, image: app, resources: {{requests: {{cpu: 100m}}}}}}]
+"#
+    ));
+    cp.wait_pods_running(ns, 2);
+    let p = cluster_role(&[]);
+    support::wait_ready(&p).await;
+    let requests = |ours: f64| {
+        move |b: &str| {
+            let want = ours + other_pods_cpu(cp, node, ns);
+            let got = sample(
+                b,
+                "kube_prober_node_pod_requests_cpu_cores",
+                &[("node", node)],
+            );
+            got.is_some_and(|g| (g - want).abs() < 1e-9)
+        }
+    };
+    wait_body(
+        &p,
+        "/metrics",
+        60,
+        "500m + the pod level's 2",
+        requests(2.5),
+    )
+    .await;
+
+    // The kubelet's report, as a kubelet that can resize writes it for every running
+    // container (the API server allows a resize only then): running and allocated 500m.
+    let path = format!("/api/v1/namespaces/{ns}/pods/resized");
+    let mut pod = cp.get_json(&["pod", "resized", "-n", ns]);
+    let status = &mut pod["status"]["containerStatuses"][0];
+    status["resources"] = serde_json::json!({"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}});
+    status["allocatedResources"] = serde_json::json!({"cpu": "500m"});
+    put(cp, &format!("{path}/status"), &pod);
+    let pod = cp.get_json(&["pod", "resized", "-n", ns]);
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["allocatedResources"]["cpu"], "500m",
+        "the API server keeps the status resources: {pod}"
+    );
+
+    // The resize subresource: the desired requests move to 800m, while 500m still runs.
+    let mut pod = pod;
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "800m".into();
+    put(cp, &format!("{path}/resize"), &pod);
+    wait_body(&p, "/metrics", 30, "800m desired", requests(2.8)).await;
+
+    // The kubelet finds the resize infeasible on this node: what runs counts.
+    let mut pod = cp.get_json(&["pod", "resized", "-n", ns]);
+    let infeasible = serde_json::json!({"type": "PodResizePending", "status": "True",
+        "reason": "Infeasible", "message": "Node didn't have enough capacity"});
+    let conditions = pod["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions");
+    conditions.push(infeasible);
+    put(cp, &format!("{path}/status"), &pod);
+    wait_body(
+        &p,
+        "/metrics",
+        30,
+        "500m running, infeasible",
+        requests(2.5),
+    )
+    .await;
+
+    // No longer infeasible (e.g. deferred): the larger of desired and running counts again.
+    let mut pod = cp.get_json(&["pod", "resized", "-n", ns]);
+    let conditions = pod["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions");
+    conditions.retain(|c| c["type"] != "PodResizePending");
+    put(cp, &format!("{path}/status"), &pod);
+    wait_body(&p, "/metrics", 30, "800m again", requests(2.8)).await;
+
+    assert_eq!(p.terminate(), 0);
+    cp.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    cp.kubectl(&["delete", "node", node]);
 }
 
 /// `--auth kubernetes` with the real TokenReview and SubjectAccessReview: a ServiceAccount bound

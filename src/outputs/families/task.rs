@@ -18,7 +18,7 @@ pub const TASK_CONTAINERS: Family = gauge(
 .otel(&[o("kube_prober.task.containers", "{container}", G)]);
 pub const TASK_RESOURCE_REQUESTS: Family = gauge(
     "kube_prober_task_resource_requests",
-    "The pod's effective request per resource by Kubernetes' rule (containers and sidecars summed, the larger of that and each init container with the sidecars before it, pod-level resources where set, plus overhead); unit core, byte or integer.",
+    "The pod's effective request per resource by Kubernetes' rule (containers and sidecars summed, the larger of that and each init container with the sidecars before it, pod-level resources where set, plus overhead; with in-place resize, the larger of the desired and the running resources the kubelet reports, or the running ones while the resize is infeasible); unit core, byte or integer.",
     None,
 )
 .otel(&[o("kube_prober.task.resource.requests", "", G)]);

@@ -11,6 +11,7 @@ mod faults_usage;
 mod first_use;
 mod host;
 mod kubelet_node;
+mod lean_drop_in;
 mod pod_scope;
 mod serve_auth;
 mod shard;

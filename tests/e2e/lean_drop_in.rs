@@ -3,7 +3,8 @@
 //! manifests) asks the API server for Nodes and NodeMetrics only, never a pod, DaemonSet or
 //! Deployment, registers no pod watch, and serves the same `/watcher` hosts and values as the
 //! full cluster role on the same cluster. With `--pod-scope=bound` (the estimate of just-bound
-//! pods on) its one pod watch asks only for the bound pods. Binaries against the stand-in API
+//! pods on) its one pod watch asks only for the bound pods, and a pod bound now gets its node's
+//! estimate. Binaries against the stand-in API
 //! server with a generated GKE-like cluster.
 
 use support::apiserver;
@@ -178,6 +179,33 @@ async fn lean_drop_in_watches_no_pods_and_serves_the_full_roles_watcher() {
         selector.as_deref(),
         Some("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
         "{query}"
+    );
+    // A pod bound now: its node's estimate is served, and no held pod counts as a bad one.
+    let node = hosts(&lean_watcher).into_iter().next().unwrap();
+    api.upsert_json(
+        apiserver::Kind::Pods,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "just-bound", "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
+            "status": {"phase": "Pending"},
+        }),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = get(&bound.url("/watcher")).await;
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        if v["data"]["boundPods"][&node]["pods"].as_u64() >= Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no estimate for {node}: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, metrics) = get(&bound.url("/metrics")).await;
+    assert!(
+        !metrics.contains("reason=\"bad_pod\""),
+        "bound pods counted as bad ones"
     );
     assert_eq!(bound.terminate(), 0);
 }

@@ -271,7 +271,12 @@ impl Stores {
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
         let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
-        let bad = guards.iter().map(|g| g.agg.bad()).sum();
+        // `--pod-scope bound` holds its bindings without records, which the sums would count as
+        // pods that could not be used; such a pod is not held there (it is logged).
+        let bad = match self.pod_scope {
+            PodScope::Bound => 0,
+            _ => guards.iter().map(|g| g.agg.bad()).sum(),
+        };
         // Nodes and workloads here; what comes of the pods from the per-node sums the pod
         // watchers keep up to date: one entry per node, not a visit of every pod.
         let mut st = cluster_state_with_nodes(

@@ -18,10 +18,14 @@
 //!    a change is one pod update, a label merge patch, which the API server sends every watcher)
 //!    for `WINDOW_SECS` each, steady RSS (after the idle window) and peak RSS (VmHWM at the end).
 //! 3. **kube-prober as a load-watcher replacement vs load-watcher** on the same metrics-server:
-//!    a fresh kube-prober with `manifests/overlays/load-watcher`'s arguments and environment, and
+//!    a fresh kube-prober as the lean drop-in `manifests/overlays/load-watcher` deploys (the base's
+//!    arguments, then those `components/load-watcher-lean` appends, read from its file: Nodes and
+//!    NodeMetrics only) with load-watcher's environment, and
 //!    load-watcher v0.2.4 (`METRICS_PROVIDER_NAME=KubernetesMetricsServer`; it binds `:2020` on
 //!    every address and has no flag to change it), started at once after metrics-server has
-//!    NodeMetrics: over `WATCHER_SECS`, CPU per metrics-server fetch and the staleness of each
+//!    NodeMetrics: over `WATCHER_SECS`, with no pod churn (the churn of phase 2 is over and its
+//!    peers stopped; only kwok's node heartbeats still write), CPU per metrics-server fetch (each
+//!    process's CPU over the window over the fetches it made in it) and the staleness of each
 //!    answer (`/watcher` read every 2 s; age = now − `window.end`: for kube-prober the time of
 //!    the oldest newest sample, for load-watcher the time its fetch began, so load-watcher's age
 //!    leaves out metrics-server's own), RSS; then `/watcher` under load, one server at a time:
@@ -1139,9 +1143,32 @@ async fn wait_port_free(port: u16) {
     }
 }
 
+/// The lean load-watcher drop-in as `manifests/overlays/load-watcher` runs it: manifests/base's
+/// arguments (listening on 127.0.0.1) followed by the ones `components/load-watcher-lean` appends,
+/// read from that file, so the bench runs what the overlay deploys.
+fn kube_prober_drop_in(cp: &ControlPlane, provider: (&str, &str), dir: &Path) -> Peer {
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
+    cmd.args([
+        "--role=cluster",
+        "--log-format=json",
+        "--shutdown-timeout=15s",
+    ])
+    .arg(format!("--listen=127.0.0.1:{port}"))
+    .args(support::deploy::component_args("load-watcher-lean"))
+    .env("KUBECONFIG", &cp.admin_kubeconfig)
+    .env(provider.0, provider.1);
+    Peer::start(
+        "kube-prober (lean load-watcher drop-in)",
+        cmd,
+        format!("http://127.0.0.1:{port}"),
+        dir,
+    )
+}
+
 fn start_watcher_peers(cp: &ControlPlane, dir: &Path) -> Vec<Peer> {
     let provider = ("METRICS_PROVIDER_NAME", "KubernetesMetricsServer");
-    let kp = kube_prober_cluster(cp, "kube-prober (load-watcher overlay)", &[provider], dir);
+    let kp = kube_prober_drop_in(cp, provider, dir);
     let mut lw = Command::new(control_plane::upstream("load-watcher"));
     lw.env(provider.0, provider.1)
         .env("KUBE_CONFIG", &cp.admin_kubeconfig);

@@ -2,6 +2,7 @@
 //! backend.
 
 use super::*;
+use crate::outputs::watcher::Fold;
 
 /// The running sources: their tasks and the name of the usage source behind `/watcher`.
 pub(super) struct Sources {
@@ -71,6 +72,12 @@ pub(super) fn spawn_watchers(
     cancel: &CancellationToken,
 ) -> (watchers::Stores, Vec<JoinHandle<()>>) {
     let prepared = start.tasks.take();
+    let no_pods = cfg.scope.pods == watchers::PodScope::None;
+    if start.role == Role::Cluster && no_pods && cfg.watcher.fold != Fold::Off {
+        tracing::warn!(
+            "--watcher-estimate-bound-pods with --pod-scope none: no pod is watched, so no node has an estimate to fold; --pod-scope bound watches the pods it needs"
+        );
+    }
     let ctx = cluster::start::StartContext {
         role: start.role,
         node_name: place.node_name.clone(),

@@ -418,6 +418,83 @@ fn rbac_names(objs: &[Value]) -> Vec<String> {
     v
 }
 
+/// The rules of the cluster role's ClusterRole, as (resources, verbs) per rule.
+fn cluster_rules(objs: &[Value]) -> Vec<(Value, Value)> {
+    let role = objs
+        .iter()
+        .find(|o| kind(o) == "ClusterRole" && name(o) == "kube-prober")
+        .expect("the cluster role's ClusterRole");
+    role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["resources"].clone(), r["verbs"].clone()))
+        .collect()
+}
+
+/// The load-watcher mode is the lean drop-in (Nodes and NodeMetrics, their RBAC alone); the
+/// estimate adds the bound pods' watch and its grant; `loadWatcher.fullClusterRole` gives back
+/// the full cluster role's arguments and RBAC, exactly those of the chart without the mode.
+#[test]
+fn load_watcher_mode_is_lean_and_the_full_role_is_one_value_away() {
+    let r = "kube-prober";
+    let lean_args = [
+        "--pod-scope=none",
+        "--watch-workloads=false",
+        "--disable-probes=metrics_server,apiserver_readyz,cluster_dns",
+    ];
+    let lean = render_set(r, &["loadWatcher.enabled=true"]);
+    let args = container_args(&lean, "Deployment");
+    assert_eq!(args[args.len() - 3..], lean_args, "{args:?}");
+    assert_eq!(
+        cluster_rules(&lean),
+        vec![
+            (
+                serde_json::json!(["nodes"]),
+                serde_json::json!(["list", "watch"])
+            ),
+            (serde_json::json!(["nodes"]), serde_json::json!(["list"])),
+        ]
+    );
+    assert!(!rbac_names(&lean).iter().any(|n| n.contains("workloads")));
+    // The same arguments as the kustomize component appends.
+    assert_eq!(deploy::component_args("load-watcher-lean"), lean_args);
+
+    let est = render_set(
+        r,
+        &[
+            "loadWatcher.enabled=true",
+            "loadWatcher.estimateBoundPods=all",
+        ],
+    );
+    let args = container_args(&est, "Deployment");
+    assert!(args.contains(&"--pod-scope=bound".to_string()), "{args:?}");
+    assert!(!args.contains(&"--pod-scope=none".to_string()), "{args:?}");
+    assert!(
+        args.contains(&"--watcher-estimate-bound-pods=all".to_string()),
+        "{args:?}"
+    );
+    assert_eq!(
+        cluster_rules(&est)[0].0,
+        serde_json::json!(["nodes", "pods"])
+    );
+
+    let full = render_set(
+        r,
+        &[
+            "loadWatcher.enabled=true",
+            "loadWatcher.fullClusterRole=true",
+        ],
+    );
+    let plain = render_set(r, &[]);
+    assert_eq!(
+        container_args(&full, "Deployment"),
+        container_args(&plain, "Deployment")
+    );
+    assert_eq!(cluster_rules(&full), cluster_rules(&plain));
+    assert_eq!(rbac_names(&full), rbac_names(&plain));
+}
+
 /// RBAC follows the values: each rule set only when what uses it is on.
 #[test]
 fn rbac_follows_the_values_and_nothing_more() {

@@ -680,6 +680,34 @@ fn load_watcher_drop_in_matches_the_scheduler_config() {
         ),
         "load-watcher's environment"
     );
+    // Lean: the cluster role with the lean component's arguments, and RBAC on Nodes and
+    // NodeMetrics only (tests/deploy/rbac.rs proves it is all the drop-in uses).
+    let args: Vec<&str> = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let lean = deploy::component_args("load-watcher-lean");
+    assert!(!lean.is_empty());
+    assert_eq!(args[args.len() - lean.len()..], lean, "{args:?}");
+    let grants = deploy::grants(&objs, namespace(d), "kube-prober");
+    let mut granted: Vec<String> = grants
+        .iter()
+        .flat_map(|g| {
+            let group = g.groups.join(",");
+            g.resources.iter().flat_map(move |r| {
+                let group = group.clone();
+                g.verbs.iter().map(move |v| format!("{group}/{r}:{v}"))
+            })
+        })
+        .collect();
+    granted.sort();
+    assert_eq!(
+        granted,
+        ["/nodes:list", "/nodes:watch", "metrics.k8s.io/nodes:list"],
+        "the lean drop-in's RBAC"
+    );
 }
 
 /// Every object of every overlay carries `app.kubernetes.io/part-of`, and every workload runs

@@ -211,11 +211,21 @@ async fn prove(overlay: &str) {
         // Every probe of the role has run (the cluster role's probes are the ones that call the
         // API server: metrics_server, apiserver_readyz), on every replica; when sharded, the
         // probe series come from shard 0 only.
-        let probes: &[&str] = if cluster {
+        let role_probes: &[&str] = if cluster {
             &["metrics_server", "apiserver_readyz", "cluster_dns"]
         } else {
             &["kubelet_healthz", "addon_http"]
         };
+        let disabled: Vec<&str> = args
+            .iter()
+            .filter_map(|a| a.strip_prefix("--disable-probes="))
+            .flat_map(|l| l.split(','))
+            .collect();
+        let probes: Vec<&str> = role_probes
+            .iter()
+            .copied()
+            .filter(|p| !disabled.contains(p))
+            .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         for (i, p) in procs.iter().enumerate() {
             if sharded && i > 0 {
@@ -323,6 +333,14 @@ async fn cluster_role_with_leader_election_and_node_role_use_exactly_their_rbac(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_role_without_a_sink_uses_exactly_its_rbac() {
     prove("cluster").await;
+}
+
+/// The lean load-watcher drop-in: Nodes and NodeMetrics only. Every request it makes is allowed
+/// by a ClusterRole that grants no pods, DaemonSets or Deployments (so it asks for none), and
+/// every rule of it is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lean_load_watcher_drop_in_uses_exactly_its_rbac() {
+    prove("load-watcher").await;
 }
 
 /// The cluster role as the sharded overlay's StatefulSet: every replica (`<sts>-<ordinal>`,

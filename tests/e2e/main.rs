@@ -12,6 +12,7 @@ mod faults_usage;
 mod first_use;
 mod host;
 mod kubelet_node;
+mod lean_drop_in;
 mod owned;
 mod pod_scope;
 mod serve_auth;

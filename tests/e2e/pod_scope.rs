@@ -238,7 +238,7 @@ fn a_bad_pod_scope_is_a_configuration_error() {
         );
         assert_eq!(code, 2, "{bad:?}: {err}");
         assert!(err.contains("--pod-scope"), "{err}");
-        assert!(err.contains("all, workloads or none"), "{err}");
+        assert!(err.contains("all, workloads, bound or none"), "{err}");
     }
     let (code, err) = run_binary(
         &["--role", "cluster"],

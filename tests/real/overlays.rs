@@ -145,12 +145,25 @@ async fn install_and_run(cp: &ControlPlane, overlay: &str, nodes: &[String]) {
             if kind(w) == "StatefulSet" && i > 0 {
                 continue;
             }
-            let probes: &[&str] = if cluster {
+            let role_probes: &[&str] = if cluster {
                 &["metrics_server", "apiserver_readyz"]
             } else {
                 &["kubelet_healthz"]
             };
-            let body = wait_probes(p, probes, &what).await;
+            // Less the probes the manifest turns off (the lean load-watcher drop-in: all).
+            let disabled: Vec<&str> = w["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str()?.strip_prefix("--disable-probes="))
+                .flat_map(|l| l.split(','))
+                .collect();
+            let probes: Vec<&str> = role_probes
+                .iter()
+                .copied()
+                .filter(|p| !disabled.contains(p))
+                .collect();
+            let body = wait_probes(p, &probes, &what).await;
             let refused: Vec<&str> = body
                 .lines()
                 .filter(|l| !l.starts_with('#'))

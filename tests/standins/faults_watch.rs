@@ -110,6 +110,7 @@ fn start(
             scope: Scope::Cluster {
                 namespaces: vec![],
                 pods: PodScope::All,
+                workloads: true,
             },
             derive: DeriveConfig::default(),
             interval: Duration::from_millis(50),

@@ -231,6 +231,7 @@ fn all_pods() -> WatchConfig {
     config(Scope::Cluster {
         namespaces: vec!["kube-system".into()],
         pods: PodScope::All,
+        workloads: true,
     })
 }
 

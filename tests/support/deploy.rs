@@ -18,6 +18,37 @@ pub fn repo() -> PathBuf {
     crate::repo_root()
 }
 
+/// The arguments a kustomize component appends to the container's args (its JSON patches'
+/// `add` operations on `.../args/-`), in order, read from the component's file without
+/// kubectl: what the lean load-watcher drop-in runs with (`load-watcher-lean`), for the tests and
+/// the `peers` bench that start it, so that they cannot drift from the manifests.
+pub fn component_args(component: &str) -> Vec<String> {
+    let path = repo().join(format!(
+        "manifests/components/{component}/kustomization.yaml"
+    ));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc = &yaml_docs(&text)[0];
+    let mut args = Vec::new();
+    for patch in doc["patches"].as_array().into_iter().flatten() {
+        let Some(ops) = patch["patch"].as_str() else {
+            continue;
+        };
+        for op in yaml_docs(ops)
+            .iter()
+            .flat_map(|d| d.as_array().cloned().unwrap_or_default())
+        {
+            let appends = op["op"] == "add"
+                && op["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/containers/0/args/-"));
+            if let (true, Some(v)) = (appends, op["value"].as_str()) {
+                args.push(v.to_string());
+            }
+        }
+    }
+    args
+}
+
 /// Every overlay under manifests/overlays, sorted.
 pub fn overlays() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo().join("manifests/overlays"))

@@ -74,6 +74,19 @@ app.kubernetes.io/component: {{ . }}
 {{- if and (include "kube-prober.sink" .) .Values.cluster.leaderElection }}true{{ end }}
 {{- end }}
 
+{{/*
+The lean load-watcher drop-in (manifests/components/load-watcher-lean): Nodes and NodeMetrics
+only, unless loadWatcher.fullClusterRole.
+*/}}
+{{- define "kube-prober.lean" -}}
+{{- if and .Values.loadWatcher.enabled (not .Values.loadWatcher.fullClusterRole) }}true{{ end }}
+{{- end }}
+
+{{/* Whether the cluster role watches pods: always but in the lean drop-in without the estimate. */}}
+{{- define "kube-prober.watchesPods" -}}
+{{- if or (not (include "kube-prober.lean" .)) (ne .Values.loadWatcher.estimateBoundPods "off") }}true{{ end }}
+{{- end }}
+
 {{/* The sink args of both roles, in the order the kustomize components add them. */}}
 {{- define "kube-prober.sinkArgs" -}}
 {{- if .Values.gcm.enabled }}
@@ -197,7 +210,17 @@ spec:
         {{- end }}
         {{- if .Values.node.enabled }}
         - --gcm-node-series=false
+        {{- if not (include "kube-prober.lean" .) }}
         - --pod-scope=workloads
+        {{- end }}
+        {{- end }}
+        {{- if include "kube-prober.lean" . }}
+        - --pod-scope={{ if include "kube-prober.watchesPods" . }}bound{{ else }}none{{ end }}
+        - --watch-workloads=false
+        - --disable-probes=metrics_server,apiserver_readyz,cluster_dns
+        {{- end }}
+        {{- if and .Values.loadWatcher.enabled (ne .Values.loadWatcher.estimateBoundPods "off") }}
+        - --watcher-estimate-bound-pods={{ .Values.loadWatcher.estimateBoundPods }}
         {{- end }}
         {{- if include "kube-prober.sink" . }}
         {{- if .Values.cluster.leaderElection }}

@@ -32,11 +32,18 @@ pub struct WorkloadOptions {
         value_name = "NAME_KEY=VERSION_KEY,..."
     )]
     pub addon_keys: Option<String>,
+
+    /// Cluster role: watch the DaemonSets and Deployments of --workload-namespaces (the addon
+    /// series of workloads: desired and ready counts, versions). Off leaves them out, as the
+    /// lean load-watcher drop-in does. [default: true]
+    #[arg(long, env = "KUBE_PROBER_WATCH_WORKLOADS", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = crate::shared::options::parse_bool)]
+    pub watch_workloads: Option<bool>,
 }
 
 crate::merge_options!(WorkloadOptions {
     workload_namespaces,
-    addon_keys
+    addon_keys,
+    watch_workloads
 });
 
 /// Which pods the cluster role watches, and its shard.
@@ -45,9 +52,14 @@ crate::merge_options!(WorkloadOptions {
 pub struct ScopeOptions {
     /// Cluster role: which pods to watch. `all` (every pod: per-node requests, limits and pod
     /// counts), `workloads` (only pods in --workload-namespaces; run the node DaemonSet for the
-    /// per-node pod series), `none` (no pods; addon and per-node pod series come from the node
-    /// DaemonSet). [default: all]
-    #[arg(long, env = "KUBE_PROBER_POD_SCOPE", value_name = "all|workloads|none")]
+    /// per-node pod series), `bound` (only pods bound to a node and not finished, held only
+    /// while they count for the estimate of just-bound pods: no per-node pod series), `none`
+    /// (no pods; addon and per-node pod series come from the node DaemonSet). [default: all]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_POD_SCOPE",
+        value_name = "all|workloads|bound|none"
+    )]
     pub pod_scope: Option<String>,
 
     /// This instance's shard of the cluster role (0-based; with --total-shards): it emits the
@@ -88,6 +100,8 @@ pub struct WorkloadConfig {
     pub namespaces: Vec<String>,
     /// Addon markers, GKE's first.
     pub addon_keys: Vec<AddonKeys>,
+    /// Whether the DaemonSets and Deployments of `namespaces` are watched (`--watch-workloads`).
+    pub watch: bool,
 }
 
 impl WorkloadOptions {
@@ -123,6 +137,7 @@ impl WorkloadOptions {
         Ok(WorkloadConfig {
             namespaces,
             addon_keys,
+            watch: self.watch_workloads.unwrap_or(true),
         })
     }
 }
@@ -165,8 +180,9 @@ impl ScopeOptions {
     pub fn resolve(self) -> Result<ScopeConfig> {
         let pod_scope = match self.pod_scope.as_deref() {
             None => PodScope::All,
-            Some(v) => PodScope::parse(v)
-                .ok_or_else(|| invalid("--pod-scope", v, "expected all, workloads or none"))?,
+            Some(v) => PodScope::parse(v).ok_or_else(|| {
+                invalid("--pod-scope", v, "expected all, workloads, bound or none")
+            })?,
         };
         let number = |option: &'static str, v: Option<String>| {
             v.map(|s| {
@@ -415,6 +431,36 @@ mod tests {
         let mut o = EstimateOptions::default();
         f(&mut o);
         o
+    }
+
+    /// The lean load-watcher drop-in's switches: `--pod-scope bound|none` and
+    /// `--watch-workloads=false`, from flags or the file; the defaults stay the full role's.
+    #[test]
+    fn pod_scope_and_workload_watches_resolve_and_default_to_the_full_role() {
+        let scope = |v: Option<&str>| {
+            ScopeOptions {
+                pod_scope: v.map(str::to_string),
+                ..ScopeOptions::default()
+            }
+            .resolve()
+            .map(|c| c.pods)
+        };
+        assert_eq!(scope(None).unwrap(), PodScope::All);
+        assert_eq!(scope(Some("bound")).unwrap(), PodScope::Bound);
+        assert_eq!(scope(Some(" None ")).unwrap(), PodScope::None);
+        assert_eq!(PodScope::Bound.as_str(), "bound");
+        let e = scope(Some("scheduled")).unwrap_err().to_string();
+        assert!(e.contains("--pod-scope") && e.contains("bound"), "{e}");
+        let full = WorkloadOptions::default().resolve().unwrap();
+        assert!(full.watch);
+        assert_eq!(full.namespaces, ["kube-system"]);
+        let lean: WorkloadOptions = serde_yaml_ng::from_str("watch_workloads: false\n").unwrap();
+        assert!(!lean.resolve().unwrap().watch);
+        let on = WorkloadOptions {
+            watch_workloads: Some(true),
+            ..WorkloadOptions::default()
+        };
+        assert!(on.resolve().unwrap().watch);
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn spawn(
         _ => Scope::Cluster {
             namespaces: workloads.namespaces.clone(),
             pods: scope.pods,
+            workloads: workloads.watch,
         },
     };
     if ctx.role == Role::Node && scope.pods != PodScope::All {

@@ -39,6 +39,10 @@ pub enum PodScope {
     /// Only the pods in the workload namespaces (one watch per namespace): the addon series of
     /// those namespaces; the per-node pod series are left to the node role.
     Workloads,
+    /// Only pods bound to a node and not finished ([`BOUND_PODS`]), each held only while it
+    /// counts for the estimate of just-bound pods: the least pod watch that estimate needs. No
+    /// per-node pod or addon series.
+    Bound,
     /// No pods: the per-node pod and addon series are left to the node role.
     None,
 }
@@ -49,6 +53,7 @@ impl PodScope {
         match s.trim().to_ascii_lowercase().as_str() {
             "all" => Some(PodScope::All),
             "workloads" => Some(PodScope::Workloads),
+            "bound" => Some(PodScope::Bound),
             "none" => Some(PodScope::None),
             _ => None,
         }
@@ -58,6 +63,7 @@ impl PodScope {
         match self {
             PodScope::All => "all",
             PodScope::Workloads => "workloads",
+            PodScope::Bound => "bound",
             PodScope::None => "none",
         }
     }
@@ -66,10 +72,12 @@ impl PodScope {
 /// Which objects to watch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Scope {
-    /// All nodes; the pods `pods` names; DaemonSets and Deployments in these namespaces.
+    /// All nodes; the pods `pods` names; DaemonSets and Deployments in these namespaces when
+    /// `workloads` (`--watch-workloads`).
     Cluster {
         namespaces: Vec<String>,
         pods: PodScope,
+        workloads: bool,
     },
     /// One node (`metadata.name`) and the pods on it (`spec.nodeName`).
     Node { name: String },
@@ -263,7 +271,12 @@ impl Stores {
         let ds: Vec<_> = self.daemonsets.iter().flat_map(|s| s.state()).collect();
         let deps: Vec<_> = self.deployments.iter().flat_map(|s| s.state()).collect();
         let guards: Vec<_> = self.pods.iter().map(PodIndex::lock).collect();
-        let bad = guards.iter().map(|g| g.agg.bad()).sum();
+        // `--pod-scope bound` holds its bindings without records, which the sums would count as
+        // pods that could not be used; such a pod is not held there (it is logged).
+        let bad = match self.pod_scope {
+            PodScope::Bound => 0,
+            _ => guards.iter().map(|g| g.agg.bad()).sum(),
+        };
         // Nodes and workloads here; what comes of the pods from the per-node sums the pod
         // watchers keep up to date: one entry per node, not a visit of every pod.
         let mut st = cluster_state_with_nodes(
@@ -287,7 +300,7 @@ impl Stores {
             .filter_map(|r| r.restarts().cloned())
             .collect();
         drop(guards);
-        st.addons_elsewhere = self.pod_scope == PodScope::None;
+        st.addons_elsewhere = matches!(self.pod_scope, PodScope::None | PodScope::Bound);
         st
     }
 
@@ -758,7 +771,7 @@ impl Interner {
 fn index_pods(
     client: kube::Client,
     namespace: Option<&str>,
-    wc: watcher::Config,
+    (wc, bound_only): (watcher::Config, bool),
     derive: DeriveConfig,
     shared: Shared,
     tasks: Option<Arc<dyn PodFollower>>,
@@ -790,6 +803,7 @@ fn index_pods(
         provider,
         changes,
         tasks,
+        bound_only,
         interner: Interner::default(),
         key_buf: String::new(),
         listing: Instant::now(),
@@ -830,6 +844,9 @@ struct PodIndexer {
     provider: Arc<dyn Provider>,
     changes: Arc<AtomicU64>,
     tasks: Option<Arc<dyn PodFollower>>,
+    /// `--pod-scope bound`: the index holds only the pods that are bindings now, without
+    /// records (nothing but the estimate reads them).
+    bound_only: bool,
     interner: Interner,
     /// A pod's key, written here for each event and copied only for a pod new to the index.
     key_buf: String,
@@ -924,6 +941,14 @@ impl PodIndexer {
             Some(f) => self.follow_binding(p, f),
             None => self.forget_binding(),
         }
+        if self.bound_only {
+            // Held while a binding, so that a relist's end finds the bindings it did not list.
+            match self.bindings.contains_key(self.key_buf.as_str()) {
+                true => self.lock().insert(&self.key_buf, None),
+                false => self.lock().remove(&self.key_buf),
+            }
+            return;
+        }
         let rec = facts.map(|f| self.interner.record(f));
         self.lock().insert(&self.key_buf, rec);
     }
@@ -980,6 +1005,10 @@ impl PodIndexer {
         }
         self.next_sweep = now + BINDING_SWEEP;
         let provider = &self.provider;
+        // `--pod-scope bound`: a pod whose binding is over leaves the index too.
+        let mut table = self
+            .bound_only
+            .then(|| self.live.lock().unwrap_or_else(|p| p.into_inner()));
         self.bindings.retain(|k, b| {
             let over = b
                 .shows_from
@@ -987,9 +1016,13 @@ impl PodIndexer {
                 .is_some_and(|t| t < now);
             if over {
                 provider.node().forget_binding(k);
+                if let Some(t) = table.as_mut() {
+                    t.remove(k);
+                }
             }
             !over
         });
+        drop(table);
         if self.bindings.capacity() > 4 * self.bindings.len().max(256) {
             self.bindings.shrink_to_fit();
         }
@@ -1056,7 +1089,7 @@ pub fn spawn_with_tasks(
         let (index, t) = index_pods(
             client.clone(),
             ns,
-            pod_wc.clone(),
+            (pod_wc.clone(), pod_scope == PodScope::Bound),
             cfg.derive.clone(),
             shared.clone(),
             task_pods.clone(),
@@ -1065,10 +1098,12 @@ pub fn spawn_with_tasks(
         tasks.push(t);
     }
     let (daemonsets, deployments, workloads_listed) = match &cfg.scope {
-        Scope::Cluster { namespaces, .. } => {
-            watch_workloads(&client, namespaces, &keys, &shared, &mut tasks)
-        }
-        Scope::Node { .. } => (Vec::new(), Vec::new(), Vec::new()),
+        Scope::Cluster {
+            namespaces,
+            workloads: true,
+            ..
+        } => watch_workloads(&client, namespaces, &keys, &shared, &mut tasks),
+        _ => (Vec::new(), Vec::new(), Vec::new()),
     };
     let stores = Stores {
         nodes,
@@ -1092,6 +1127,10 @@ pub fn spawn_with_tasks(
     (stores, tasks)
 }
 
+/// `--pod-scope bound`'s field selector: pods bound to a node and not finished (the scheduler's
+/// own cache of assigned pods asks the same).
+pub const BOUND_PODS: &str = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed";
+
 /// The node and pod watches' selectors, and which pods are watched in which namespaces.
 fn watch_scopes(
     scope: &Scope,
@@ -1113,6 +1152,7 @@ fn watch_scopes(
         Scope::Cluster {
             pods: PodScope::Workloads,
             namespaces,
+            ..
         } => (
             PodScope::Workloads,
             namespaces.iter().map(|n| Some(n.as_str())).collect(),
@@ -1121,7 +1161,15 @@ fn watch_scopes(
             pods: PodScope::None,
             ..
         } => (PodScope::None, Vec::new()),
+        Scope::Cluster {
+            pods: PodScope::Bound,
+            ..
+        } => (PodScope::Bound, vec![None]),
         _ => (PodScope::All, vec![None]),
+    };
+    let pod_wc = match pod_scope {
+        PodScope::Bound => pod_wc.fields(BOUND_PODS),
+        _ => pod_wc,
     };
     (node_wc, pod_wc, pod_scope, pod_namespaces)
 }
@@ -1623,7 +1671,7 @@ mod tests {
         }
     }
 
-    fn indexer(hub: Arc<Bindings>) -> PodIndexer {
+    fn indexer(hub: Arc<Bindings>, bound_only: bool) -> PodIndexer {
         let provider: Arc<dyn Provider> = hub;
         PodIndexer {
             live: Default::default(),
@@ -1633,6 +1681,7 @@ mod tests {
             provider,
             changes: Default::default(),
             tasks: None,
+            bound_only,
             interner: Interner::default(),
             key_buf: String::new(),
             listing: Instant::now(),
@@ -1670,7 +1719,7 @@ mod tests {
     #[test]
     fn the_pod_watch_tells_the_hub_of_bindings_only_when_they_change() {
         let hub = Arc::new(Bindings::default());
-        let mut ix = indexer(hub.clone());
+        let mut ix = indexer(hub.clone(), false);
         let yes = |p: &str| (format!("ns/{p}"), true);
         let no = |p: &str| (format!("ns/{p}"), false);
         ix.on_event(Event::Init);
@@ -1712,6 +1761,66 @@ mod tests {
         ix.sweep_bindings(SystemTime::now() + Duration::from_secs(3600));
         assert_eq!(hub.take(), [no("d")]);
         assert!(ix.bindings.is_empty());
+    }
+
+    /// `--pod-scope bound`: the hub hears of the same bindings as with every pod indexed, and
+    /// the index holds only the pods that are bindings now, without records.
+    #[test]
+    fn a_bound_scope_index_holds_only_the_bindings_now() {
+        let (every_hub, bound_hub) = (Arc::<Bindings>::default(), Arc::<Bindings>::default());
+        let mut every = indexer(every_hub.clone(), false);
+        let mut bound = indexer(bound_hub.clone(), true);
+        let held = |ix: &PodIndexer| {
+            let t = ix.lock();
+            assert!(t.records().all(|r| r.is_none()), "records held");
+            let mut keys: Vec<String> = t.map.keys().map(|k| k.to_string()).collect();
+            keys.sort();
+            keys
+        };
+        let mut step = |events: Vec<Event<LeanPod>>, want: &[&str]| {
+            for ev in events {
+                every.on_event(ev.clone());
+                bound.on_event(ev);
+            }
+            assert_eq!(every_hub.take(), bound_hub.take());
+            assert_eq!(held(&bound), want);
+        };
+        let pod = lean_pod;
+        step(
+            vec![
+                Event::Init,
+                Event::InitApply(pod("a", Some(10), "Running")),
+                Event::InitApply(pod("b", None, "Pending")),
+                // Bound two hours ago and never ready: no binding now.
+                Event::InitApply(pod("old", Some(7200), "Running")),
+                Event::InitDone,
+            ],
+            &["ns/a", "ns/b"],
+        );
+        // Finished: out of the index.
+        step(
+            vec![Event::Apply(pod("a", Some(10), "Succeeded"))],
+            &["ns/b"],
+        );
+        step(
+            vec![Event::Apply(pod("d", Some(0), "Pending"))],
+            &["ns/b", "ns/d"],
+        );
+        // A relist that does not name d: d goes.
+        step(
+            vec![
+                Event::Init,
+                Event::InitApply(pod("b", None, "Pending")),
+                Event::InitDone,
+            ],
+            &["ns/b"],
+        );
+        step(vec![Event::Delete(pod("b", None, "Pending"))], &[]);
+        // A sweep an hour on: bindings over leave the index with no event.
+        step(vec![Event::Apply(pod("e", Some(0), "Pending"))], &["ns/e"]);
+        bound.sweep_bindings(SystemTime::now() + Duration::from_secs(3600));
+        assert_eq!(bound_hub.take(), [("ns/e".to_string(), false)]);
+        assert!(held(&bound).is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod host;
 mod kubelet_node;
 mod pod_scope;
 mod serve_auth;
+mod serve_limits;
 mod shard;
 mod sinks;
 mod surface;

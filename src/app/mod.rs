@@ -210,10 +210,19 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
     };
     let tls_on = tls_config.is_some();
+    let listener_stats = Arc::new(crate::serve::listener::ListenerStats::default());
+    let security = server::Security {
+        listener_stats: Some(listener_stats.clone()),
+        ..security
+    };
     let server_task = serve(
         listener,
         server::router_with(state, security),
         tls_config,
+        Listening {
+            limits: cfg.serve.limits,
+            stats: listener_stats,
+        },
         &cancel,
     );
     tracing::info!(
@@ -234,24 +243,28 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
     running.until_stopped(&cfg, local, &cancel).await
 }
 
+/// The listener's limits and the counters of what they shed.
+struct Listening {
+    limits: crate::serve::listener::ListenerLimits,
+    stats: Arc<crate::serve::listener::ListenerStats>,
+}
+
 /// The HTTP server on `listener`, with TLS when configured, until `cancel` fires.
 fn serve(
     listener: TcpListener,
     app: axum::Router,
     tls_config: Option<Arc<rustls::ServerConfig>>,
+    listening: Listening,
     cancel: &CancellationToken,
 ) -> JoinHandle<std::io::Result<()>> {
-    let server_cancel = cancel.clone();
-    tokio::spawn(async move {
-        match tls_config {
-            Some(tls) => crate::serve::tls::serve(listener, app, tls, server_cancel).await,
-            None => {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(server_cancel.cancelled_owned())
-                    .await
-            }
-        }
-    })
+    tokio::spawn(crate::serve::listener::serve(
+        listener,
+        app,
+        tls_config,
+        listening.limits,
+        listening.stats,
+        cancel.clone(),
+    ))
 }
 
 /// Everything started, to be stopped in order.

@@ -99,9 +99,7 @@ pub(super) fn make_hub(place: &Place, role: Role) -> Arc<Store> {
 /// The listener on `--listen`. A port in use or not allowed is the user's to fix: a config
 /// error (exit 2) naming --listen.
 pub(super) async fn bind(cfg: &Config) -> Result<(TcpListener, std::net::SocketAddr)> {
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| Error::Config {
+    let listener = crate::serve::listener::bind(cfg.listen).map_err(|e| Error::Config {
             option: "--listen",
             value: cfg.listen.to_string(),
             reason: match e.kind() {

@@ -407,6 +407,63 @@ mod tests {
     }
 
     #[test]
+    fn listener_limits() {
+        use crate::serve::listener::ListenerLimits;
+        let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
+        assert_eq!(
+            c.serve.limits,
+            ListenerLimits {
+                header_timeout: Duration::from_secs(5),
+                idle_timeout: Duration::from_secs(300),
+                write_timeout: Duration::from_secs(60),
+                max_connections: 512,
+                max_header_bytes: 16 * 1024,
+                max_request_line_bytes: 8 * 1024,
+            }
+        );
+        let file = FileConfig::parse(
+            "server_read_header_timeout: 2s\nserver_idle_timeout: 1m\nserver_write_timeout: 30s\nserver_max_connections: 64\nserver_max_header_bytes: 4Ki\n",
+        )
+        .unwrap();
+        let l = Config::resolve(Cli::default(), file).unwrap().serve.limits;
+        assert_eq!(l.header_timeout, Duration::from_secs(2));
+        assert_eq!(l.idle_timeout, Duration::from_secs(60));
+        assert_eq!(l.write_timeout, Duration::from_secs(30));
+        assert_eq!(l.max_connections, 64);
+        assert_eq!(l.max_header_bytes, 4096);
+        assert_eq!(
+            l.max_request_line_bytes, 2048,
+            "the default request line is half a smaller head"
+        );
+        let bad = |f: fn(&mut ServeOptions)| {
+            let mut c = Cli::default();
+            f(&mut c.options.serve);
+            err(c, FileConfig::default())
+        };
+        let e = bad(|s| s.server_read_header_timeout = Some("10ms".into()));
+        assert!(e.contains("--server-read-header-timeout"), "{e}");
+        let e = bad(|s| s.server_idle_timeout = Some("forever".into()));
+        assert!(e.contains("--server-idle-timeout"), "{e}");
+        let e = bad(|s| s.server_write_timeout = Some("2h".into()));
+        assert!(e.contains("--server-write-timeout"), "{e}");
+        let e = bad(|s| s.server_max_connections = Some("0".into()));
+        assert!(e.contains("--server-max-connections"), "{e}");
+        let e = bad(|s| s.server_max_header_bytes = Some("100".into()));
+        assert!(
+            e.contains("--server-max-header-bytes") && e.contains("1024"),
+            "{e}"
+        );
+        let e = bad(|s| {
+            s.server_max_header_bytes = Some("8Ki".into());
+            s.server_max_request_line_bytes = Some("8Ki".into());
+        });
+        assert!(
+            e.contains("--server-max-request-line-bytes") && e.contains("below"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn defaults() {
         let c = Config::resolve(Cli::default(), FileConfig::default()).unwrap();
         assert_eq!(c.listen, "0.0.0.0:2020".parse().unwrap());

@@ -1,16 +1,36 @@
-//! The HTTP server's options: TLS (`--tls-*`, `--client-ca-file`) and `--auth`, resolved into
-//! [`ServeConfig`].
+//! The HTTP server's options: TLS (`--tls-*`, `--client-ca-file`), `--auth` and the listener's
+//! limits (`--server-*`), resolved into [`ServeConfig`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::auth::{AuthConfig, CACHE_CAPACITY, REVIEW_TIMEOUT};
+use super::listener::ListenerLimits;
 use super::tls::TlsConfig;
 use crate::shared::error::Result;
 use crate::shared::options::{duration, invalid, path};
 
 pub const DEFAULT_TLS_RELOAD_INTERVAL: &str = "10s";
 pub const DEFAULT_AUTH_CACHE_TTL: &str = "2m";
+
+/// The listener's defaults; their sources are in docs/endpoints.md ("Listener limits").
+pub mod defaults {
+    use std::time::Duration;
+
+    /// kube-state-metrics' `--server-read-header-timeout`.
+    pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+    /// kube-state-metrics' `--server-idle-timeout` and Prometheus' `--web.read-timeout`, which
+    /// closes idle connections: 5 minutes, a Prometheus scraper's own idle timeout.
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// kube-state-metrics' `--server-write-timeout`.
+    pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Prometheus' `--web.max-connections`.
+    pub const MAX_CONNECTIONS: usize = 512;
+    /// 16 KiB: Go's 1 MiB (what all three inherit) times the cap would be 512 MiB of heads.
+    pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+    /// 8 KiB, half the head: our targets are `/metrics` and `/watcher?host=NODE`.
+    pub const MAX_REQUEST_LINE_BYTES: usize = 8 * 1024;
+}
 
 /// How the HTTP server is guarded.
 #[derive(Debug, Clone, Default, PartialEq, clap::Args, serde::Deserialize)]
@@ -44,6 +64,55 @@ pub struct ServeOptions {
     /// [default: 2m]
     #[arg(long, env = "KUBE_PROBER_AUTH_CACHE_TTL", value_name = "DURATION")]
     pub auth_cache_ttl: Option<String>,
+
+    /// A connection whose request line and headers have not all arrived this long after its
+    /// first byte (on a new connection: after the accept, TLS handshake included) is closed.
+    /// [default: 5s]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_SERVER_READ_HEADER_TIMEOUT",
+        value_name = "DURATION"
+    )]
+    pub server_read_header_timeout: Option<String>,
+
+    /// A kept-alive connection that sends no new request this long after its last answer is
+    /// closed. [default: 5m]
+    #[arg(long, env = "KUBE_PROBER_SERVER_IDLE_TIMEOUT", value_name = "DURATION")]
+    pub server_idle_timeout: Option<String>,
+
+    /// An answer not written out this long after its request's headers were read (a client
+    /// that stopped reading) closes its connection. [default: 60s]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_SERVER_WRITE_TIMEOUT",
+        value_name = "DURATION"
+    )]
+    pub server_write_timeout: Option<String>,
+
+    /// Open connections at most; past it, the connection that has waited longest without
+    /// sending a whole request is closed to make room (a new one is refused only when every
+    /// connection is in the middle of a request). [default: 512]
+    #[arg(long, env = "KUBE_PROBER_SERVER_MAX_CONNECTIONS", value_name = "N")]
+    #[serde(deserialize_with = "crate::shared::options::u32_as_text")]
+    pub server_max_connections: Option<String>,
+
+    /// The request line and headers together may hold this many bytes; more is answered 431.
+    /// Bytes or a quantity. [default: 16Ki]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_SERVER_MAX_HEADER_BYTES",
+        value_name = "BYTES"
+    )]
+    pub server_max_header_bytes: Option<String>,
+
+    /// The request line may hold this many bytes; more is answered 414. Below
+    /// --server-max-header-bytes. [default: 8Ki]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_SERVER_MAX_REQUEST_LINE_BYTES",
+        value_name = "BYTES"
+    )]
+    pub server_max_request_line_bytes: Option<String>,
 }
 
 crate::merge_options!(ServeOptions {
@@ -52,7 +121,13 @@ crate::merge_options!(ServeOptions {
     tls_reload_interval,
     client_ca_file,
     auth,
-    auth_cache_ttl
+    auth_cache_ttl,
+    server_read_header_timeout,
+    server_idle_timeout,
+    server_write_timeout,
+    server_max_connections,
+    server_max_header_bytes,
+    server_max_request_line_bytes
 });
 
 /// How the HTTP server is guarded.
@@ -62,11 +137,14 @@ pub struct ServeConfig {
     pub tls: Option<TlsConfig>,
     /// `None`: `/metrics` and `/watcher*` are open (`--auth none`).
     pub auth: Option<AuthConfig>,
+    /// The listener's timeouts and caps (`--server-*`).
+    pub limits: ListenerLimits,
 }
 
 impl ServeOptions {
     pub fn resolve(mut self) -> Result<ServeConfig> {
         let (tls, client_ca) = self.tls()?;
+        let limits = self.limits()?;
         let auth_s = self.auth.unwrap_or_else(|| "none".into());
         let kubernetes = match auth_s.trim().to_ascii_lowercase().as_str() {
             "none" | "" => false,
@@ -106,7 +184,79 @@ impl ServeOptions {
             cache_capacity: CACHE_CAPACITY,
             review_timeout: REVIEW_TIMEOUT,
         });
-        Ok(ServeConfig { tls, auth })
+        Ok(ServeConfig { tls, auth, limits })
+    }
+
+    /// `--server-*`: the listener's timeouts and caps.
+    fn limits(&mut self) -> Result<ListenerLimits> {
+        let d = ListenerLimits::default();
+        let timeout = |option: &'static str, v: Option<String>, default: Duration| match v {
+            None => Ok(default),
+            Some(v) => duration(
+                option,
+                &v,
+                Duration::from_millis(100),
+                Duration::from_secs(3600),
+            ),
+        };
+        let header_timeout = timeout(
+            "--server-read-header-timeout",
+            self.server_read_header_timeout.take(),
+            d.header_timeout,
+        )?;
+        let idle_timeout = timeout(
+            "--server-idle-timeout",
+            self.server_idle_timeout.take(),
+            d.idle_timeout,
+        )?;
+        let write_timeout = timeout(
+            "--server-write-timeout",
+            self.server_write_timeout.take(),
+            d.write_timeout,
+        )?;
+        let max_connections = match self.server_max_connections.take() {
+            None => d.max_connections,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=1_048_576).contains(&n) => n,
+                _ => {
+                    return Err(invalid(
+                        "--server-max-connections",
+                        &v,
+                        "must be a whole number from 1 to 1048576",
+                    ));
+                }
+            },
+        };
+        let max_header_bytes = bytes(
+            "--server-max-header-bytes",
+            self.server_max_header_bytes.take(),
+            d.max_header_bytes,
+            (1024, 1024 * 1024),
+        )?;
+        let line_s = self.server_max_request_line_bytes.take();
+        let max_request_line_bytes = bytes(
+            "--server-max-request-line-bytes",
+            line_s.clone(),
+            d.max_request_line_bytes.min(max_header_bytes / 2),
+            (256, 1024 * 1024),
+        )?;
+        if max_request_line_bytes >= max_header_bytes {
+            return Err(invalid(
+                "--server-max-request-line-bytes",
+                &line_s.unwrap_or_else(|| max_request_line_bytes.to_string()),
+                format!(
+                    "must be below --server-max-header-bytes ({max_header_bytes}), which counts the request line too"
+                ),
+            ));
+        }
+        Ok(ListenerLimits {
+            header_timeout,
+            idle_timeout,
+            write_timeout,
+            max_connections,
+            max_header_bytes,
+            max_request_line_bytes,
+        })
     }
 
     /// `--tls-cert-file`, `--tls-key-file`, `--tls-reload-interval` and `--client-ca-file`.
@@ -149,4 +299,31 @@ impl ServeOptions {
         };
         Ok((tls, client_ca))
     }
+}
+
+/// A byte count (`16384`, `16Ki`) within `range`, or `default` when not given.
+fn bytes(
+    option: &'static str,
+    v: Option<String>,
+    default: usize,
+    (min, max): (usize, usize),
+) -> Result<usize> {
+    let Some(v) = v else {
+        return Ok(default);
+    };
+    let n = crate::shared::quantity::parse_quantity(v.trim()).map_err(|e| {
+        invalid(
+            option,
+            &v,
+            format!("{e} (expected bytes, e.g. 16384 or 16Ki)"),
+        )
+    })?;
+    if n.fract() != 0.0 || n < min as f64 || n > max as f64 {
+        return Err(invalid(
+            option,
+            &v,
+            format!("must be a whole number of bytes from {min} to {max}"),
+        ));
+    }
+    Ok(n as usize)
 }

@@ -41,13 +41,15 @@ pub fn router(state: AppState) -> Router {
     router_with(state, Security::default())
 }
 
-/// What guards the server: the auth layer on the protected paths, and the counters of auth and
-/// TLS shown on `/metrics`.
+/// What guards the server: the auth layer on the protected paths, and the counters of auth,
+/// TLS and the listener's limits shown on `/metrics`.
 #[derive(Debug, Clone, Default)]
 pub struct Security {
     /// `--auth kubernetes`: in front of `/metrics`, `/watcher` and `/watcher/health`.
     pub auth: Option<Arc<super::auth::Authorizer>>,
     pub tls_stats: Option<Arc<super::tls::TlsStats>>,
+    /// The listener's counters ([`super::listener::serve`]).
+    pub listener_stats: Option<Arc<super::listener::ListenerStats>>,
 }
 
 /// The server's own counters, rendered on every scrape.
@@ -55,6 +57,7 @@ pub struct Security {
 struct ServerStats {
     auth: Option<Arc<super::auth::AuthStats>>,
     tls: Option<Arc<super::tls::TlsStats>>,
+    listener: Option<Arc<super::listener::ListenerStats>>,
 }
 
 /// The router with every endpoint, `/metrics` and `/watcher*` behind `security.auth` when set;
@@ -63,6 +66,7 @@ pub fn router_with(state: AppState, security: Security) -> Router {
     let stats = ServerStats {
         auth: security.auth.as_ref().map(|a| a.stats.clone()),
         tls: security.tls_stats.clone(),
+        listener: security.listener_stats.clone(),
     };
     let mut protected = Router::new()
         .route("/metrics", get(metrics))
@@ -166,6 +170,9 @@ async fn metrics(
     }
     if let Some(t) = &stats.tls {
         families.extend(t.families());
+    }
+    if let Some(l) = &stats.listener {
+        families.extend(l.families());
     }
     families.retain(|(f, _)| crate::outputs::select::family_allowed(&p.snapshot.selection, f));
     let server = Bytes::from(prometheus::render_families(&families, format));

@@ -2,7 +2,8 @@
 //! (cert-manager and kubelet-mounted Secrets rotate them in place), TLS 1.2 and 1.3 only,
 //! aws-lc-rs only. With a client CA, a client certificate is verified when offered and its
 //! subject (CN as the user, O as the groups, as the Kubernetes API server reads it) rides on each
-//! request as a [`ClientCertUser`] extension, for [`super::auth`].
+//! request as a [`ClientCertUser`] extension, for [`super::auth`]. Connections are accepted by
+//! [`super::listener`], plain or TLS alike.
 //!
 //! A bad new pair (unreadable, not PEM, key not matching the certificate) never replaces the
 //! served one: it is logged and counted in `kube_prober_tls_reloads_total{result="error"}`, once
@@ -14,16 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use axum::Router;
-use hyper_util::rt::TokioIo;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::outputs::families;
@@ -290,76 +287,6 @@ pub fn client_cert_user(der: &[u8]) -> Option<ClientCertUser> {
         .filter_map(text)
         .collect();
     Some(ClientCertUser { user, groups })
-}
-
-/// Serves `app` over TLS on `listener` until `cancel`, then lets open requests finish (bounded
-/// by the caller). A failed handshake is logged at debug and never stops the server.
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    config: Arc<ServerConfig>,
-    cancel: CancellationToken,
-) -> io::Result<()> {
-    let acceptor = TlsAcceptor::from(config);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    // Bounds the handshakes in progress: a client that connects and sends nothing holds one
-    // slot for at most HANDSHAKE_TIMEOUT.
-    const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // EMFILE and friends: back off briefly instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let watcher = graceful.watcher();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            let tls = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)) => match r {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                },
-            };
-            let user = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|leaf| client_cert_user(leaf));
-            let app = match user {
-                Some(u) => app.layer(axum::Extension(u)),
-                None => app,
-            };
-            let svc = hyper_util::service::TowerToHyperService::new(app);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(tls), svc);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod lean_drop_in;
 mod owned;
 mod pod_scope;
 mod serve_auth;
+mod serve_limits;
 mod shard;
 mod sinks;
 mod surface;

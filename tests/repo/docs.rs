@@ -1114,8 +1114,10 @@ mod counts {
     pub fn exposition(snap: &Snapshot) -> String {
         let auth = kube_prober::serve::auth::AuthStats::default();
         let tls = kube_prober::serve::tls::TlsStats::default();
+        let listener = kube_prober::serve::listener::ListenerStats::default();
         let mut families: Vec<(&'static Family, _)> = auth.families();
         families.extend(tls.families());
+        families.extend(listener.families());
         let mut body = render(snap, Format::Text);
         body.push_str(&render_families(&families, Format::Text));
         body.push_str(&render_tail(snap, SystemTime::now(), Format::Text));

@@ -281,13 +281,31 @@ pub const TLS_RELOADS: Family = counter(
     None,
 );
 
-/// Families the HTTP server renders from its own counters on every scrape of `/metrics` (only
-/// when TLS or auth is on); not in snapshots, so the push outputs do not carry them.
+/// The listener's limits (`--server-*`): connections it closed on its own.
+pub const HTTP_CONNECTIONS_SHED: Family = counter(
+    "kube_prober_http_connections_shed",
+    "Connections the listener closed on its own, by reason (header_timeout, idle_timeout, write_timeout, header_too_large: 431, request_line_too_long: 414, evicted: closed to make room at --server-max-connections, refused: turned away at the cap while every connection was busy).",
+    None,
+)
+.in_scope(Scope::Instance);
+/// The listener's open connections.
+pub const HTTP_CONNECTIONS: Family = gauge(
+    "kube_prober_http_connections",
+    "Connections open on the listener, TLS handshakes included (at most --server-max-connections).",
+    None,
+)
+.in_scope(Scope::Instance);
+
+/// Families the HTTP server renders from its own counters on every scrape of `/metrics` (the
+/// listener's always, auth and TLS only when on); not in snapshots, so the push outputs do not
+/// carry them.
 pub const SERVER: &[Family] = &[
     HTTP_AUTH_DECISIONS,
     HTTP_AUTH_REVIEWS,
     HTTP_AUTH_CACHE_HITS,
     TLS_RELOADS,
+    HTTP_CONNECTIONS_SHED,
+    HTTP_CONNECTIONS,
 ];
 
 /// This instance's own families: probes, sources, sinks, leadership, ticks.

@@ -205,26 +205,8 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         cancel.clone(),
     ));
     let auth_on = security.auth.is_some();
-    let state = AppState {
-        published: rx,
-        stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
-    };
     let tls_on = tls_config.is_some();
-    let listener_stats = Arc::new(crate::serve::listener::ListenerStats::default());
-    let security = server::Security {
-        listener_stats: Some(listener_stats.clone()),
-        ..security
-    };
-    let server_task = serve(
-        listener,
-        server::router_with(state, security),
-        tls_config,
-        Listening {
-            limits: cfg.serve.limits,
-            stats: listener_stats,
-        },
-        &cancel,
-    );
+    let server_task = start_server(&cfg, listener, rx, tls_config, security, &cancel);
     tracing::info!(
         addr = %local,
         tls = tls_on,
@@ -241,6 +223,37 @@ async fn run_until_with(cfg: Config, cancel: CancellationToken, hooks: Hooks) ->
         server_task,
     };
     running.until_stopped(&cfg, local, &cancel).await
+}
+
+/// The server on `listener`, handing out the bodies `published` holds behind `security`, with
+/// the listener's limits and the counters of what they shed.
+fn start_server(
+    cfg: &Config,
+    listener: TcpListener,
+    published: watch::Receiver<Arc<Published>>,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+    security: server::Security,
+    cancel: &CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
+    let state = AppState {
+        published,
+        stale_after: cfg.tick_interval * 3 + Duration::from_secs(5),
+    };
+    let listener_stats = Arc::new(crate::serve::listener::ListenerStats::default());
+    let security = server::Security {
+        listener_stats: Some(listener_stats.clone()),
+        ..security
+    };
+    serve(
+        listener,
+        server::router_with(state, security),
+        tls_config,
+        Listening {
+            limits: cfg.serve.limits,
+            stats: listener_stats,
+        },
+        cancel,
+    )
 }
 
 /// The listener's limits and the counters of what they shed.

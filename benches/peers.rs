@@ -801,11 +801,12 @@ fn ksm(cp: &ControlPlane, name: &'static str, extra: &[String], dir: &Path) -> P
     Peer::start(name, cmd, format!("http://127.0.0.1:{port}"), dir)
 }
 
-/// kube-prober's cluster role as manifests/base runs it (listening on 127.0.0.1; the
-/// cluster DNS probe off: it would ask the machine's resolver, off loopback), with `env`.
+/// kube-prober's cluster role with manifests/base's arguments (listening on 127.0.0.1), then
+/// `args`, with `env`.
 fn kube_prober_cluster(
     cp: &ControlPlane,
     name: &'static str,
+    args: &[String],
     env: &[(&str, &str)],
     dir: &Path,
 ) -> Peer {
@@ -817,7 +818,7 @@ fn kube_prober_cluster(
         "--shutdown-timeout=15s",
     ])
     .arg(format!("--listen=127.0.0.1:{port}"))
-    .args(["--disable-probes", "cluster_dns"])
+    .args(args)
     .env("KUBECONFIG", &cp.admin_kubeconfig)
     .envs(env.iter().copied());
     Peer::start(name, cmd, format!("http://127.0.0.1:{port}"), dir)
@@ -831,7 +832,14 @@ fn start_cluster_peers(cp: &ControlPlane, dir: &Path) -> Vec<Peer> {
         format!("--metric-annotations-allowlist={KSM_EQUAL_ANNOTATIONS}"),
     ];
     vec![
-        kube_prober_cluster(cp, "kube-prober cluster role", &[], dir),
+        // The cluster DNS probe off: it would ask the machine's resolver, off loopback.
+        kube_prober_cluster(
+            cp,
+            "kube-prober cluster role",
+            &["--disable-probes=cluster_dns".into()],
+            &[],
+            dir,
+        ),
         ksm(cp, "kube-state-metrics (equal work)", &equal, dir),
         ksm(cp, "kube-state-metrics (defaults)", &[], dir),
     ]
@@ -1143,32 +1151,18 @@ async fn wait_port_free(port: u16) {
     }
 }
 
-/// The lean load-watcher drop-in as `manifests/overlays/load-watcher` runs it: manifests/base's
-/// arguments (listening on 127.0.0.1) followed by the ones `components/load-watcher-lean` appends,
-/// read from that file, so the bench runs what the overlay deploys.
-fn kube_prober_drop_in(cp: &ControlPlane, provider: (&str, &str), dir: &Path) -> Peer {
-    let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-prober"));
-    cmd.args([
-        "--role=cluster",
-        "--log-format=json",
-        "--shutdown-timeout=15s",
-    ])
-    .arg(format!("--listen=127.0.0.1:{port}"))
-    .args(support::deploy::component_args("load-watcher-lean"))
-    .env("KUBECONFIG", &cp.admin_kubeconfig)
-    .env(provider.0, provider.1);
-    Peer::start(
-        "kube-prober (lean load-watcher drop-in)",
-        cmd,
-        format!("http://127.0.0.1:{port}"),
-        dir,
-    )
-}
-
 fn start_watcher_peers(cp: &ControlPlane, dir: &Path) -> Vec<Peer> {
     let provider = ("METRICS_PROVIDER_NAME", "KubernetesMetricsServer");
-    let kp = kube_prober_drop_in(cp, provider, dir);
+    // The lean drop-in as `manifests/overlays/load-watcher` runs it: the base's arguments and
+    // the ones `components/load-watcher-lean` appends, read from that file, so the bench runs
+    // what the overlay deploys.
+    let kp = kube_prober_cluster(
+        cp,
+        "kube-prober (lean load-watcher drop-in)",
+        &support::deploy::component_args("load-watcher-lean"),
+        &[provider],
+        dir,
+    );
     let mut lw = Command::new(control_plane::upstream("load-watcher"));
     lw.env(provider.0, provider.1)
         .env("KUBE_CONFIG", &cp.admin_kubeconfig);

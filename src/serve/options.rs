@@ -8,7 +8,7 @@ use super::auth::{AuthConfig, CACHE_CAPACITY, REVIEW_TIMEOUT};
 use super::listener::ListenerLimits;
 use super::tls::TlsConfig;
 use crate::shared::error::Result;
-use crate::shared::options::{duration, invalid, path};
+use crate::shared::options::{bytes, duration, invalid, path};
 
 pub const DEFAULT_TLS_RELOAD_INTERVAL: &str = "10s";
 pub const DEFAULT_AUTH_CACHE_TTL: &str = "2m";
@@ -299,31 +299,4 @@ impl ServeOptions {
         };
         Ok((tls, client_ca))
     }
-}
-
-/// A byte count (`16384`, `16Ki`) within `range`, or `default` when not given.
-fn bytes(
-    option: &'static str,
-    v: Option<String>,
-    default: usize,
-    (min, max): (usize, usize),
-) -> Result<usize> {
-    let Some(v) = v else {
-        return Ok(default);
-    };
-    let n = crate::shared::quantity::parse_quantity(v.trim()).map_err(|e| {
-        invalid(
-            option,
-            &v,
-            format!("{e} (expected bytes, e.g. 16384 or 16Ki)"),
-        )
-    })?;
-    if n.fract() != 0.0 || n < min as f64 || n > max as f64 {
-        return Err(invalid(
-            option,
-            &v,
-            format!("must be a whole number of bytes from {min} to {max}"),
-        ));
-    }
-    Ok(n as usize)
 }

@@ -396,27 +396,12 @@ impl LimitOptions {
 
     /// `--max-response-bytes`: bytes or a quantity (`32Mi`), 64 KiB to 4 GiB.
     fn max_response_bytes(self) -> Result<usize, crate::shared::error::Error> {
-        use crate::shared::options::invalid;
-        let Some(v) = self.max_response_bytes else {
-            return Ok(DEFAULT_MAX_RESPONSE_BYTES);
-        };
-        const OPT: &str = "--max-response-bytes";
-        let n = crate::shared::quantity::parse_quantity(v.trim()).map_err(|e| {
-            invalid(
-                OPT,
-                &v,
-                format!("{e} (expected bytes, e.g. 33554432 or 32Mi)"),
-            )
-        })?;
-        let (min, max) = (64.0 * 1024.0, 4.0 * 1024.0 * 1024.0 * 1024.0);
-        if !(min..=max).contains(&n) || n.fract() != 0.0 {
-            return Err(invalid(
-                OPT,
-                &v,
-                "must be a whole number of bytes from 64Ki to 4Gi",
-            ));
-        }
-        usize::try_from(n as u64).map_err(|_| invalid(OPT, &v, "too large for this platform"))
+        crate::shared::options::bytes(
+            "--max-response-bytes",
+            self.max_response_bytes,
+            DEFAULT_MAX_RESPONSE_BYTES,
+            (64 * 1024, 4 * 1024 * 1024 * 1024),
+        )
     }
 }
 

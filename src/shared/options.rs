@@ -33,6 +33,34 @@ macro_rules! merge_options {
     };
 }
 
+/// A byte count (`16384`, or a quantity such as `16Ki`) from `min` to `max`, or `default`
+/// when not given.
+pub fn bytes(
+    option: &'static str,
+    v: Option<String>,
+    default: usize,
+    (min, max): (u64, u64),
+) -> Result<usize, Error> {
+    let Some(v) = v else {
+        return Ok(default);
+    };
+    let n = crate::shared::quantity::parse_quantity(v.trim()).map_err(|e| {
+        invalid(
+            option,
+            &v,
+            format!("{e} (expected bytes, e.g. 16384 or 16Ki)"),
+        )
+    })?;
+    if n.fract() != 0.0 || n < min as f64 || n > max as f64 {
+        return Err(invalid(
+            option,
+            &v,
+            format!("must be a whole number of bytes from {min} to {max}"),
+        ));
+    }
+    usize::try_from(n as u64).map_err(|_| invalid(option, &v, "too large for this platform"))
+}
+
 /// The error for a bad value of `option`.
 pub fn invalid(option: &'static str, value: &str, reason: impl Into<String>) -> Error {
     Error::Config {

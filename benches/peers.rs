@@ -17,7 +17,12 @@
 //!    text, gzip), series, then CPU while pods churn at each rate of `CHURN` (changes a second;
 //!    a change is one pod update, a label merge patch, which the API server sends every watcher)
 //!    for `WINDOW_SECS` each, steady RSS (after the idle window) and peak RSS (VmHWM at the end).
-//! 3. **kube-prober as a load-watcher replacement vs load-watcher** on the same metrics-server:
+//! 3. **Memory at start and at a forced relist** (`benches/peers/relist.rs`; `RELIST=0` skips
+//!    it): fresh kube-prober cluster roles listing in pages and with streaming lists, and both
+//!    kube-state-metrics, started at once; peak RSS at start against steady RSS, then every
+//!    watch made to relist through a real 410 Gone (the API server killed, etcd compacted past
+//!    every watcher, the API server back) and the peak of the relist against RSS before it.
+//! 4. **kube-prober as a load-watcher replacement vs load-watcher** on the same metrics-server:
 //!    a fresh kube-prober as the lean drop-in `manifests/overlays/load-watcher` deploys (the base's
 //!    arguments, then those `components/load-watcher-lean` appends, read from its file: Nodes and
 //!    NodeMetrics only) with load-watcher's environment, and
@@ -54,6 +59,8 @@
 //! `/usr/bin/prometheus-node-exporter`. The report (markdown, on stdout) ends with the command.
 
 mod common;
+#[path = "peers/relist.rs"]
+mod relist;
 use support::control_plane;
 
 use std::collections::BTreeMap;
@@ -137,6 +144,8 @@ struct Settings {
     churn: Vec<u64>,
     heartbeat: Heartbeat,
     create_concurrency: usize,
+    /// Phase 3 (`benches/peers/relist.rs`) runs (`RELIST`, default 1).
+    relist: bool,
 }
 
 fn settings() -> Settings {
@@ -168,6 +177,7 @@ fn settings() -> Settings {
         churn,
         heartbeat,
         create_concurrency: env_usize("CREATE_CONCURRENCY", 32),
+        relist: env_usize("RELIST", 1) != 0,
     }
 }
 
@@ -182,7 +192,7 @@ impl Settings {
         format!(
             "NODES={} PODS_PER_NODE={} HEARTBEAT={hb} WINDOW_SECS={} CHURN={} SCRAPES={} \
              WATCHER_SECS={} LOAD_SECS={} CONNECTIONS={} HOST_SECS={} HOST_SCRAPES={} \
-             cargo bench --bench peers",
+             RELIST={} cargo bench --bench peers",
             self.nodes,
             self.pods_per_node,
             self.window.as_secs(),
@@ -193,6 +203,7 @@ impl Settings {
             self.connections,
             self.host_window.as_secs(),
             self.host_scrapes,
+            u8::from(self.relist),
         )
     }
 
@@ -441,11 +452,14 @@ fn main() {
 
     report.host = rt.block_on(host_phase(&s, scratch.path()));
     let t = Instant::now();
-    let cp = ControlPlane::start_with(Options::bare(), s.heartbeat);
+    let mut cp = ControlPlane::start_with(Options::bare(), s.heartbeat);
     report.control_plane_up = t.elapsed();
     let client = rt.block_on(kube_client(&cp.admin_kubeconfig));
     report.populate = rt.block_on(populate(&client, &s));
     report.cluster = rt.block_on(cluster_phase(&s, &cp, &client, scratch.path()));
+    if s.relist {
+        report.relist = rt.block_on(relist::relist_phase(&s, &mut cp, scratch.path()));
+    }
     report.watcher = rt.block_on(watcher_phase(&s, &cp, scratch.path()));
     report.load_end = loadavg();
     print_report(&s, &report);
@@ -1352,6 +1366,7 @@ struct Report {
     populate: Populated,
     host: Vec<HostFigures>,
     cluster: ClusterPhase,
+    relist: Vec<relist::RelistFigures>,
     watcher: WatcherPhase,
 }
 
@@ -1718,6 +1733,9 @@ fn print_report(s: &Settings, r: &Report) {
         p.pods_running.as_secs_f64()
     );
     print_cluster(s, &r.cluster);
+    if !r.relist.is_empty() {
+        relist::print_relist(&r.relist);
+    }
     print_watcher(&r.watcher);
     print_host(&r.host);
     let ms: BTreeMap<&str, String> = BTreeMap::from([

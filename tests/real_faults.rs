@@ -3,7 +3,7 @@
 //! as documented:
 //! - kube-apiserver SIGKILLed, the cluster changed meanwhile through a second API server on the
 //!   same etcd, etcd compacted past kube-prober's resourceVersion, the API server restarted
-//!   (a real 410 Gone and relist);
+//!   (a real 410 Gone and relist), listing in pages and with streaming lists;
 //! - API Priority and Fairness set so that every request of kube-prober's identity is rejected
 //!   with a real 429, then lifted;
 //! - metrics-server stopped and restarted;
@@ -109,10 +109,30 @@ async fn converges_to_fresh(old: &Prober, kubeconfig: &str, nodes: &[String], wh
 /// and report exactly what a fresh instance reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_killed_cluster_changed_etcd_compacted_then_back() {
+    killed_changed_compacted_then_back("paged").await;
+}
+
+/// The same with `--watch-initial-list=streaming`: the start and the relist after the 410 go
+/// through WATCHes with `sendInitialEvents` (kube-apiserver 1.34 serves them by default), and
+/// the state still ends equal to a fresh instance's (which lists in pages). A server that did not
+/// stream would never end the initial list (no `k8s.io/initial-events-end` bookmark) and the
+/// instance would never be ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_killed_cluster_changed_etcd_compacted_then_back_with_streaming_lists() {
+    killed_changed_compacted_then_back("streaming").await;
+}
+
+async fn killed_changed_compacted_then_back(initial_list: &str) {
     let mut cp = cp().lock().await;
     let kc = admin(&cp);
     cp.create_nodes(40..41, "4", "16Gi");
-    let p = start_with(&kc);
+    let p = Prober::start_with_env(
+        support::FAST_CLUSTER_ROLE,
+        &[
+            ("KUBECONFIG", &kc),
+            ("KUBE_PROBER_WATCH_INITIAL_LIST", initial_list),
+        ],
+    );
     support::wait_ready(&p).await;
     support::wait_metrics(&p, "kwok-node-40 reported", |b| {
         b.contains("\"kwok-node-40\"")

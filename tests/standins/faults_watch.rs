@@ -20,7 +20,7 @@ use kube_prober::model::{ClusterState, Snapshot};
 use kube_prober::outputs::published::Published;
 use kube_prober::serve::server::{self, AppState};
 use kube_prober::sources::cluster::derive::DeriveConfig;
-use kube_prober::sources::cluster::watchers::{PodScope, Scope, WatchConfig, spawn};
+use kube_prober::sources::cluster::watchers::{InitialList, PodScope, Scope, WatchConfig, spawn};
 use tokio_util::sync::CancellationToken;
 
 fn node(name: &str) -> Node {
@@ -114,6 +114,7 @@ fn start(
             },
             derive: DeriveConfig::default(),
             interval: Duration::from_millis(50),
+            initial_list: InitialList::Paged,
         },
         store.clone(),
         cancel.clone(),

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube_prober::hub::Store;
 use kube_prober::model::ClusterState;
 use kube_prober::sources::cluster::derive::DeriveConfig;
-use kube_prober::sources::cluster::watchers::{PodScope, Scope, WatchConfig, spawn};
+use kube_prober::sources::cluster::watchers::{InitialList, PodScope, Scope, WatchConfig, spawn};
 use tokio_util::sync::CancellationToken;
 
 /// Counts this thread's live heap bytes as glibc's malloc spends them (16-byte chunks with an
@@ -223,6 +223,7 @@ fn config(scope: Scope) -> WatchConfig {
         scope,
         derive: DeriveConfig::default(),
         interval: Duration::from_millis(100),
+        initial_list: InitialList::Paged,
     }
 }
 
@@ -237,6 +238,17 @@ fn all_pods() -> WatchConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_scope_follows_every_change() {
+    follows_every_change(InitialList::Paged).await;
+}
+
+/// The same with `--watch-initial-list=streaming`: every watch lists through a WATCH with
+/// `sendInitialEvents`, also after the 410, and ends equal to the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scope_follows_every_change_with_streaming_lists() {
+    follows_every_change(InitialList::Streaming).await;
+}
+
+async fn follows_every_change(initial_list: InitialList) {
     // No bookmarks: one carrying the global resource version past the compaction below would
     // let a watcher resume without the 410 (see `ClusterState::compact`).
     let api = apiserver::start_with(apiserver::Options {
@@ -253,7 +265,11 @@ async fn cluster_scope_follows_every_change() {
 
     let store = Arc::new(Store::new());
     let cancel = CancellationToken::new();
-    let (_stores, tasks) = spawn(api.client(), all_pods(), store.clone(), cancel.clone());
+    let cfg = WatchConfig {
+        initial_list,
+        ..all_pods()
+    };
+    let (_stores, tasks) = spawn(api.client(), cfg, store.clone(), cancel.clone());
 
     // Initial list; readiness waits for every watcher.
     let cs = until(&store, "initial list", |cs| {
@@ -316,6 +332,24 @@ async fn cluster_scope_follows_every_change() {
     assert_eq!(nodes, ["n1", "n2", "n4"]);
     let pod_runs = store.snapshot(SystemTime::now()).sources["watch_pods"].runs;
     assert!(pod_runs >= 2, "the relist counted as a run: {pod_runs}");
+
+    // Each relist of this test (the start, the 410) went the chosen way: paged LISTs, or
+    // WATCHes that stream the objects first and never a LIST.
+    let reads: Vec<String> = api
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/pods"))
+        .map(|r| r.query.clone().unwrap_or_default())
+        .collect();
+    let streamed = reads
+        .iter()
+        .filter(|q| q.contains("sendInitialEvents=true"))
+        .count();
+    let listed = reads.iter().filter(|q| !q.contains("watch=true")).count();
+    match initial_list {
+        InitialList::Paged => assert!(streamed == 0 && listed >= 2, "{reads:?}"),
+        InitialList::Streaming => assert!(streamed >= 2 && listed == 0, "{reads:?}"),
+    }
 
     stop(cancel, tasks).await;
 }

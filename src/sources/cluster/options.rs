@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::derive::{AddonKeys, DeriveConfig};
 use super::estimate::EstimateConfig;
-use super::watchers::PodScope;
+use super::watchers::{InitialList, PodScope};
 use crate::model::Shard;
 use crate::shared::error::Result;
 use crate::shared::options::{csv, duration, invalid, is_namespace_name};
@@ -83,6 +83,17 @@ pub struct ScopeOptions {
     /// --shard-from-statefulset.
     #[arg(long, env = "POD_NAME", value_name = "NAME")]
     pub pod_name: Option<String>,
+
+    /// How every watch gets its objects at start and after a relist: `paged` (a LIST in pages
+    /// of 500, then a WATCH; every Kubernetes version) or `streaming` (one WATCH that streams the
+    /// current objects first, `sendInitialEvents`: the API server's WatchList feature, on by
+    /// default in 1.32 and from 1.34, off in 1.33). [default: paged]
+    #[arg(
+        long,
+        env = "KUBE_PROBER_WATCH_INITIAL_LIST",
+        value_name = "paged|streaming"
+    )]
+    pub watch_initial_list: Option<String>,
 }
 
 crate::merge_options!(ScopeOptions {
@@ -90,7 +101,8 @@ crate::merge_options!(ScopeOptions {
     shard,
     total_shards,
     shard_from_statefulset,
-    pod_name
+    pod_name,
+    watch_initial_list
 });
 
 /// Where addons are looked for, as resolved.
@@ -173,6 +185,8 @@ pub struct ScopeConfig {
     /// Which pods the pod watcher follows.
     pub pods: PodScope,
     pub shard: ShardMode,
+    /// How every watch lists.
+    pub initial_list: InitialList,
 }
 
 impl ScopeOptions {
@@ -196,9 +210,15 @@ impl ScopeOptions {
         let total = number("--total-shards", self.total_shards)?;
         let from_sts = self.shard_from_statefulset.unwrap_or(false);
         let mode = shard_mode(shard, total, from_sts, self.pod_name)?;
+        let initial_list = match self.watch_initial_list.as_deref() {
+            None => InitialList::Paged,
+            Some(v) => InitialList::parse(v)
+                .ok_or_else(|| invalid("--watch-initial-list", v, "expected paged or streaming"))?,
+        };
         Ok(ScopeConfig {
             pods: pod_scope,
             shard: mode,
+            initial_list,
         })
     }
 }
@@ -461,6 +481,31 @@ mod tests {
             ..WorkloadOptions::default()
         };
         assert!(on.resolve().unwrap().watch);
+    }
+
+    /// `--watch-initial-list`: paged unless told, `streaming` from a flag or the file, anything
+    /// else an error naming the flag and its values.
+    #[test]
+    fn watch_initial_list_resolves_and_defaults_to_paged() {
+        let list = |v: Option<&str>| {
+            ScopeOptions {
+                watch_initial_list: v.map(str::to_string),
+                ..ScopeOptions::default()
+            }
+            .resolve()
+            .map(|c| c.initial_list)
+        };
+        assert_eq!(list(None).unwrap(), InitialList::Paged);
+        assert_eq!(list(Some(" Streaming ")).unwrap(), InitialList::Streaming);
+        assert_eq!(InitialList::Streaming.as_str(), "streaming");
+        let e = list(Some("watchlist")).unwrap_err().to_string();
+        assert!(
+            e.contains("--watch-initial-list") && e.contains("streaming"),
+            "{e}"
+        );
+        let file: ScopeOptions =
+            serde_yaml_ng::from_str("watch_initial_list: streaming\n").unwrap();
+        assert_eq!(file.resolve().unwrap().initial_list, InitialList::Streaming);
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub fn spawn(
             ..DeriveConfig::default()
         },
         interval: ctx.interval,
+        initial_list: scope.initial_list,
     };
     watchers::spawn_with_tasks(ctx.client, wc, provider, cancel.clone(), ctx.pods_follower)
 }

@@ -69,6 +69,46 @@ impl PodScope {
     }
 }
 
+/// How every watch gets its objects before it follows their changes (`--watch-initial-list`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InitialList {
+    /// A LIST in pages of 500, then a WATCH from the list's resourceVersion (what every
+    /// Kubernetes version serves).
+    #[default]
+    Paged,
+    /// One WATCH that first streams the current objects (`sendInitialEvents=true`, KEP-3157
+    /// "WatchList", ended by the `k8s.io/initial-events-end` bookmark): no list body is ever held
+    /// whole. The API server must serve it: the `WatchList` feature gate is on by default in
+    /// 1.32 and from 1.34, off in 1.33 and absent before 1.27.
+    Streaming,
+}
+
+impl InitialList {
+    /// `paged` or `streaming` (case-insensitive).
+    pub fn parse(s: &str) -> Option<InitialList> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "paged" => Some(InitialList::Paged),
+            "streaming" => Some(InitialList::Streaming),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InitialList::Paged => "paged",
+            InitialList::Streaming => "streaming",
+        }
+    }
+
+    /// `wc` with this strategy.
+    pub fn apply(self, wc: watcher::Config) -> watcher::Config {
+        match self {
+            InitialList::Paged => wc,
+            InitialList::Streaming => wc.streaming_lists(),
+        }
+    }
+}
+
 /// Which objects to watch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Scope {
@@ -90,6 +130,8 @@ pub struct WatchConfig {
     pub derive: DeriveConfig,
     /// How often the cluster state is derived from the stores.
     pub interval: Duration,
+    /// How every watch lists.
+    pub initial_list: InitialList,
 }
 
 /// `namespace/name` -> the pod's record, in one allocation for the key; the records are held
@@ -1069,7 +1111,7 @@ pub fn spawn_with_tasks(
         own_changes: None,
     };
     let mut tasks = Vec::new();
-    let (node_wc, pod_wc, pod_scope, pod_namespaces) = watch_scopes(&cfg.scope);
+    let (node_wc, pod_wc, pod_scope, pod_namespaces) = watch_scopes(&cfg.scope, cfg.initial_list);
     let node_keys = node_label_keys(&cfg.derive);
     let mut node_strings = Interner::default();
     let (nodes, nodes_listed, t) = reflect(
@@ -1102,7 +1144,13 @@ pub fn spawn_with_tasks(
             namespaces,
             workloads: true,
             ..
-        } => watch_workloads(&client, namespaces, &keys, &shared, &mut tasks),
+        } => watch_workloads(
+            (&client, cfg.initial_list),
+            namespaces,
+            &keys,
+            &shared,
+            &mut tasks,
+        ),
         _ => (Vec::new(), Vec::new(), Vec::new()),
     };
     let stores = Stores {
@@ -1117,13 +1165,8 @@ pub fn spawn_with_tasks(
         node_changes,
         derivations: Arc::new(AtomicU64::new(0)),
     };
-    let loop_stores = stores.clone();
-    tasks.push(tokio::spawn(derive_loop(
-        loop_stores,
-        cfg,
-        provider,
-        cancel,
-    )));
+    let derive = derive_loop(stores.clone(), cfg, provider, cancel);
+    tasks.push(tokio::spawn(derive));
     (stores, tasks)
 }
 
@@ -1131,9 +1174,11 @@ pub fn spawn_with_tasks(
 /// own cache of assigned pods asks the same).
 pub const BOUND_PODS: &str = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed";
 
-/// The node and pod watches' selectors, and which pods are watched in which namespaces.
+/// The node and pod watches' selectors and list strategy, and which pods are watched in which
+/// namespaces.
 fn watch_scopes(
     scope: &Scope,
+    initial_list: InitialList,
 ) -> (
     watcher::Config,
     watcher::Config,
@@ -1171,7 +1216,12 @@ fn watch_scopes(
         PodScope::Bound => pod_wc.fields(BOUND_PODS),
         _ => pod_wc,
     };
-    (node_wc, pod_wc, pod_scope, pod_namespaces)
+    (
+        initial_list.apply(node_wc),
+        initial_list.apply(pod_wc),
+        pod_scope,
+        pod_namespaces,
+    )
 }
 
 /// The workload stores: DaemonSets, Deployments, and each watch's "listed" channel.
@@ -1184,7 +1234,7 @@ type Workloads = (
 /// The DaemonSet and Deployment watches of every workload namespace, with their "listed"
 /// channels; their tasks go to `tasks`.
 fn watch_workloads(
-    client: &kube::Client,
+    (client, initial_list): (&kube::Client, InitialList),
     namespaces: &[String],
     keys: &Arc<[String]>,
     shared: &Shared,
@@ -1196,7 +1246,7 @@ fn watch_workloads(
         let (s, l, t) = reflect(
             |c| Api::<DaemonSet>::namespaced(c, ns),
             client.clone(),
-            watcher::Config::default(),
+            initial_list.apply(watcher::Config::default()),
             ("watch_daemonsets", "daemonsets"),
             {
                 let keys = keys.clone();
@@ -1210,7 +1260,7 @@ fn watch_workloads(
         let (s, l, t) = reflect(
             |c| Api::<Deployment>::namespaced(c, ns),
             client.clone(),
-            watcher::Config::default(),
+            initial_list.apply(watcher::Config::default()),
             ("watch_deployments", "deployments"),
             {
                 let keys = keys.clone();

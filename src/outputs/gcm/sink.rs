@@ -305,18 +305,16 @@ impl Sink for GcmSink {
             .await
     }
 
-    fn push_tracked<'a>(
-        &'a self,
+    async fn push_tracked(
+        &self,
         snapshot: Arc<Snapshot>,
         scope: PushScope,
-        progress: &'a PushProgress,
-    ) -> impl std::future::Future<Output = Result<PushReport, PushError>> + Send + 'a {
-        async move {
-            match scope {
-                // Every gke-prober metric describes the cluster: the leader writes them.
-                PushScope::InstanceOnly => Ok(PushReport::default()),
-                PushScope::All => self.push_all(&snapshot, progress).await,
-            }
+        progress: &PushProgress,
+    ) -> Result<PushReport, PushError> {
+        match scope {
+            // Every gke-prober metric describes the cluster: the leader writes them.
+            PushScope::InstanceOnly => Ok(PushReport::default()),
+            PushScope::All => self.push_all(&snapshot, progress).await,
         }
     }
 }

@@ -22,6 +22,15 @@
 //!
 //! The result is a markdown report on stdout. Under `cargo test --benches` (no `--bench`
 //! argument) it does nothing.
+//!
+//! **A long outage** (`OUTAGE_SECS=1800`): instead of the single pushes, the three outputs
+//! (OTLP/gRPC, OTLP/HTTP, Cloud Monitoring) run through the push runner (`run_sink`, every
+//! `OUTAGE_INTERVAL` seconds, default 60, the default `--sink-interval`) against receivers that
+//! are dead (`OUTAGE_MODE=dead`, the default: nothing listens on their ports) or refuse every
+//! request (`OUTAGE_MODE=refusing`: gRPC INVALID_ARGUMENT, HTTP 400) for that long. The
+//! process's RSS is sampled every minute and its slope reported (least squares from the fifth
+//! minute on), with the pushes and the points counted as dropped; then the receivers come up
+//! (or accept) and the first push of each output after it is reported: one tick's points.
 
 use support::apiserver;
 mod common;
@@ -661,6 +670,11 @@ fn main() {
         "push: snapshot of {} nodes, {} pods in {:.1?}; {} Prometheus series",
         built.nodes, built.pods, built.took, built.prom_series
     );
+    let outage_secs = env_usize("OUTAGE_SECS", 0) as u64;
+    if outage_secs > 0 {
+        outage::run(&rt, &built, outage_secs);
+        return;
+    }
 
     let mut rows = Vec::new();
     for (protocol, compression) in [
@@ -815,4 +829,309 @@ fn main() {
         .collect::<Vec<_>>()
         .join(", ");
     println!("- Machine: {info}.");
+}
+
+// ---------------------------------------------------------------------------------------
+// A long outage (`OUTAGE_SECS`).
+
+mod outage {
+    use super::*;
+    use kube_prober::model::SinkStatus;
+    use kube_prober::outputs::published::Published;
+    use kube_prober::outputs::push::{SinkSchedule, run_sink};
+    use otlp_support::{Failure, points_of};
+    use tokio::sync::watch;
+    use tokio_util::sync::CancellationToken;
+
+    const OUTPUTS: [&str; 3] = ["OTLP/gRPC", "OTLP/HTTP", "Cloud Monitoring"];
+
+    fn free_addr() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        l.local_addr().expect("its address")
+    }
+
+    /// One minute's sample: minutes since the start, RSS in KiB, each output's counters.
+    struct Sample {
+        minute: u64,
+        rss_kib: u64,
+        sinks: Vec<SinkStatus>,
+    }
+
+    /// Least-squares slope of `(x, y)`, in y per x.
+    fn slope(points: &[(f64, f64)]) -> f64 {
+        let n = points.len() as f64;
+        if n < 2.0 {
+            return 0.0;
+        }
+        let (sx, sy) = points
+            .iter()
+            .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let (mx, my) = (sx / n, sy / n);
+        let num: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+        let den: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+        if den == 0.0 { 0.0 } else { num / den }
+    }
+
+    /// The three sinks' counters, in [`OUTPUTS`] order (the OTLP sinks record under their
+    /// own stores, so each output has a store of its own).
+    fn statuses(stores: &[Arc<Store>; 3]) -> Vec<SinkStatus> {
+        stores
+            .iter()
+            .zip(["otlp", "otlp", "gcm"])
+            .map(|(s, name)| {
+                s.snapshot(SystemTime::now())
+                    .sinks
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    fn otlp_sink(protocol: &str, endpoint: String) -> OtlpSink {
+        let config = OtlpOptions {
+            otlp_protocol: Some(protocol.into()),
+            otlp_endpoint: Some(endpoint),
+            ..Default::default()
+        }
+        .resolve_with(
+            OtlpBounds {
+                timeout: Some(OTLP_TIMEOUT),
+                ..Default::default()
+            },
+            &|_| None,
+        )
+        .expect("OTLP config");
+        OtlpSink::new(config, &OtlpResource::default()).expect("OTLP sink")
+    }
+
+    pub(super) fn run(rt: &tokio::runtime::Runtime, built: &Built, secs: u64) {
+        let refusing = std::env::var("OUTAGE_MODE").is_ok_and(|m| m == "refusing");
+        let interval = Duration::from_secs(env_usize("OUTAGE_INTERVAL", 60).max(1) as u64);
+        let (grpc, http, gcm_addr) = (free_addr(), free_addr(), free_addr());
+        let period = Duration::from_secs(10);
+        // Refusing: the stand-ins run from the start and refuse everything.
+        let mut otlp_rx = None;
+        let mut gcm = None;
+        if refusing {
+            let rx = rt.block_on(OtlpReceiver::start_on(grpc, http));
+            rx.fail_next_with(usize::MAX / 2, Failure::Refused);
+            otlp_rx = Some(rx);
+            let g = rt.block_on(GcmStandIn::with_period_on(gcm_addr, period));
+            g.fail_next(1 << 24, tonic::Code::InvalidArgument);
+            gcm = Some(g);
+        }
+        let published = Arc::new(Published::render(built.snap.clone(), "cluster"));
+        let (_tx, rx) = watch::channel(published);
+        let stores = [(); 3].map(|()| Arc::new(Store::new()));
+        let cancel = CancellationToken::new();
+        let schedule = SinkSchedule {
+            interval,
+            timeout: interval.min(Duration::from_secs(30)),
+            final_push: Duration::ZERO,
+        };
+        // The OTLP sinks' gRPC channel is made on the runtime.
+        let (grpc_sink, http_sink) = {
+            let _enter = rt.enter();
+            (
+                Arc::new(otlp_sink("grpc", format!("http://{grpc}"))),
+                Arc::new(otlp_sink(
+                    "http/protobuf",
+                    format!("http://{http}/v1/metrics"),
+                )),
+            )
+        };
+        let gcm_sink = Arc::new(
+            rt.block_on(GcmSink::new(GcmConfig {
+                client: GcmClientConfig {
+                    endpoint: Some(format!("http://{gcm_addr}")),
+                    anonymous: true,
+                    ..Default::default()
+                },
+                // As the app sets it: 0.9 of the push timeout.
+                push_deadline: schedule.timeout.mul_f64(0.9),
+                ..Default::default()
+            }))
+            .expect("GCM sink"),
+        );
+        let tasks = vec![
+            rt.spawn(run_sink(
+                grpc_sink,
+                schedule,
+                rx.clone(),
+                stores[0].clone(),
+                None,
+                cancel.clone(),
+            )),
+            rt.spawn(run_sink(
+                http_sink,
+                schedule,
+                rx.clone(),
+                stores[1].clone(),
+                None,
+                cancel.clone(),
+            )),
+            rt.spawn(run_sink(
+                gcm_sink.clone(),
+                schedule,
+                rx.clone(),
+                stores[2].clone(),
+                None,
+                cancel.clone(),
+            )),
+        ];
+        let pid = std::process::id();
+        let start = Instant::now();
+        let mut samples = vec![Sample {
+            minute: 0,
+            rss_kib: rss_kib(pid).0,
+            sinks: statuses(&stores),
+        }];
+        let minutes = secs.div_ceil(60);
+        for minute in 1..=minutes {
+            let due = start + Duration::from_secs(60 * minute);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let s = Sample {
+                minute,
+                rss_kib: rss_kib(pid).0,
+                sinks: statuses(&stores),
+            };
+            eprintln!(
+                "push outage: minute {minute}: RSS {:.1} MiB; pushes {:?}; dropped {:?}",
+                mib(s.rss_kib),
+                s.sinks.iter().map(|x| x.pushes).collect::<Vec<_>>(),
+                s.sinks
+                    .iter()
+                    .map(|x| x.dropped.values().sum::<u64>())
+                    .collect::<Vec<_>>(),
+            );
+            samples.push(s);
+        }
+        let tracked = gcm_sink.stats().tracked_series;
+        // The receivers come back.
+        let before = statuses(&stores);
+        if refusing {
+            if let Some(rx) = &otlp_rx {
+                rx.fail_next(0);
+            }
+            if let Some(g) = &gcm {
+                g.lock().faults.clear();
+            }
+        } else {
+            otlp_rx = Some(rt.block_on(OtlpReceiver::start_on(grpc, http)));
+            gcm = Some(rt.block_on(GcmStandIn::with_period_on(gcm_addr, period)));
+        }
+        let back = Instant::now();
+        while statuses(&stores)
+            .iter()
+            .zip(&before)
+            .any(|(now, then)| now.pushes <= then.pushes)
+            && back.elapsed() < interval * 3 + Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        cancel.cancel();
+        for t in tasks {
+            let _ = rt.block_on(t);
+        }
+        let after = statuses(&stores);
+        report(
+            &samples, &before, &after, built, secs, interval, refusing, tracked,
+        );
+        if let (Some(rx), Some(g)) = (&otlp_rx, &gcm) {
+            let mut by_transport: std::collections::BTreeMap<&str, u64> = Default::default();
+            for r in rx.received() {
+                *by_transport.entry(r.transport).or_default() += points_of(&r.request);
+            }
+            let written: usize = g.writes().iter().map(|c| c.written).sum();
+            println!(
+                "- Received after the outage: OTLP/gRPC {} points, OTLP/HTTP {} points, Cloud Monitoring {} series, from the first push of each.",
+                thousands(by_transport.get("grpc").copied().unwrap_or(0)),
+                thousands(by_transport.get("http").copied().unwrap_or(0)),
+                thousands(written as u64),
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        samples: &[Sample],
+        before: &[SinkStatus],
+        after: &[SinkStatus],
+        built: &Built,
+        secs: u64,
+        interval: Duration,
+        refusing: bool,
+        tracked: usize,
+    ) {
+        let mode = if refusing {
+            "refusing every request"
+        } else {
+            "dead (nothing listens)"
+        };
+        println!(
+            "# Push outputs over a {}-minute outage at {} nodes\n",
+            secs / 60,
+            thousands(built.nodes as u64)
+        );
+        println!(
+            "Receivers {mode}; one push every {} s per output; {} pods. RSS of the whole bench process (snapshot, its /metrics rendering, three sinks).\n",
+            interval.as_secs(),
+            thousands(built.pods as u64)
+        );
+        println!(
+            "| minute | RSS MiB | pushes (gRPC / HTTP / GCM) | points dropped (gRPC / HTTP / GCM) |"
+        );
+        println!("|---:|---:|---|---|");
+        for s in samples {
+            let p: Vec<String> = s.sinks.iter().map(|x| x.pushes.to_string()).collect();
+            let d: Vec<String> = s
+                .sinks
+                .iter()
+                .map(|x| thousands(x.dropped.values().sum::<u64>()))
+                .collect();
+            println!(
+                "| {} | {:.1} | {} | {} |",
+                s.minute,
+                mib(s.rss_kib),
+                p.join(" / "),
+                d.join(" / ")
+            );
+        }
+        let from = if samples.len() > 6 { 5 } else { 0 };
+        let steady: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|s| s.minute >= from)
+            .map(|s| (s.minute as f64 / 60.0, mib(s.rss_kib)))
+            .collect();
+        let rss: Vec<f64> = steady.iter().map(|(_, y)| *y).collect();
+        println!();
+        println!(
+            "- RSS from minute {from} on: min {:.1} MiB, max {:.1} MiB, slope {:+.2} MiB/hour (least squares over {} samples).",
+            rss.iter().copied().fold(f64::INFINITY, f64::min),
+            rss.iter().copied().fold(0.0, f64::max),
+            slope(&steady),
+            steady.len()
+        );
+        for (i, name) in OUTPUTS.iter().enumerate() {
+            let b = &before[i];
+            let ticks = b.pushes + b.skipped;
+            let per = b.dropped.values().sum::<u64>() / ticks.max(1);
+            println!(
+                "- {name}: {} pushes and {} skipped ticks in the outage, {} points accepted, dropped {:?} ({} per tick); after it: {} push(es), {} points accepted.",
+                b.pushes,
+                b.skipped,
+                b.points,
+                b.dropped,
+                thousands(per),
+                after[i].pushes - b.pushes,
+                thousands(after[i].points - b.points),
+            );
+        }
+        println!(
+            "- Cloud Monitoring series the sink remembers at the end of the outage: {}.",
+            thousands(tracked as u64)
+        );
+        println!("- Load average (1/5/15 min) at the end: {}.", loadavg());
+    }
 }

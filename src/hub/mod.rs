@@ -136,8 +136,9 @@ pub trait SourceRecorder: Send + Sync {
 /// Self-telemetry of the outputs that push.
 pub trait SinkRecorder: Send + Sync {
     fn record_sink_push(&self, sink: &str, push: SinkPush);
-    /// A tick came while the previous push was still running; it was skipped.
-    fn record_sink_skipped(&self, sink: &str);
+    /// A tick came while the previous push was still running; it was skipped, and its
+    /// `points` (those of the push in flight) with it.
+    fn record_sink_skipped(&self, sink: &str, points: u64);
     /// Whether this replica holds the leader Lease `lease` (`namespace/name`), on each change.
     fn record_leadership(&self, lease: &str, leading: bool);
 }

@@ -901,17 +901,25 @@ impl SinkRecorder for Store {
         st.points += push.points;
         st.requests += push.requests;
         st.last_duration = push.duration;
+        for (reason, n) in push.dropped.into_iter().filter(|(_, n)| *n > 0) {
+            *st.dropped.entry(reason.to_string()).or_default() += n;
+        }
         match push.failure {
             None => st.last_success = Some(push.at),
             Some(reason) => *st.failures.entry(reason).or_default() += 1,
         }
     }
 
-    fn record_sink_skipped(&self, sink: &str) {
+    fn record_sink_skipped(&self, sink: &str, points: u64) {
         let mut inner = self.lock();
         let st = inner.sinks.entry(sink.to_string()).or_default();
         st.name = sink.to_string();
         st.skipped += 1;
+        if points > 0 {
+            *st.dropped
+                .entry(crate::model::TICK_SKIPPED.to_string())
+                .or_default() += points;
+        }
     }
 
     fn record_leadership(&self, lease: &str, leading: bool) {

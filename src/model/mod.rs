@@ -24,7 +24,7 @@ pub use perf::{PerfCounts, PerfEventSet, PerfMode, TaskPerfSample, TaskPerfSet};
 pub use probe::{PROBE_BUCKETS, ProbeOutcome};
 pub use resource_map::ResourceMap;
 pub use select::{Selection, Shard};
-pub use sink::{Leadership, SinkPush, SinkStatus};
+pub use sink::{DROP_REASONS, Leadership, SinkPush, SinkStatus, TICK_SKIPPED, drop_reason};
 pub use snapshot::{
     BackendStat, BoundMap, BoundPod, BoundPods, ClusterInfo, NodeLoad, NodeMap, ProbeState,
     Snapshot, SourceStatus, Stat, WindowStats, unix_seconds,

@@ -628,3 +628,119 @@ async fn host_role_into_the_collector_over_grpc_and_http() {
     })
     .await;
 }
+
+/// The library's OTLP sinks (gRPC and HTTP at once) through the push runner into a Collector
+/// that is killed and started again on the same ports, pushing one fixed snapshot (every push
+/// the same points). While it is down every point of every tick is counted lost (`unavailable`
+/// over gRPC, `transport` over HTTP) and none accepted; once it is back, every push delivers
+/// exactly one tick's points, all accepted by its receiver, and no push carries more (nothing
+/// queued during the outage is sent as a burst).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_stopped_and_started_again_gets_one_ticks_points_per_push() {
+    use kube_prober::outputs::otlp::{OtlpBounds, OtlpOptions, OtlpResource, OtlpSink};
+    use kube_prober::outputs::push::SinkSchedule;
+    use support::push;
+
+    crypto();
+    let mut col = Collector::start().await;
+    let published = push::fixture(4);
+    let sink = |protocol: &str, endpoint: &str, instance: &str| {
+        let config = OtlpOptions {
+            otlp_protocol: Some(protocol.into()),
+            otlp_endpoint: Some(endpoint.into()),
+            ..Default::default()
+        }
+        .resolve_with(
+            OtlpBounds {
+                timeout: Some(Duration::from_secs(2)),
+                max_response_bytes: None,
+            },
+            &|_| None,
+        )
+        .expect("config");
+        let resource = OtlpResource {
+            instance_id: instance.into(),
+            ..Default::default()
+        };
+        std::sync::Arc::new(OtlpSink::new(config, &resource).expect("sink"))
+    };
+    let grpc = sink("grpc", &col.grpc_endpoint, "outage-grpc");
+    let http = sink("http/protobuf", &col.http_endpoint, "outage-http");
+    let schedule = SinkSchedule {
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_secs(3),
+        final_push: Duration::from_secs(3),
+    };
+    // Up: the points of one push.
+    let (g, h) = tokio::join!(
+        push::run(&grpc, &published, schedule, 2),
+        push::run(&http, &published, schedule, 2)
+    );
+    assert!(
+        g.failures.is_empty() && h.failures.is_empty(),
+        "{g:?} {h:?}"
+    );
+    let n = g.points / g.pushes;
+    assert_eq!(g.points, g.pushes * n, "{g:?}");
+    assert_eq!(h.points, h.pushes * n, "{h:?}");
+
+    // Down: every point of every tick lost, by reason.
+    col.stop();
+    let (g, h) = tokio::join!(
+        push::run(&grpc, &published, schedule, 3),
+        push::run(&http, &published, schedule, 3)
+    );
+    for (st, reason) in [(&g, "unavailable"), (&h, "transport")] {
+        assert_eq!(st.points, 0, "{st:?}");
+        let mut want = BTreeMap::from([(reason.to_string(), st.pushes * n)]);
+        if st.skipped > 0 {
+            want.insert("tick_skipped".into(), st.skipped * n);
+        }
+        assert_eq!(st.dropped, want, "{st:?}");
+    }
+
+    // Back: one tick's points per push, each accepted by the Collector.
+    col.restart().await;
+    let before = col.batches().len();
+    let (g, h) = tokio::join!(
+        push::run(&grpc, &published, schedule, 3),
+        push::run(&http, &published, schedule, 3)
+    );
+    for st in [&g, &h] {
+        assert!(st.failures.is_empty(), "{st:?}");
+        assert_eq!(st.points, st.pushes * n, "{st:?}");
+        // Only ticks skipped behind a push that outlasted its interval on a busy machine.
+        assert!(
+            st.dropped.keys().all(|r| r == "tick_skipped")
+                && st.dropped.values().sum::<u64>() == st.skipped * n,
+            "{st:?}"
+        );
+    }
+    let batches = col.batches()[before..].to_vec();
+    for (instance, st) in [("outage-grpc", &g), ("outage-http", &h)] {
+        let mut by_push: BTreeMap<u64, u64> = BTreeMap::new();
+        for (res, m) in otelcol::metrics(&batches) {
+            if res.get("service.instance.id").map(String::as_str) != Some(instance) {
+                continue;
+            }
+            let points = otelcol::point_count(&[serde_json::json!({
+                "resourceMetrics": [{"scopeMetrics": [{"metrics": [m]}]}]
+            })]) as u64;
+            *by_push.entry(point_time(m)).or_default() += points;
+        }
+        assert_eq!(by_push.len() as u64, st.pushes, "{instance}: {by_push:?}");
+        assert!(
+            by_push.values().all(|p| *p == n),
+            "{instance}: one tick's {n} points per push: {by_push:?}"
+        );
+    }
+    let accepted = col.receiver_points().await;
+    let total: f64 = accepted.values().filter_map(|p| p.accepted).sum();
+    assert_eq!(total as u64, (g.pushes + h.pushes) * n, "{accepted:?}");
+    assert!(
+        accepted
+            .values()
+            .all(|p| p.refused.unwrap_or(0.0) == 0.0 && p.failed.unwrap_or(0.0) == 0.0),
+        "{accepted:?}"
+    );
+}

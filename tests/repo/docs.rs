@@ -1087,12 +1087,14 @@ mod counts {
             };
             if k + 1 == s.sinks {
                 sink.failures.insert("unavailable".into(), 2);
+                sink.dropped.insert("unavailable".into(), 40);
             }
             snap.sinks.insert(sink.name.clone(), sink);
         }
         v.insert("sinks", s.sinks as f64);
         v.insert("succeeded_sinks", f64::from(s.sinks > 0));
         v.insert("sink_failure_reasons", f64::from(s.sinks > 0));
+        v.insert("sink_drop_reasons", f64::from(s.sinks > 0));
         snap.leadership = Some(Leadership {
             lease: "kube-system/kube-prober".into(),
             leading: true,

@@ -15,6 +15,7 @@ mod metrics_server_backend;
 mod otlp;
 mod probes;
 mod prometheus_backend;
+mod push_outage;
 mod render_cache;
 mod signalfx_backend;
 mod sinks;

@@ -12,8 +12,10 @@
 //!   carrying a `CreateTimeSeriesSummary` in the status details, as Cloud Monitoring does.
 //!
 //! Also `ListMetricDescriptors` (filter `metric.type = starts_with("...")`, paging) and
-//! `DeleteMetricDescriptor`. Faults: the next N calls answer a chosen code. Every call is
-//! recorded.
+//! `DeleteMetricDescriptor`. Faults: the next N calls answer a chosen code; every
+//! `CreateTimeSeries` waits a given delay (a server slower than its client's deadline: a call
+//! that waited writes nothing and answers DEADLINE_EXCEEDED, its client having given up). Every
+//! call is recorded.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, VecDeque};
@@ -134,6 +136,8 @@ pub struct Inner {
     pub calls: Vec<Call>,
     /// Codes to answer the next calls with, one each.
     pub faults: VecDeque<Code>,
+    /// `CreateTimeSeries` waits this long, then writes nothing (zero: no wait).
+    pub delay: Duration,
 }
 
 pub struct GcmStandIn {
@@ -167,6 +171,7 @@ impl GcmStandIn {
             series: BTreeMap::new(),
             calls: Vec::new(),
             faults: VecDeque::new(),
+            delay: Duration::ZERO,
         }));
         let incoming =
             tonic::transport::server::TcpIncoming::bind(addr).expect("bind the stand-in");
@@ -593,9 +598,11 @@ impl tonic::server::NamedService for Svc {
     const NAME: &'static str = SERVICE;
 }
 
-/// Runs `f` unless a fault is queued, and records the call.
+/// Runs `f` unless the call is `late` (answered after the delay: DEADLINE_EXCEEDED, nothing
+/// written) or a fault is queued, and records the call.
 fn handle<R: Message, T>(
     inner: &Arc<Mutex<Inner>>,
+    late: bool,
     method: &'static str,
     req: tonic::Request<R>,
     series: impl Fn(&R) -> usize,
@@ -611,9 +618,15 @@ fn handle<R: Message, T>(
     let n = series(&body);
     let bytes = body.encoded_len();
     let mut g = inner.lock().unwrap_or_else(|e| e.into_inner());
-    let result = match g.faults.pop_front() {
-        Some(code) => Err(Status::new(code, format!("injected {code:?}"))),
-        None => f(&mut g, body),
+    let result = if late {
+        Err(Status::deadline_exceeded(
+            "answered after the injected delay",
+        ))
+    } else {
+        match g.faults.pop_front() {
+            Some(code) => Err(Status::new(code, format!("injected {code:?}"))),
+            None => f(&mut g, body),
+        }
     };
     let (code, message, written) = match &result {
         Ok((_, w)) => (Code::Ok, String::new(), *w),
@@ -663,11 +676,16 @@ where
         Box::pin(async move {
             let resp = match path.rsplit('/').next().unwrap_or_default() {
                 "CreateTimeSeries" => {
+                    let delay = inner.lock().unwrap_or_else(|e| e.into_inner()).delay;
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     let mut grpc =
                         tonic::server::Grpc::new(PCodec::<(), CreateTimeSeriesRequest>::default());
                     let svc = Unary(move |r| {
                         handle(
                             &inner,
+                            !delay.is_zero(),
                             "CreateTimeSeries",
                             r,
                             |b: &CreateTimeSeriesRequest| b.time_series.len(),
@@ -684,6 +702,7 @@ where
                     let svc = Unary(move |r| {
                         handle(
                             &inner,
+                            false,
                             "ListMetricDescriptors",
                             r,
                             |_| 0,
@@ -700,6 +719,7 @@ where
                     let svc = Unary(move |r| {
                         handle(
                             &inner,
+                            false,
                             "DeleteMetricDescriptor",
                             r,
                             |_| 0,

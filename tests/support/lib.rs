@@ -21,6 +21,7 @@ pub mod otlp;
 pub mod owned;
 pub mod ports;
 pub mod prom;
+pub mod push;
 pub mod skip;
 pub mod task_fixture;
 pub mod trimaran;

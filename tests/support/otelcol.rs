@@ -86,6 +86,9 @@ pub struct Collector {
     /// For `--otlp-endpoint` with `http/protobuf`: `http://127.0.0.1:PORT/v1/metrics`.
     pub http_endpoint: String,
     telemetry_url: String,
+    /// The config file and the receiver's two ports, to start it again on them.
+    cfg: PathBuf,
+    ports: [u16; 2],
     _dir: tempfile::TempDir,
 }
 
@@ -127,28 +130,8 @@ impl Collector {
         let out = dir.path().join("metrics.jsonl");
         let cfg = dir.path().join("config.yaml");
         std::fs::write(&cfg, config(grpc, http, telemetry, &out)).expect("writing the config");
-        let mut cmd = Command::new(bin);
-        cmd.arg("--config")
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child =
-            crate::owned::spawn(cmd).map_err(|e| format!("spawning {}: {e}", bin.display()))?;
         let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("piped stderr");
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let child = spawn(bin, &cfg, &stderr)?;
         let mut c = Collector {
             child,
             stderr,
@@ -156,10 +139,32 @@ impl Collector {
             grpc_endpoint: format!("http://127.0.0.1:{grpc}"),
             http_endpoint: format!("http://127.0.0.1:{http}/v1/metrics"),
             telemetry_url: format!("http://127.0.0.1:{telemetry}/metrics"),
+            cfg,
+            ports: [grpc, http],
             _dir: dir,
         };
         c.wait_ready([grpc, http]).await?;
         Ok(c)
+    }
+
+    /// Kills the Collector, as a Collector that died: its ports refuse connections until
+    /// [`Collector::restart`].
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the Collector again with the same config: the same ports, the exporter
+    /// appending to the same file; waits (bounded) until it is ready.
+    pub async fn restart(&mut self) {
+        self.stop();
+        let bin = otelcol_binary();
+        self.child = spawn(&bin, &self.cfg, &self.stderr)
+            .unwrap_or_else(|e| panic!("restarting the Collector: {e}"));
+        let ports = self.ports;
+        if let Err(e) = self.wait_ready(ports).await {
+            panic!("the restarted Collector: {e}");
+        }
     }
 
     async fn wait_ready(&mut self, ports: [u16; 2]) -> Result<(), String> {
@@ -228,6 +233,32 @@ impl Collector {
             })
             .collect()
     }
+}
+
+/// Starts `bin` with `cfg`, its stderr appended to `stderr` by a thread of its own.
+fn spawn(bin: &Path, cfg: &Path, stderr: &Arc<Mutex<String>>) -> Result<Child, String> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
+        .arg(cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child =
+        crate::owned::spawn(cmd).map_err(|e| format!("spawning {}: {e}", bin.display()))?;
+    let mut pipe = child.stderr.take().expect("piped stderr");
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    Ok(child)
 }
 
 /// Parses the receiver counters out of the Collector's Prometheus text: one entry per

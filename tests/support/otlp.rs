@@ -1,7 +1,10 @@
 //! A stand-in OTLP metrics receiver on 127.0.0.1, built from opentelemetry-proto's types: a
 //! tonic `MetricsService/Export` server and an HTTP/protobuf server (`POST /v1/metrics`, gzip
 //! `Content-Encoding` understood). It keeps every accepted `ExportMetricsServiceRequest` with
-//! its headers and sizes, and can fail the next N requests (gRPC UNAVAILABLE / HTTP 503).
+//! its headers and sizes, and can fail the next N requests (gRPC UNAVAILABLE / HTTP 503, or
+//! refuse them: gRPC INVALID_ARGUMENT / HTTP 400), answer late (a receiver slower than the
+//! client's timeout), reject points of accepted requests (`partial_success`), and come up on
+//! given ports (a receiver that was down).
 //!
 //! Used as `support::otlp` (the suites name it `otlp_support`).
 #![allow(dead_code)]
@@ -57,6 +60,43 @@ struct State {
     rejected_headers: Vec<Vec<(String, String)>>,
     /// Bytes of `partial_success.error_message` in every successful answer (0: none).
     answer_padding: usize,
+    /// How the `fail_next` requests fail.
+    failure: Failure,
+    /// Every request waits this long before it is handled; one that waited is answered but
+    /// not kept (the client gave up on it).
+    delay: Duration,
+    /// Points each accepted request rejects in its `partial_success` (at most its own).
+    reject: u64,
+    /// Requests answered after `delay`.
+    late: usize,
+}
+
+/// How the failed requests fail.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Failure {
+    /// gRPC UNAVAILABLE, HTTP 503: worth retrying.
+    #[default]
+    Unavailable,
+    /// gRPC INVALID_ARGUMENT, HTTP 400: refused for good.
+    Refused,
+}
+
+/// Data points in a request.
+pub fn points_of(req: &ExportMetricsServiceRequest) -> u64 {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    req.resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(x)) => x.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(x)) => x.data_points.len(),
+            None => 0,
+        })
+        .sum::<usize>() as u64
 }
 
 /// Shared between both servers.
@@ -64,33 +104,59 @@ struct State {
 struct Shared(Arc<Mutex<State>>);
 
 impl Shared {
-    /// Counts an attempt; true if it must fail.
-    fn attempt(&self, headers: &[(String, String)]) -> bool {
+    /// Counts an attempt; how it must fail, if it must.
+    fn attempt(&self, headers: &[(String, String)]) -> Option<Failure> {
         let mut s = self.0.lock().unwrap();
         s.attempts += 1;
         if s.pass_first > 0 {
             s.pass_first -= 1;
-            return false;
+            return None;
         }
         if s.fail_next > 0 {
             s.fail_next -= 1;
             s.rejected_headers.push(headers.to_vec());
-            return true;
+            return Some(s.failure);
         }
-        false
+        None
+    }
+
+    /// Waits the configured delay; true if it waited (the request is then counted as an
+    /// attempt, answered, and not kept).
+    async fn wait(&self) -> bool {
+        let delay = {
+            let mut s = self.0.lock().unwrap();
+            if !s.delay.is_zero() {
+                s.attempts += 1;
+            }
+            s.delay
+        };
+        if delay.is_zero() {
+            return false;
+        }
+        tokio::time::sleep(delay).await;
+        self.0.lock().unwrap().late += 1;
+        true
     }
 
     fn store(&self, r: Received) {
         self.0.lock().unwrap().received.push(r);
     }
 
-    /// The answer to an accepted request: padded when asked (see `answer_padding`).
-    fn answer(&self) -> ExportMetricsServiceResponse {
-        let pad = self.0.lock().unwrap().answer_padding;
+    /// The answer to an accepted request of `points`: padded when asked (see
+    /// `answer_padding`), rejecting `reject` of its points when asked.
+    fn answer(&self, points: u64) -> ExportMetricsServiceResponse {
+        let (pad, reject) = {
+            let s = self.0.lock().unwrap();
+            (s.answer_padding, s.reject.min(points))
+        };
         ExportMetricsServiceResponse {
-            partial_success: (pad > 0).then(|| ExportMetricsPartialSuccess {
-                rejected_data_points: 0,
-                error_message: "x".repeat(pad),
+            partial_success: (pad > 0 || reject > 0).then(|| ExportMetricsPartialSuccess {
+                rejected_data_points: reject as i64,
+                error_message: if reject > 0 && pad == 0 {
+                    format!("{reject} points rejected")
+                } else {
+                    "x".repeat(pad)
+                },
             }),
         }
     }
@@ -116,10 +182,20 @@ impl MetricsService for Grpc {
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
         let headers = header_pairs(&request.metadata().clone().into_headers());
-        if self.0.attempt(&headers) {
-            return Err(tonic::Status::unavailable("injected failure"));
+        if self.0.wait().await {
+            return Ok(tonic::Response::new(ExportMetricsServiceResponse::default()));
+        }
+        match self.0.attempt(&headers) {
+            Some(Failure::Unavailable) => {
+                return Err(tonic::Status::unavailable("injected failure"));
+            }
+            Some(Failure::Refused) => {
+                return Err(tonic::Status::invalid_argument("injected refusal"));
+            }
+            None => {}
         }
         let request = request.into_inner();
+        let points = points_of(&request);
         self.0.store(Received {
             transport: "grpc",
             headers,
@@ -127,7 +203,7 @@ impl MetricsService for Grpc {
             wire_bytes: None,
             request,
         });
-        Ok(tonic::Response::new(self.0.answer()))
+        Ok(tonic::Response::new(self.0.answer(points)))
     }
 }
 
@@ -137,8 +213,17 @@ async fn http_export(
     body: Bytes,
 ) -> axum::response::Response {
     let pairs = header_pairs(&headers);
-    if shared.attempt(&pairs) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "injected failure").into_response();
+    if shared.wait().await {
+        return StatusCode::OK.into_response();
+    }
+    match shared.attempt(&pairs) {
+        Some(Failure::Unavailable) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, "injected failure").into_response();
+        }
+        Some(Failure::Refused) => {
+            return (StatusCode::BAD_REQUEST, "injected refusal").into_response();
+        }
+        None => {}
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -179,6 +264,7 @@ async fn http_export(
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
+    let points = points_of(&request);
     shared.store(Received {
         transport: "http",
         headers: pairs,
@@ -186,7 +272,7 @@ async fn http_export(
         wire_bytes: Some(wire),
         request,
     });
-    let resp = shared.answer();
+    let resp = shared.answer(points);
     (
         [(header::CONTENT_TYPE, "application/x-protobuf")],
         resp.encode_to_vec(),
@@ -304,10 +390,21 @@ impl OtlpReceiver {
         Self::start_with_tls(None).await
     }
 
+    /// As [`start`], on the given addresses (a receiver coming up where a sink already
+    /// points).
+    pub async fn start_on(grpc: SocketAddr, http: SocketAddr) -> Self {
+        Self::start_full(None, grpc, http).await
+    }
+
     /// As [`start`], with TLS (and mutual TLS when a client CA is given) on both servers.
     pub async fn start_with_tls(tls: Option<ReceiverTls>) -> Self {
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        Self::start_full(tls, any, any).await
+    }
+
+    async fn start_full(tls: Option<ReceiverTls>, grpc: SocketAddr, http: SocketAddr) -> Self {
         let shared = Shared::default();
-        let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc_listener = tokio::net::TcpListener::bind(grpc).await.unwrap();
         let grpc_addr = grpc_listener.local_addr().unwrap();
         let svc = MetricsServiceServer::new(Grpc(shared.clone()))
             .accept_compressed(CompressionEncoding::Gzip)
@@ -322,7 +419,7 @@ impl OtlpReceiver {
             let _ = router.serve_with_incoming(incoming).await;
         });
 
-        let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http_listener = tokio::net::TcpListener::bind(http).await.unwrap();
         let http_addr = http_listener.local_addr().unwrap();
         let app = axum::Router::new()
             .route("/v1/metrics", axum::routing::post(http_export))
@@ -387,6 +484,29 @@ impl OtlpReceiver {
     /// Fails the next `n` requests: gRPC UNAVAILABLE, HTTP 503.
     pub fn fail_next(&self, n: usize) {
         self.fail_after(0, n);
+    }
+
+    /// Fails the next `n` requests as `failure` says.
+    pub fn fail_next_with(&self, n: usize, failure: Failure) {
+        self.shared.0.lock().unwrap().failure = failure;
+        self.fail_after(0, n);
+    }
+
+    /// Every request from now on waits `delay` before it is handled (zero: none); one that
+    /// waited is answered with an empty success and not kept, its client having given up.
+    pub fn delay_answers(&self, delay: Duration) {
+        self.shared.0.lock().unwrap().delay = delay;
+    }
+
+    /// Requests answered after a delay.
+    pub fn late(&self) -> usize {
+        self.shared.0.lock().unwrap().late
+    }
+
+    /// Every accepted request rejects `points` of its points (at most its own) in its
+    /// `partial_success` (0: none).
+    pub fn reject_points(&self, points: u64) {
+        self.shared.0.lock().unwrap().reject = points;
     }
 
     /// Accepts the next `pass` requests, then fails `n`.

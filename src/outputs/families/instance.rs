@@ -156,11 +156,18 @@ pub const SINK_SKIPPED_TICKS: Family = counter(
 .otel(&[o("kube_prober.sink.skipped_ticks", "{tick}", C)]);
 pub const SINK_POINTS: Family = counter(
     "kube_prober_sink_points",
-    "Points sent by each push output.",
+    "Points each push output's receiver accepted.",
     None,
 )
 .in_scope(Scope::Instance)
 .otel(&[o("kube_prober.sink.points", "{point}", C)]);
+pub const SINK_POINTS_DROPPED: Family = counter(
+    "kube_prober_sink_points_dropped",
+    "Points of each push output that no receiver accepted, by reason (tick_skipped, refused, unavailable, timeout, transport, partial, sampling_period, lost_lease, config); with kube_prober_sink_points_total, every point of every tick.",
+    None,
+)
+.in_scope(Scope::Instance)
+.otel(&[o("kube_prober.sink.points.dropped", "{point}", C)]);
 pub const SINK_REQUESTS: Family = counter(
     "kube_prober_sink_requests",
     "Requests of each push output that the receiver answered (successfully or not).",
@@ -247,6 +254,7 @@ pub const INSTANCE: &[Family] = &[
     SINK_FAILURES,
     SINK_SKIPPED_TICKS,
     SINK_POINTS,
+    SINK_POINTS_DROPPED,
     SINK_REQUESTS,
     SINK_LAST_SUCCESS,
     SINK_PUSH_DURATION,
@@ -483,6 +491,19 @@ fn visit_sinks<V: Visitor>(w: &mut V, snap: &Snapshot) {
     w.family(&SINK_FAILURES, &sink_failures);
     w.family(&SINK_SKIPPED_TICKS, &per_sink(|s| Some(s.skipped as f64)));
     w.family(&SINK_POINTS, &per_sink(|s| Some(s.points as f64)));
+    let dropped: Vec<_> = snap
+        .sinks
+        .values()
+        .flat_map(|s| {
+            s.dropped.iter().map(|(reason, n)| {
+                (
+                    vec![("sink", s.name.as_str()), ("reason", reason.as_str())],
+                    *n as f64,
+                )
+            })
+        })
+        .collect();
+    w.family(&SINK_POINTS_DROPPED, &dropped);
     w.family(&SINK_REQUESTS, &per_sink(|s| Some(s.requests as f64)));
     w.family(
         &SINK_LAST_SUCCESS,

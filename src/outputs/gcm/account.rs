@@ -7,6 +7,8 @@ use std::time::SystemTime;
 use tonic::Code;
 
 use super::status::{code_reason, failure_reason, nothing_written, summary_of};
+use crate::model::drop_reason;
+use crate::model::sink::PARTIAL;
 use crate::outputs::{PushError, PushReport};
 
 /// The outcome of one request (after retries).
@@ -25,6 +27,11 @@ pub(super) struct Tally {
     pub(super) report: PushReport,
     /// Points lost, by reason.
     pub(super) lost: BTreeMap<String, u64>,
+    /// The same points by drop reason ([`crate::model::DROP_REASONS`]): those of a request
+    /// that wrote others are `partial`, the rest by their failure.
+    pub(super) dropped: BTreeMap<&'static str, u64>,
+    /// Points written by requests that failed in part (their summary's successes).
+    pub(super) partly_written: u64,
     /// The reason and message of the first failed request.
     first_failure: Option<(String, String)>,
     /// Some failed request still wrote points.
@@ -71,11 +78,13 @@ impl Tally {
     fn lose(&mut self, status: &tonic::Status, code: &'static str, points: u64) -> u64 {
         let Some(sum) = summary_of(status) else {
             *self.lost.entry(code.to_string()).or_default() += points;
+            *self.dropped.entry(drop_reason(code)).or_default() += points;
             return points;
         };
         let mut lost_here = 0u64;
         let ok = u64::try_from(sum.success_point_count).unwrap_or(0);
         self.report.points += ok;
+        self.partly_written += ok;
         self.partial |= ok > 0;
         for e in &sum.errors {
             let c = e
@@ -93,6 +102,8 @@ impl Tally {
             *self.lost.entry(code.to_string()).or_default() += rest;
             lost_here += rest;
         }
+        let reason = if ok > 0 { PARTIAL } else { drop_reason(code) };
+        *self.dropped.entry(reason).or_default() += lost_here;
         lost_here
     }
 

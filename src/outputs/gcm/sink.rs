@@ -16,7 +16,8 @@ use super::request::{resource_labels, time_series};
 use super::status::{answered_by_server, cut_short, should_retry};
 use super::timing::{State, truncate_ms};
 use crate::model::Snapshot;
-use crate::outputs::{PushError, PushReport, PushScope, Sink};
+use crate::model::sink::SAMPLING_PERIOD;
+use crate::outputs::{PushError, PushProgress, PushReport, PushScope, Sink};
 use crate::shared::error::Result;
 
 /// Counters of the sink's life, beyond what [`PushReport`] carries.
@@ -162,17 +163,23 @@ impl GcmSink {
         }
     }
 
-    async fn push_all(&self, snap: &Snapshot) -> Result<PushReport, PushError> {
+    async fn push_all(
+        &self,
+        snap: &Snapshot,
+        progress: &PushProgress,
+    ) -> Result<PushReport, PushError> {
         let started = Instant::now();
         let deadline = started + self.cfg.push_deadline;
-        let common = resource_labels(&self.cfg, snap)?;
         let drafts = drafts(snap, self.cfg.own_node.as_deref(), self.cfg.node_series);
+        progress.plan(drafts.len() as u64);
+        let common = resource_labels(&self.cfg, snap)?;
         let now = truncate_ms(SystemTime::now());
         let (selected, skipped) = self
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .select(drafts, now, self.started, self.cfg.min_sampling_period);
+        progress.lose(SAMPLING_PERIOD, skipped);
         if skipped > 0 {
             tracing::debug!(
                 sink = "gcm",
@@ -210,6 +217,9 @@ impl GcmSink {
                 };
                 drop(drafts);
                 let (result, attempts, answered) = self.send(req, deadline).await;
+                if result.is_ok() {
+                    progress.accept(points);
+                }
                 Sent {
                     keys,
                     points,
@@ -222,7 +232,7 @@ impl GcmSink {
         .buffer_unordered(self.cfg.concurrency)
         .collect()
         .await;
-        self.account(sent, skipped, now)
+        self.account(sent, skipped, now, progress)
     }
 
     /// Counts what the requests did, undoes the marks of requests that wrote nothing, and
@@ -232,10 +242,15 @@ impl GcmSink {
         sent: Vec<Sent>,
         skipped: u64,
         now: SystemTime,
+        progress: &PushProgress,
     ) -> Result<PushReport, PushError> {
         let mut tally = Tally::default();
         for s in sent {
             tally.add(s);
+        }
+        progress.accept(tally.partly_written);
+        for (&reason, &n) in &tally.dropped {
+            progress.lose(reason, n);
         }
         if !tally.undo.is_empty() {
             let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -286,10 +301,20 @@ impl Sink for GcmSink {
         snapshot: Arc<Snapshot>,
         scope: PushScope,
     ) -> Result<PushReport, PushError> {
+        self.push_tracked(snapshot, scope, &PushProgress::default())
+            .await
+    }
+
+    async fn push_tracked(
+        &self,
+        snapshot: Arc<Snapshot>,
+        scope: PushScope,
+        progress: &PushProgress,
+    ) -> Result<PushReport, PushError> {
         match scope {
             // Every gke-prober metric describes the cluster: the leader writes them.
             PushScope::InstanceOnly => Ok(PushReport::default()),
-            PushScope::All => self.push_all(&snapshot).await,
+            PushScope::All => self.push_all(&snapshot, progress).await,
         }
     }
 }

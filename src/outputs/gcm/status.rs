@@ -51,13 +51,30 @@ fn credentials_error(status: &tonic::Status) -> Option<&gcloud_sdk::error::Error
     None
 }
 
-/// The low-cardinality reason of a failed request: `credentials`, or the gRPC code.
+/// The low-cardinality reason of a failed request: `credentials`, or the gRPC code; tonic's
+/// own deadline on the request (`CANCELLED` carrying `TimeoutExpired`) is `deadline_exceeded`.
 pub(super) fn failure_reason(status: &tonic::Status) -> &'static str {
     if credentials_error(status).is_some() {
         "credentials"
+    } else if status.code() == Code::Cancelled && timed_out(status) {
+        code_reason(Code::DeadlineExceeded)
     } else {
         code_reason(status.code())
     }
+}
+
+/// Whether tonic's own timeout made the status (a `TimeoutExpired` among its sources).
+fn timed_out(status: &tonic::Status) -> bool {
+    let mut e: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut depth = 0;
+    while let Some(err) = e.filter(|_| depth < 16) {
+        if err.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        depth += 1;
+        e = err.source();
+    }
+    false
 }
 
 /// Worth another attempt: the retryable codes, and token failures the credentials call
@@ -129,6 +146,14 @@ mod tests {
             );
             assert_eq!(cut_short(s, None).code(), cut);
         }
+        // tonic's own deadline is a timeout; the words alone are not.
+        let tonic_timeout = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert_eq!(tonic_timeout.code(), Code::Cancelled);
+        assert_eq!(failure_reason(&tonic_timeout), "deadline_exceeded");
+        assert_eq!(
+            failure_reason(&tonic::Status::cancelled("Timeout expired")),
+            "cancelled"
+        );
         let denied = tonic::Status::permission_denied("no");
         assert_eq!(
             cut_short(denied, Some(unavailable())).code(),

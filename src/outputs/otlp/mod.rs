@@ -58,7 +58,17 @@
 //! `too_large` (counted in `kube_prober_sink_failures_total`); the receiver did answer, so the
 //! request counts, its points do not. A successful answer that reports a partial success
 //! (rejected points) is logged as a warning; the push still counts as a success, as in the
-//! OpenTelemetry exporters.
+//! OpenTelemetry exporters, and its rejected points are lost as `partial`
+//! (`kube_prober_sink_points_dropped_total`), the others accepted.
+//!
+//! ## What a push holds, and what it loses
+//! Nothing is kept between pushes but the start time, and no request is retried or queued: a
+//! push holds the rows of one snapshot and at most one encoded request (its protobuf, and
+//! its gzip over HTTP), whatever the receiver does. The push tells the runner's
+//! [`PushProgress`] its points before the first request and each request's accepted points as
+//! it is answered, so that every point is accepted or counted lost: a failed request loses
+//! itself and the batches after it for the failure's reason, a push cut short by the runner's
+//! deadline loses what was not yet accepted as `timeout`.
 //!
 //! ## Settings and the environment
 //! Each of the [`OtlpOptions`] that is unset falls back to `OTEL_EXPORTER_OTLP_METRICS_*`,
@@ -90,7 +100,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use super::families::{self, Family};
 use super::series::{self, Labels, Visitor};
-use super::{PushError, PushReport, PushScope, Sink};
+use super::{PushError, PushProgress, PushReport, PushScope, Sink};
 use crate::model::{PROBE_BUCKETS, Snapshot};
 use crate::shared::error::{Error, Result};
 use crate::shared::limit::{ReadError, read_capped};
@@ -361,9 +371,9 @@ fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
     message
 }
 
-/// The outcome of one request: whether the receiver answered, and `Err((reason, message))`
-/// on failure.
-type Sent = (bool, std::result::Result<(), (String, String)>);
+/// The outcome of one request: whether the receiver answered, and on success the points it
+/// rejected (OTLP's `partial_success`), `Err((reason, message))` on failure.
+type Sent = (bool, std::result::Result<u64, (String, String)>);
 
 impl OtlpSink {
     /// Builds the sink from its config. Its start time (that of every cumulative point it
@@ -524,7 +534,7 @@ impl OtlpSink {
             }
         };
         match sent {
-            Ok((answered, Ok(()))) => (answered, Ok(())),
+            Ok((answered, Ok(rejected))) => (answered, Ok(rejected)),
             Ok((answered, Err((reason, message)))) => (
                 answered,
                 Err((
@@ -548,8 +558,8 @@ impl OtlpSink {
     ) -> Sent {
         let status = match result {
             Ok(response) => {
-                log_partial_success(&self.config.endpoint, &response);
-                return (true, Ok(()));
+                let rejected = log_partial_success(&self.config.endpoint, &response);
+                return (true, Ok(rejected));
             }
             Err(status) => status,
         };
@@ -690,10 +700,10 @@ impl OtlpSink {
         }
         // An empty or undecodable 2xx body is still a success (the spec's receivers answer
         // with a message, but the data was accepted).
-        if let Ok(response) = ExportMetricsServiceResponse::decode(body) {
-            log_partial_success(&self.config.endpoint, &response);
-        }
-        (true, Ok(()))
+        let rejected = ExportMetricsServiceResponse::decode(body).map_or(0, |response| {
+            log_partial_success(&self.config.endpoint, &response)
+        });
+        (true, Ok(rejected))
     }
 }
 
@@ -712,10 +722,12 @@ fn number_points(rows: Rows, start: u64, time_unix_nano: u64) -> Vec<NumberDataP
         .collect()
 }
 
-fn log_partial_success(endpoint: &str, response: &ExportMetricsServiceResponse) {
-    if let Some(p) = &response.partial_success
-        && (p.rejected_data_points > 0 || !p.error_message.is_empty())
-    {
+/// Logs a partial success and answers the points it rejected (0 when none or negative).
+fn log_partial_success(endpoint: &str, response: &ExportMetricsServiceResponse) -> u64 {
+    let Some(p) = &response.partial_success else {
+        return 0;
+    };
+    if p.rejected_data_points > 0 || !p.error_message.is_empty() {
         let message: String = p.error_message.chars().take(300).collect();
         tracing::warn!(
             %endpoint,
@@ -724,6 +736,7 @@ fn log_partial_success(endpoint: &str, response: &ExportMetricsServiceResponse) 
             "the OTLP receiver accepted the request in part"
         );
     }
+    u64::try_from(p.rejected_data_points).unwrap_or(0)
 }
 
 /// The histogram point of one series: per-bucket counts from the snapshot's cumulative ones.
@@ -825,9 +838,35 @@ impl Sink for OtlpSink {
         snapshot: Arc<Snapshot>,
         scope: PushScope,
     ) -> std::result::Result<PushReport, PushError> {
+        self.push_with(snapshot, scope, &PushProgress::default())
+            .await
+    }
+
+    fn push_tracked<'a>(
+        &'a self,
+        snapshot: Arc<Snapshot>,
+        scope: PushScope,
+        progress: &'a PushProgress,
+    ) -> impl std::future::Future<Output = std::result::Result<PushReport, PushError>> + Send + 'a
+    {
+        self.push_with(snapshot, scope, progress)
+    }
+}
+
+impl OtlpSink {
+    /// One push: the snapshot's rows, planned in `progress`, sent in requests; what each
+    /// accepted request delivered is told to `progress` as it is answered.
+    async fn push_with(
+        &self,
+        snapshot: Arc<Snapshot>,
+        scope: PushScope,
+        progress: &PushProgress,
+    ) -> std::result::Result<PushReport, PushError> {
         let _one_at_a_time = self.push_lock.lock().await;
         let time = unix_nanos(SystemTime::now());
         let (mut rows, histograms) = prepare(&snapshot, scope);
+        let planned = rows.iter().map(Vec::len).sum::<usize>() + histograms.len();
+        progress.plan(planned as u64);
         // The instance-level rows (and the probe histogram): one request.
         let instance: Vec<Rows> = rows
             .iter_mut()
@@ -842,9 +881,11 @@ impl Sink for OtlpSink {
             .collect();
         let max = self.config.max_points_per_request.max(1);
         let mut sent = PushReport::default();
-        self.send(instance, histograms, time, &mut sent).await?;
+        self.send(instance, histograms, time, &mut sent, progress)
+            .await?;
         while let Some(batch) = next_batch(&mut rows, max) {
-            self.send(batch, Vec::new(), time, &mut sent).await?;
+            self.send(batch, Vec::new(), time, &mut sent, progress)
+                .await?;
         }
         Ok(sent)
     }
@@ -867,6 +908,18 @@ fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRo
     for rows in &mut c.rows {
         rows.retain(|(_, v)| v.is_finite());
     }
+    // Counts that are not cumulative cannot be sent; every row left is one point.
+    c.histograms.retain(|h| {
+        let ok = h.buckets.len() == PROBE_BUCKETS.len()
+            && per_bucket_counts(&h.buckets, h.count).is_some();
+        if !ok {
+            tracing::debug!(
+                series = ?h.attributes,
+                "probe histogram counts are not cumulative; series left out of this push"
+            );
+        }
+        ok
+    });
     (c.rows, c.histograms)
 }
 
@@ -892,15 +945,17 @@ fn next_batch(rows: &mut [Rows], max: usize) -> Option<Vec<Rows>> {
 
 impl OtlpSink {
     /// Encodes `batch` (and `histograms`) as one request and sends it (none when it has no
-    /// points), adding to `sent`. A failed request ends the push: the error's `sent` counts it
-    /// among the requests when the receiver answered, and the points of the requests before
-    /// it.
+    /// points), adding to `sent` and `progress` the points accepted (those rejected in an
+    /// accepted request are lost as `partial`). A failed request ends the push: the error's
+    /// `sent` counts it among the requests when the receiver answered, and the points of the
+    /// requests before it.
     async fn send(
         &self,
         batch: Vec<Rows>,
         histograms: Vec<HistogramRow>,
         time: u64,
         sent: &mut PushReport,
+        progress: &PushProgress,
     ) -> std::result::Result<(), PushError> {
         let (request, points) = self.request(batch, histograms, time);
         if points == 0 {
@@ -913,8 +968,11 @@ impl OtlpSink {
             sent.requests += 1;
         }
         match result {
-            Ok(()) => {
-                sent.points += points;
+            Ok(rejected) => {
+                let rejected = rejected.min(points);
+                sent.points += points - rejected;
+                progress.accept(points - rejected);
+                progress.lose(crate::model::sink::PARTIAL, rejected);
                 Ok(())
             }
             Err((reason, message)) => {
@@ -1178,7 +1236,7 @@ mod tests {
         only_nan[gauge] = vec![(vec![], f64::NAN)];
         let mut sent = PushReport::default();
         // Nothing listens on port 9: a request would fail; none is made.
-        sink.send(only_nan, Vec::new(), 5, &mut sent)
+        sink.send(only_nan, Vec::new(), 5, &mut sent, &PushProgress::default())
             .await
             .expect("nothing to send");
         assert_eq!(sent, PushReport::default());

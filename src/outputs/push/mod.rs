@@ -2,6 +2,15 @@
 //! tick that finds the previous push still running is skipped and counted; on shutdown one
 //! final push of the newest snapshot, bounded. Pull outputs (`/metrics`, `/watcher`) are never
 //! slowed: pushes read the same immutable snapshot in their own tasks.
+//!
+//! Nothing is queued: at most one push per sink is in flight, and it carries the newest
+//! snapshot when it starts; a tick that finds it still running is skipped. So what a push
+//! output holds never grows with an outage, and the first push after one sends one tick's
+//! points (the newest values), never a backlog. Every point of every tick is either accepted
+//! by the receiver (`kube_prober_sink_points_total`) or counted as lost with its reason
+//! (`kube_prober_sink_points_dropped_total`): a skipped tick loses the points of the push
+//! still in flight (the count of that tick's points without turning its snapshot into series),
+//! a push cut short by its deadline or a lost Lease loses what it had not delivered.
 
 pub mod options;
 pub use options::{PushConfig, PushOptions, SinkKind};
@@ -16,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::hub::Provider;
 use crate::model::SinkPush;
 use crate::outputs::published::Published;
-use crate::outputs::{PushScope, Sink};
+use crate::outputs::{PushProgress, PushScope, Sink};
 
 /// Whether this instance may push cluster-level series: `None` when there is no election
 /// (node role, host role, one cluster replica), else the leader elector's view, which turns
@@ -39,15 +48,24 @@ pub struct SinkSchedule {
     pub final_push: Duration,
 }
 
+/// The push in flight: its task, its scope and what it has done so far.
+struct InFlight {
+    handle: JoinHandle<()>,
+    scope: PushScope,
+    progress: Arc<PushProgress>,
+}
+
 async fn push_once<S: Sink>(
     sink: &S,
     published: &Published,
     scope: PushScope,
     timeout: Duration,
     provider: &dyn Provider,
+    progress: &PushProgress,
 ) {
     let started = Instant::now();
-    let result = tokio::time::timeout(timeout, sink.push(published.snapshot.clone(), scope)).await;
+    let push = sink.push_tracked(published.snapshot.clone(), scope, progress);
+    let result = tokio::time::timeout(timeout, push).await;
     let (report, failure) = match result {
         Ok(Ok(r)) => (r, None),
         Ok(Err(e)) => {
@@ -56,9 +74,19 @@ async fn push_once<S: Sink>(
         }
         Err(_) => {
             tracing::warn!(sink = sink.name(), ?timeout, "push timed out");
-            (Default::default(), Some("timeout".to_string()))
+            // Cut short: what the receiver accepted so far still counts.
+            let points = progress.accepted();
+            let report = crate::outputs::PushReport {
+                points,
+                requests: 0,
+            };
+            (report, Some("timeout".to_string()))
         }
     };
+    let dropped = progress.dropped(failure.as_deref());
+    if !dropped.is_empty() {
+        tracing::debug!(sink = sink.name(), ?dropped, "points lost");
+    }
     provider.sink().record_sink_push(
         sink.name(),
         SinkPush {
@@ -67,6 +95,7 @@ async fn push_once<S: Sink>(
             points: report.points,
             requests: report.requests,
             failure,
+            dropped,
         },
     );
 }
@@ -104,7 +133,10 @@ pub async fn run_sink<S: Sink>(
     let mut ticker = tokio::time::interval(schedule.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick fires at once; the first push waits one interval
-    let mut in_flight: Option<(JoinHandle<()>, PushScope)> = None;
+    let mut in_flight: Option<InFlight> = None;
+    // Points of the newest push that knew them: what a skipped tick loses when the push in
+    // flight does not know its own yet.
+    let mut last_planned = 0u64;
     // Held once the elector is gone, so that `leadership` stays `false` and never changes.
     let mut _not_leading: Option<watch::Sender<bool>> = None;
     // Whether this instance led when `lease_lost` last looked.
@@ -126,12 +158,12 @@ pub async fn run_sink<S: Sink>(
                 continue;
             }
         }
-        if in_flight.as_ref().is_some_and(|(h, _)| !h.is_finished()) {
-            tracing::warn!(
-                sink = sink.name(),
-                "previous push still running; tick skipped"
-            );
-            provider.sink().record_sink_skipped(sink.name());
+        if skip_tick(
+            sink.name(),
+            &in_flight,
+            &mut last_planned,
+            provider.as_ref(),
+        ) {
             continue;
         }
         let current = published.borrow().clone();
@@ -139,7 +171,8 @@ pub async fn run_sink<S: Sink>(
             continue;
         }
         let scope = scope_of(&leadership);
-        let (sink, provider) = (sink.clone(), provider.clone());
+        let progress = Arc::new(PushProgress::default());
+        let (sink, provider, tracked) = (sink.clone(), provider.clone(), progress.clone());
         let handle = tokio::spawn(async move {
             push_once(
                 sink.as_ref(),
@@ -147,24 +180,55 @@ pub async fn run_sink<S: Sink>(
                 scope,
                 schedule.timeout,
                 provider.as_ref(),
+                &tracked,
             )
             .await;
         });
-        in_flight = Some((handle, scope));
+        in_flight = Some(InFlight {
+            handle,
+            scope,
+            progress,
+        });
     }
     final_push(sink, schedule, &published, provider, &leadership, in_flight).await;
 }
 
-/// On a lost Lease: aborts a push of cluster-level series still running, counted as failed.
-fn abort_cluster_push(
+/// Whether this tick is skipped because the previous push is still running; if so it is
+/// counted with its points (those of the push in flight, else `last_planned`). Otherwise
+/// notes the points of the push that ended in `last_planned`.
+fn skip_tick(
     name: &str,
-    in_flight: &Option<(JoinHandle<()>, PushScope)>,
+    in_flight: &Option<InFlight>,
+    last_planned: &mut u64,
     provider: &dyn Provider,
-) {
-    if let Some((h, PushScope::All)) = in_flight
-        && !h.is_finished()
+) -> bool {
+    let Some(f) = in_flight else {
+        return false;
+    };
+    let planned = f.progress.planned();
+    if f.handle.is_finished() {
+        if planned > 0 {
+            *last_planned = planned;
+        }
+        return false;
+    }
+    let points = if planned > 0 { planned } else { *last_planned };
+    tracing::warn!(
+        sink = name,
+        points,
+        "previous push still running; tick skipped"
+    );
+    provider.sink().record_sink_skipped(name, points);
+    true
+}
+
+/// On a lost Lease: aborts a push of cluster-level series still running, counted as failed.
+fn abort_cluster_push(name: &str, in_flight: &Option<InFlight>, provider: &dyn Provider) {
+    if let Some(f) = in_flight
+        && f.scope == PushScope::All
+        && !f.handle.is_finished()
     {
-        h.abort();
+        f.handle.abort();
         tracing::warn!(
             sink = name,
             "lease lost: push of cluster-level series aborted"
@@ -174,9 +238,10 @@ fn abort_cluster_push(
             SinkPush {
                 at: SystemTime::now(),
                 duration: Duration::ZERO,
-                points: 0,
+                points: f.progress.accepted(),
                 requests: 0,
                 failure: Some("lost_lease".into()),
+                dropped: f.progress.dropped(Some("lost_lease")),
             },
         );
     }
@@ -189,11 +254,13 @@ async fn final_push<S: Sink>(
     published: &watch::Receiver<Arc<Published>>,
     provider: Arc<dyn Provider>,
     leadership: &Leadership,
-    in_flight: Option<(JoinHandle<()>, PushScope)>,
+    in_flight: Option<InFlight>,
 ) {
     let deadline = Instant::now() + schedule.final_push;
-    if let Some((h, _)) = in_flight
-        && tokio::time::timeout(schedule.final_push, h).await.is_err()
+    if let Some(f) = in_flight
+        && tokio::time::timeout(schedule.final_push, f.handle)
+            .await
+            .is_err()
     {
         tracing::warn!(
             sink = sink.name(),
@@ -214,6 +281,7 @@ async fn final_push<S: Sink>(
             scope_of(leadership),
             left.min(schedule.timeout),
             provider.as_ref(),
+            &PushProgress::default(),
         )
         .await;
     }

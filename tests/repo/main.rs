@@ -2,5 +2,6 @@
 //! code (flags, families, links). Index: tests/README.md.
 
 mod architecture;
+mod compatibility;
 mod doc_links;
 mod docs;

@@ -1,6 +1,7 @@
 //! OTLP into the real OpenTelemetry Collector (v0.165.0, `tests/upstream/otelcol`), over gRPC and
-//! HTTP/protobuf at once, from the cluster, node and host roles of the binary. For each role two
-//! instances push to one Collector, one per transport. Asserted:
+//! HTTP/protobuf at once, from the cluster, node and host roles of the binary. For each role three
+//! instances push to one Collector: one per transport with the default `--otlp-semconv`
+//! (`stable`), and one over gRPC with `--otlp-semconv legacy`. Asserted:
 //!
 //! - the Collector's OTLP receiver accepted points on both transports and refused and failed
 //!   none (`otelcol_receiver_*_metric_points`, `level: detailed`), and neither instance
@@ -9,6 +10,9 @@
 //! - what the Collector decoded holds exactly the names, units and kinds of docs/metrics.md's
 //!   "OTLP names" table: every metric sent is a row of it, and one push carries the OTLP
 //!   names of exactly the families the instance serves on /metrics before and after it;
+//! - the `legacy` instance sends the names of docs/metrics.md's "OTLP names under
+//!   `--otlp-semconv legacy`" table in place of the stable ones it maps (and none of those), its
+//!   condition metrics valued as the Collector's (1, 0 or -1, no condition attributes);
 //! - no name carries a Prometheus suffix;
 //! - the resource attributes are those the docs promise for the role, with their values.
 
@@ -28,6 +32,12 @@ use support::{Prober, wait_ready};
 const NODE: &str = "worker-7";
 const CLUSTER: &str = "c1";
 const TRANSPORTS: [(&str, &str); 2] = [("grpc", "grpc"), ("http", "http/protobuf")];
+/// Each role's instances: (label, transport, protocol, `--otlp-semconv legacy`?).
+const INSTANCES: [(&str, &str, &str, bool); 3] = [
+    ("grpc", "grpc", "grpc", false),
+    ("http", "http", "http/protobuf", false),
+    ("grpc-legacy", "grpc", "grpc", true),
+];
 
 fn crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -41,6 +51,82 @@ struct Promised {
     of_family: BTreeMap<String, BTreeSet<String>>,
     /// Every resource attribute key the section names.
     resource_keys: BTreeSet<String>,
+    /// The rows of "OTLP names under `--otlp-semconv legacy`": (family, stable name, legacy
+    /// name, unit, kind).
+    legacy: Vec<[String; 5]>,
+}
+
+impl Promised {
+    /// What the docs promise under `--otlp-semconv legacy`: each mapped stable name replaced by
+    /// its legacy names.
+    fn as_legacy(&self) -> Promised {
+        let mut p = Promised {
+            rows: self.rows.clone(),
+            of_family: self.of_family.clone(),
+            resource_keys: self.resource_keys.clone(),
+            legacy: self.legacy.clone(),
+        };
+        for [family, stable, ..] in &self.legacy {
+            p.rows.remove(stable);
+            if let Some(names) = p.of_family.get_mut(family) {
+                names.remove(stable);
+            }
+        }
+        for [family, _, legacy, unit, kind] in &self.legacy {
+            p.rows.insert(legacy.clone(), (unit.clone(), kind.clone()));
+            p.of_family
+                .entry(family.clone())
+                .or_default()
+                .insert(legacy.clone());
+        }
+        p
+    }
+
+    /// `names` under `--otlp-semconv legacy`: a mapped stable name becomes its legacy names.
+    fn legacy_names(&self, names: &[&str]) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in names {
+            let mapped: Vec<String> = self
+                .legacy
+                .iter()
+                .filter(|r| r[1] == *n)
+                .map(|r| r[2].clone())
+                .collect();
+            if mapped.is_empty() {
+                out.push(n.to_string());
+            }
+            out.extend(mapped);
+        }
+        out
+    }
+}
+
+/// The rows of docs/metrics.md's "## OTLP names under `--otlp-semconv legacy`" table.
+fn legacy_rows(doc: &str) -> Vec<[String; 5]> {
+    let section = doc
+        .split("\n## OTLP names under `--otlp-semconv legacy`")
+        .nth(1)
+        .expect("docs/metrics.md has a '## OTLP names under `--otlp-semconv legacy`' section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let clean = |s: &str| s.trim().trim_matches('`').to_string();
+    let rows: Vec<[String; 5]> = section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<String> = l.trim_matches('|').split('|').map(clean).collect();
+            assert_eq!(cells.len(), 6, "{l}");
+            let unit = if cells[3] == "-" { "" } else { &cells[3] };
+            [
+                cells[0].clone(),
+                cells[1].clone(),
+                cells[2].clone(),
+                unit.to_string(),
+                cells[4].clone(),
+            ]
+        })
+        .collect();
+    assert!(rows.len() >= 5, "{rows:?}");
+    rows
 }
 
 fn promised() -> Promised {
@@ -56,6 +142,7 @@ fn promised() -> Promised {
         rows: BTreeMap::new(),
         of_family: BTreeMap::new(),
         resource_keys: BTreeSet::new(),
+        legacy: legacy_rows(&doc),
     };
     for l in section.lines().filter(|l| l.starts_with("| `")) {
         let cells: Vec<String> = l.trim_matches('|').split('|').map(clean).collect();
@@ -185,7 +272,11 @@ fn common_resource() -> Vec<(&'static str, Option<String>)> {
     ]
 }
 
-fn start_instance(role: &Role, col: &Collector, transport: &str, protocol: &str) -> Prober {
+fn start_instance(
+    role: &Role,
+    col: &Collector,
+    (label, transport, protocol, legacy): (&str, &str, &str, bool),
+) -> Prober {
     let endpoint = match transport {
         "grpc" => col.grpc_endpoint.clone(),
         _ => col.http_endpoint.clone(),
@@ -202,12 +293,12 @@ fn start_instance(role: &Role, col: &Collector, transport: &str, protocol: &str)
         ]
         .map(String::from),
     );
+    if legacy {
+        args.extend(["--otlp-semconv".into(), "legacy".into()]);
+    }
     if role.name == "cluster" {
-        // Each instance leads its own Lease: both push the cluster-level series.
-        args.extend([
-            "--leader-elect-lease-name".into(),
-            format!("lease-{transport}"),
-        ]);
+        // Each instance leads its own Lease: each pushes the cluster-level series.
+        args.extend(["--leader-elect-lease-name".into(), format!("lease-{label}")]);
     }
     let mut env = role.env.clone();
     env.push(("OTEL_EXPORTER_OTLP_PROTOCOL".into(), protocol.into()));
@@ -269,17 +360,23 @@ fn now_nanos() -> u64 {
         .unwrap_or(0)
 }
 
-/// Checks one instance: its /metrics families against one complete push that followed.
+/// Checks one instance: its /metrics families against one complete push that followed; `p` is
+/// what the docs promise under its `--otlp-semconv`.
 async fn check_instance(
     p: &Promised,
     role: &Role,
     col: &Collector,
     inst: &Prober,
-    transport: &str,
+    (transport, legacy): (&str, bool),
 ) {
     let pid = inst.child.id();
-    for n in role.must_send {
-        assert!(p.rows.contains_key(*n), "{n} is not in docs/metrics.md");
+    let must_send: Vec<String> = if legacy {
+        p.legacy_names(role.must_send)
+    } else {
+        role.must_send.iter().map(|n| n.to_string()).collect()
+    };
+    for n in &must_send {
+        assert!(p.rows.contains_key(n), "{n} is not in docs/metrics.md");
     }
     // Steady state first: a few pushes arrived and the instance reports no failed push.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -287,8 +384,8 @@ async fn check_instance(
         let (_, body) = support::get(&inst.url("/metrics")).await;
         let steady = pushes_of(col, pid).by_time.len() >= 3
             && body.contains("kube_prober_sink_pushes_total{sink=\"otlp\"}")
-            && role.must_send.iter().all(|n| {
-                let fam = p.of_family.iter().find(|(_, ns)| ns.contains(*n));
+            && must_send.iter().all(|n| {
+                let fam = p.of_family.iter().find(|(_, ns)| ns.contains(n));
                 fam.is_some_and(|(f, _)| families(&body).contains(f))
             });
         if steady {
@@ -336,16 +433,32 @@ async fn check_instance(
         }
     }
     let names: BTreeSet<String> = sent.iter().map(|d| d.name.clone()).collect();
-    let must = expected_names(p, &before.intersection(&after).cloned().collect());
+    let mut must = expected_names(p, &before.intersection(&after).cloned().collect());
     let may = expected_names(p, &before.union(&after).cloned().collect());
+    if legacy {
+        // One legacy metric per kubelet condition type: only the types the nodes have are sent
+        // (the node role's Node has `Ready` alone), so of those at least one.
+        let per_condition: BTreeSet<String> = must
+            .iter()
+            .filter(|n| n.starts_with("k8s.node.condition_"))
+            .cloned()
+            .collect();
+        if !per_condition.is_empty() {
+            assert!(
+                names.iter().any(|n| per_condition.contains(n)),
+                "{what}: none of {per_condition:?} sent"
+            );
+            must.retain(|n| !per_condition.contains(n));
+        }
+    }
     assert!(
         must.is_subset(&names) && names.is_subset(&may),
         "{what}: sent {:?} beyond /metrics, missing {:?}",
         names.difference(&may).collect::<Vec<_>>(),
         must.difference(&names).collect::<Vec<_>>()
     );
-    for n in role.must_send {
-        assert!(names.contains(*n), "{what}: {n} not sent");
+    for n in &must_send {
+        assert!(names.contains(n), "{what}: {n} not sent");
     }
 
     // Point attributes: the Prometheus label keys the docs rename arrive under their new names.
@@ -355,6 +468,9 @@ async fn check_instance(
             continue;
         }
         let keys = otelcol::point_attribute_keys(m);
+        if legacy {
+            check_legacy_condition(&what, m, &keys);
+        }
         all_keys.extend(keys.iter().cloned());
         for renamed in ["node", "namespace", "pod", "container", "task_id"] {
             assert!(
@@ -365,6 +481,11 @@ async fn check_instance(
         }
     }
     for k in role.point_keys {
+        // The legacy condition metrics carry no condition attributes.
+        if legacy && k.starts_with("k8s.node.condition.") {
+            assert!(!all_keys.contains(*k), "{what}: a point has `{k}`");
+            continue;
+        }
         assert!(all_keys.contains(*k), "{what}: no point has `{k}`");
     }
 
@@ -385,20 +506,51 @@ async fn check_instance(
     );
 }
 
-/// Runs `role` with one instance per transport against one Collector and checks both, then
-/// the Collector's receiver counters.
+/// A legacy instance's metric: a `k8s.node.condition_*` one is a gauge whose points are 1, 0
+/// or -1 and carry no condition or status attribute; the generated nodes are `Ready` and under
+/// no pressure.
+fn check_legacy_condition(what: &str, m: &Value, keys: &BTreeSet<String>) {
+    let name = m["name"].as_str().unwrap_or_default();
+    let Some(condition) = name.strip_prefix("k8s.node.condition_") else {
+        return;
+    };
+    for k in [
+        "condition",
+        "status",
+        "k8s.node.condition.type",
+        "k8s.node.condition.status",
+    ] {
+        assert!(!keys.contains(k), "{what}: {name} has attribute `{k}`");
+    }
+    let points = m["gauge"]["dataPoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: {name} is not a gauge: {m}"));
+    let want = if condition == "ready" { 1.0 } else { 0.0 };
+    for point in points {
+        let v = point["asDouble"]
+            .as_f64()
+            .or_else(|| point["asInt"].as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("{what}: {name} point without a value: {point}"));
+        assert_eq!(v, want, "{what}: {name} {point}");
+    }
+}
+
+/// Runs `role` with its [`INSTANCES`] against one Collector and checks each, then the
+/// Collector's receiver counters.
 async fn check_role(role: Role) {
     let p = promised();
+    let legacy_p = p.as_legacy();
     let col = Collector::start().await;
-    let instances: Vec<(&str, Prober)> = TRANSPORTS
+    let instances: Vec<((&str, bool), Prober)> = INSTANCES
         .iter()
-        .map(|(t, proto)| (*t, start_instance(&role, &col, t, proto)))
+        .map(|i| ((i.0, i.3), start_instance(&role, &col, *i)))
         .collect();
     for (_, inst) in &instances {
         wait_ready(inst).await;
     }
-    for (t, inst) in &instances {
-        check_instance(&p, &role, &col, inst, t).await;
+    for ((label, legacy), inst) in &instances {
+        let promised = if *legacy { &legacy_p } else { &p };
+        check_instance(promised, &role, &col, inst, (*label, *legacy)).await;
     }
     // Each instance's last push goes out on SIGTERM; then nothing is in flight.
     for (_, inst) in instances {

@@ -16,7 +16,9 @@ use kube_prober::model::{
     Placement, PodRestarts, ProbeOutcome, Resource, Snapshot, UsageSample,
 };
 use kube_prober::outputs::families;
-use kube_prober::outputs::otlp::{OTLP_METRICS, OtlpBounds, OtlpOptions, OtlpResource, OtlpSink};
+use kube_prober::outputs::otlp::{
+    OTLP_METRICS, OTLP_METRICS_LEGACY, OtlpBounds, OtlpOptions, OtlpResource, OtlpSink,
+};
 use kube_prober::outputs::{PushReport, PushScope, Sink};
 use kube_prober::shared::error::Error;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -1238,6 +1240,70 @@ fn docs_list_the_otlp_names_of_the_code() {
     assert!(
         missing.is_empty() && stale.is_empty(),
         "docs/metrics.md OTLP table drifted.\nnot documented: {missing:#?}\nnot in code: {stale:#?}"
+    );
+}
+
+/// docs/metrics.md's "OTLP names under `--otlp-semconv legacy`" table is exactly what the
+/// families declare: every legacy metric that differs from the stable ones, with the stable
+/// name it replaces, its unit and kind.
+#[test]
+fn docs_list_the_legacy_otlp_names_of_the_code() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    let section = doc
+        .split("\n## OTLP names under `--otlp-semconv legacy`")
+        .nth(1)
+        .expect("docs/metrics.md has a '## OTLP names under `--otlp-semconv legacy`' section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let clean = |s: &str| s.trim().trim_matches('`').to_string();
+    type Row = (String, String, String, String, String);
+    let documented: BTreeSet<Row> = section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<String> = l.trim_matches('|').split('|').map(clean).collect();
+            assert_eq!(cells.len(), 6, "{l}");
+            let unit = if cells[3] == "-" {
+                String::new()
+            } else {
+                cells[3].clone()
+            };
+            (
+                cells[0].clone(),
+                cells[1].clone(),
+                cells[2].clone(),
+                unit,
+                cells[4].clone(),
+            )
+        })
+        .collect();
+    let mut code: BTreeSet<Row> = BTreeSet::new();
+    for m in OTLP_METRICS_LEGACY {
+        if OTLP_METRICS.contains(m) {
+            continue;
+        }
+        let family = families::ALL.iter().find(|f| f.name == m.family).unwrap();
+        // The stable metric it replaces: the family's one stable metric not sent under legacy.
+        let replaced: Vec<&str> = family
+            .otel
+            .iter()
+            .filter(|o| !family.otel_legacy.contains(o))
+            .map(|o| o.name)
+            .collect();
+        assert_eq!(replaced.len(), 1, "{}: {replaced:?}", family.name);
+        code.insert((
+            family.sample_name(),
+            replaced[0].to_string(),
+            m.name.to_string(),
+            m.unit.to_string(),
+            m.kind.as_str().to_string(),
+        ));
+    }
+    let missing: Vec<_> = code.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&code).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/metrics.md legacy OTLP table drifted.\nnot documented: {missing:#?}\nnot in code: {stale:#?}"
     );
 }
 

@@ -64,6 +64,7 @@ pub const CONTAINER_RESTARTS: Family = counter(
     None,
 )
 .otel(&[o("k8s.container.restart.count", "{restart}", U)])
+.legacy(&[o("k8s.container.restarts", "{restart}", G)])
 .gke(GkeProber {
         suffix: "addon/restart",
         labels: &[("container_name", "container"), ("addon", "addon")],

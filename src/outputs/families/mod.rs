@@ -1,7 +1,8 @@
 //! Every metric family this program exposes, declared once: name, help, type, unit, scope,
 //! its OTLP metrics and its gke-prober metric for Cloud Monitoring, in tables grouped by what
 //! they describe (one file each: `usage`, `node`, `cluster`, `addon`, `task`, `platform`,
-//! `instance`). [`ALL`], [`OTLP_METRICS`] and [`GKE_PROBER`] are made from those tables.
+//! `instance`). [`ALL`], [`OTLP_METRICS`], [`OTLP_METRICS_LEGACY`] and [`GKE_PROBER`] are made
+//! from those tables.
 //! docs/metrics.md lists each family; `tests/repo/docs.rs` fails when the two drift apart.
 
 mod addon;
@@ -44,6 +45,9 @@ pub struct Family {
     pub scope: Scope,
     /// What the OTLP output sends it as: one metric, or more when some are derived from it.
     pub otel: &'static [Otel],
+    /// What it sends instead under `--otlp-semconv legacy` ([`Semconv::Legacy`]); empty when
+    /// the names are the same in both.
+    pub otel_legacy: &'static [Otel],
     /// The gke-prober metric the Cloud Monitoring output writes from it, if any.
     pub gke: Option<GkeProber>,
 }
@@ -97,6 +101,24 @@ impl Family {
         Family { otel, ..self }
     }
 
+    /// The same family sent over OTLP as `legacy` (in place of its `otel` metrics) under
+    /// `--otlp-semconv legacy`: the names, units and kinds the Collector's receivers send
+    /// without the `semconv.k8s.enableStable` feature gate.
+    const fn legacy(self, legacy: &'static [Otel]) -> Family {
+        Family {
+            otel_legacy: legacy,
+            ..self
+        }
+    }
+
+    /// Its OTLP metrics under `semconv`.
+    pub const fn otel_as(&self, semconv: Semconv) -> &'static [Otel] {
+        match semconv {
+            Semconv::Legacy if !self.otel_legacy.is_empty() => self.otel_legacy,
+            _ => self.otel,
+        }
+    }
+
     /// The same family written to Cloud Monitoring as gke-prober's `gke`.
     const fn gke(self, gke: GkeProber) -> Family {
         Family {
@@ -119,6 +141,7 @@ const fn family(
         unit,
         scope: Scope::Cluster,
         otel: &[],
+        otel_legacy: &[],
         gke: None,
     }
 }
@@ -171,6 +194,45 @@ pub enum Derivation {
     /// `kube_prober_node_condition` as semconv's `k8s.node.condition.status`: per node and
     /// condition type, one point per status (`true`, `false`, `unknown`), 1 for the current one.
     AllConditionStatuses,
+    /// `kube_prober_node_condition`'s rows of the condition type `condition` as the
+    /// Collector's legacy `k8s.node.condition_<type>`: one point per node, 1 for `True`, 0 for
+    /// `False`, -1 otherwise; without the `condition` and `status` attributes.
+    ConditionValue { condition: &'static str },
+}
+
+/// Which names the OTLP output sends the Kubernetes metrics under (`--otlp-semconv`), as the
+/// OpenTelemetry Collector's `semconv.k8s.enableStable` feature gate chooses them for its
+/// k8scluster and kubeletstats receivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Semconv {
+    /// The semantic conventions' names, units, kinds and attributes (`k8s.node.cpu.allocatable`,
+    /// `k8s.node.condition.status`, ...): what the Collector sends with the gate enabled.
+    #[default]
+    Stable,
+    /// The Collector's names without the gate (`k8s.node.allocatable_cpu`,
+    /// `k8s.node.condition_ready`, ...), from each family's [`Family::otel_legacy`].
+    Legacy,
+}
+
+impl Semconv {
+    /// Every value, in the order `--help` lists them.
+    pub const ALL: [Semconv; 2] = [Semconv::Stable, Semconv::Legacy];
+
+    /// The option's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Semconv::Stable => "stable",
+            Semconv::Legacy => "legacy",
+        }
+    }
+
+    /// Every OTLP metric sent under this choice, in the order of [`ALL`].
+    pub fn metrics(self) -> &'static [OtelMetric] {
+        match self {
+            Semconv::Stable => OTLP_METRICS,
+            Semconv::Legacy => OTLP_METRICS_LEGACY,
+        }
+    }
 }
 
 /// One OTLP metric of a family: its OTel name, UCUM unit, kind and how its values come from
@@ -265,7 +327,14 @@ pub const ALL: &[Family] = &concat::<{ count(PARTS) }>(PARTS);
 /// Every OTLP metric, in the order of [`ALL`] (derived metrics after their family).
 /// Semantic-convention names where one exists and means the same; `kube_prober.*` otherwise.
 /// docs/metrics.md ("## OTLP names") lists them; tests/standins/otlp.rs checks they agree.
-pub const OTLP_METRICS: &[OtelMetric] = &otel_metrics::<{ otel_count(ALL) }>(ALL);
+pub const OTLP_METRICS: &[OtelMetric] =
+    &otel_metrics::<{ otel_count(ALL, Semconv::Stable) }>(ALL, Semconv::Stable);
+
+/// Every OTLP metric under `--otlp-semconv legacy`: [`OTLP_METRICS`] with each family's
+/// [`Family::otel_legacy`] in place of its stable metrics. docs/metrics.md ("## OTLP names
+/// under `--otlp-semconv legacy`") lists what differs.
+pub const OTLP_METRICS_LEGACY: &[OtelMetric] =
+    &otel_metrics::<{ otel_count(ALL, Semconv::Legacy) }>(ALL, Semconv::Legacy);
 
 /// gke-prober's names and label keys (including its `scheduleable` spelling on
 /// node/available), mapped to ours: every family's [`Family::gke`].
@@ -297,16 +366,16 @@ const fn concat<const N: usize>(parts: &[&[Family]]) -> [Family; N] {
     out
 }
 
-const fn otel_count(all: &[Family]) -> usize {
+const fn otel_count(all: &[Family], semconv: Semconv) -> usize {
     let (mut n, mut i) = (0, 0);
     while i < all.len() {
-        n += all[i].otel.len();
+        n += all[i].otel_as(semconv).len();
         i += 1;
     }
     n
 }
 
-const fn otel_metrics<const N: usize>(all: &[Family]) -> [OtelMetric; N] {
+const fn otel_metrics<const N: usize>(all: &[Family], semconv: Semconv) -> [OtelMetric; N] {
     let mut out = [OtelMetric {
         family: "",
         name: "",
@@ -317,8 +386,9 @@ const fn otel_metrics<const N: usize>(all: &[Family]) -> [OtelMetric; N] {
     let (mut k, mut i) = (0, 0);
     while i < all.len() {
         let mut j = 0;
-        while j < all[i].otel.len() {
-            let o = all[i].otel[j];
+        let otel = all[i].otel_as(semconv);
+        while j < otel.len() {
+            let o = otel[j];
             out[k] = OtelMetric {
                 family: all[i].name,
                 name: o.name,
@@ -417,15 +487,21 @@ mod tests {
 
     #[test]
     fn every_family_has_an_otlp_name_and_names_are_valid() {
+        for semconv in Semconv::ALL {
+            check_otlp_names(semconv.metrics(), semconv);
+        }
+    }
+
+    fn check_otlp_names(metrics: &[OtelMetric], semconv: Semconv) {
         for f in ALL {
             assert!(
-                OTLP_METRICS.iter().any(|m| m.family == f.name),
-                "{} has no OTLP name",
+                metrics.iter().any(|m| m.family == f.name),
+                "{} has no OTLP name under {semconv:?}",
                 f.name
             );
         }
         let mut seen = std::collections::HashSet::new();
-        for m in OTLP_METRICS {
+        for m in metrics {
             assert!(seen.insert(m.name), "duplicate {}", m.name);
             assert!(ALL.iter().any(|f| f.name == m.family), "{}", m.family);
             assert!(m.name.len() <= 255 && m.name.starts_with(|c: char| c.is_ascii_lowercase()));
@@ -453,6 +529,58 @@ mod tests {
                 assert_eq!(fam.map(|f| f.kind), Some(Kind::Histogram));
                 // The sync histogram cannot hide series, so it must be instance-level.
                 assert!(fam.is_some_and(series::is_instance_level));
+            }
+        }
+    }
+
+    #[test]
+    fn legacy_names_differ_only_where_a_family_declares_them() {
+        let declared: Vec<&Family> = ALL.iter().filter(|f| !f.otel_legacy.is_empty()).collect();
+        for f in ALL {
+            let of = |table: &[OtelMetric]| -> Vec<OtelMetric> {
+                table
+                    .iter()
+                    .filter(|m| m.family == f.name)
+                    .copied()
+                    .collect()
+            };
+            let (stable, legacy) = (of(OTLP_METRICS), of(OTLP_METRICS_LEGACY));
+            if f.otel_legacy.is_empty() {
+                assert_eq!(stable, legacy, "{}", f.name);
+            } else {
+                assert_ne!(
+                    stable, legacy,
+                    "{}: a legacy list like the stable one",
+                    f.name
+                );
+                let names: Vec<&str> = legacy.iter().map(|m| m.name).collect();
+                let want: Vec<&str> = f.otel_legacy.iter().map(|o| o.name).collect();
+                assert_eq!(names, want, "{}", f.name);
+            }
+        }
+        // The families whose stable names are semconv's k8s names the Collector renamed or
+        // retyped behind its gate; every other family is sent alike in both.
+        let mut names: Vec<&str> = declared.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "kube_prober_container_restarts",
+                "kube_prober_node_allocatable_cpu_cores",
+                "kube_prober_node_allocatable_memory_bytes",
+                "kube_prober_node_condition",
+                "kube_prober_node_memory_utilization_ratio",
+                "kube_prober_task_memory_rss_bytes",
+                "kube_prober_task_memory_usage_bytes",
+                "kube_prober_task_memory_working_set_bytes",
+            ]
+        );
+        // No legacy metric is an up-down counter: the Collector's pre-gate k8s metrics are
+        // gauges (or, for CPU time, monotonic sums).
+        for m in OTLP_METRICS_LEGACY {
+            let declared_here = declared.iter().any(|f| f.name == m.family);
+            if declared_here && m.name.starts_with("k8s.") {
+                assert_ne!(m.kind, OtelKind::UpDownCounter, "{}", m.name);
             }
         }
     }

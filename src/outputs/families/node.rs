@@ -26,13 +26,15 @@ pub const NODE_ALLOCATABLE_CPU: Family = gauge(
     "CPU cores the node offers to pods (status.allocatable).",
     Some("cores"),
 )
-.otel(&[o("k8s.node.cpu.allocatable", "{cpu}", U)]);
+.otel(&[o("k8s.node.cpu.allocatable", "{cpu}", U)])
+.legacy(&[o("k8s.node.allocatable_cpu", "{cpu}", G)]);
 pub const NODE_ALLOCATABLE_MEMORY: Family = gauge(
     "kube_prober_node_allocatable_memory_bytes",
     "Memory the node offers to pods (status.allocatable).",
     Some("bytes"),
 )
-.otel(&[o("k8s.node.memory.allocatable", "By", U)]);
+.otel(&[o("k8s.node.memory.allocatable", "By", U)])
+.legacy(&[o("k8s.node.allocatable_memory", "By", G)]);
 
 /// The allocatable pair of [`NodeFactsRows`]' table: its first [`ALLOCATABLE_LEN`] families,
 /// which come before the cluster counts in the exposition.
@@ -52,11 +54,29 @@ pub const NODE_CONDITION: Family = gauge(
         kind: U,
         derivation: Derivation::AllConditionStatuses,
     }])
+.legacy(&[
+    condition_value("k8s.node.condition_ready", "Ready"),
+    condition_value("k8s.node.condition_memory_pressure", "MemoryPressure"),
+    condition_value("k8s.node.condition_disk_pressure", "DiskPressure"),
+    condition_value("k8s.node.condition_pid_pressure", "PIDPressure"),
+    condition_value("k8s.node.condition_network_unavailable", "NetworkUnavailable"),
+])
 .gke(GkeProber {
         suffix: "node/condition",
         labels: GKE_CONDITION_LABELS,
         kind: "GAUGE",
 });
+/// The Collector's legacy metric of one condition type (`node_conditions_to_report`): the
+/// kubelet's five; other types have no legacy metric here.
+const fn condition_value(name: &'static str, condition: &'static str) -> Otel {
+    Otel {
+        name,
+        unit: "",
+        kind: G,
+        derivation: Derivation::ConditionValue { condition },
+    }
+}
+
 pub const NODE_AVAILABLE: Family = gauge(
     "kube_prober_node_available",
     "1 if the node is ready, schedulable (no spec.unschedulable, no unschedulable taint) and done warming, else 0; the three flags are labels.",

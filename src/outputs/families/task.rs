@@ -57,19 +57,22 @@ pub const TASK_MEMORY_USAGE: Family = gauge(
     "Memory charged to the cgroup (v1 memory.usage_in_bytes, v2 memory.current), of the pod cgroup (pause container and overhead included).",
     Some("bytes"),
 )
-.otel(&[o("k8s.pod.memory.usage", "By", U)]);
+.otel(&[o("k8s.pod.memory.usage", "By", U)])
+.legacy(&[o("k8s.pod.memory.usage", "By", G)]);
 pub const TASK_MEMORY_WORKING_SET: Family = gauge(
     "kube_prober_task_memory_working_set_bytes",
     "Memory usage minus inactive file pages, floored at 0, as the kubelet computes the working set, of the pod cgroup (pause container and overhead included).",
     Some("bytes"),
 )
-.otel(&[o("k8s.pod.memory.working_set", "By", U)]);
+.otel(&[o("k8s.pod.memory.working_set", "By", U)])
+.legacy(&[o("k8s.pod.memory.working_set", "By", G)]);
 pub const TASK_MEMORY_RSS: Family = gauge(
     "kube_prober_task_memory_rss_bytes",
     "Anonymous memory (v1 total_rss, v2 anon), of the pod cgroup (pause container and overhead included).",
     Some("bytes"),
 )
-.otel(&[o("k8s.pod.memory.rss", "By", U)]);
+.otel(&[o("k8s.pod.memory.rss", "By", U)])
+.legacy(&[o("k8s.pod.memory.rss", "By", G)]);
 pub const TASK_MEMORY_CACHE: Family = gauge(
     "kube_prober_task_memory_cache_bytes",
     "Page cache (v1 total_cache, v2 file), of the pod cgroup (pause container and overhead included).",

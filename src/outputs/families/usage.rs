@@ -29,6 +29,14 @@ pub const NODE_MEMORY_UTILIZATION: Family = gauge(
         derivation: Derivation::LatestTimesCapacity {
             capacity: NODE_MEMORY_CAPACITY.name,
         },
+    }])
+.legacy(&[o("kube_prober.node.memory.utilization", "1", G), Otel {
+        name: "k8s.node.memory.working_set",
+        unit: "By",
+        kind: G,
+        derivation: Derivation::LatestTimesCapacity {
+            capacity: NODE_MEMORY_CAPACITY.name,
+        },
     }]);
 pub const NODE_NETWORK_RECEIVE: Family = gauge(
     "kube_prober_node_network_receive_bytes_per_second",

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::Semconv;
 use super::options::{OtlpBounds, OtlpOptions};
 use crate::shared::error::{Error, Result};
 use crate::shared::limit::DEFAULT_MAX_RESPONSE_BYTES;
@@ -75,6 +76,8 @@ pub struct OtlpConfig {
     /// Data points per export request at most; a push with more is sent as several requests
     /// (see [`super::OtlpSink`]). Default [`DEFAULT_MAX_POINTS_PER_REQUEST`].
     pub max_points_per_request: usize,
+    /// The names of the Kubernetes metrics (`--otlp-semconv`); default [`Semconv::Stable`].
+    pub semconv: Semconv,
 }
 
 const ENV_PREFIX_METRICS: &str = "OTEL_EXPORTER_OTLP_METRICS_";
@@ -474,6 +477,7 @@ impl OtlpOptions {
         let (max_response_bytes, max_points_per_request) = self.resolve_limits(bounds)?;
 
         Ok(OtlpConfig {
+            semconv: self.semconv()?,
             max_response_bytes,
             max_points_per_request,
             protocol,

@@ -34,9 +34,9 @@
 //! One push is one request with the instance-level families ([`series::is_instance_level`]:
 //! the instance's own series and the probe histogram, a few per probe, source and sink, not
 //! growing with the cluster; not split), then as many requests as needed for everything else:
-//! batches of at most `max_points_per_request` data points, taken family by family in
-//! [`OTLP_METRICS`] order, a family larger than what is left of a batch being spread over
-//! several batches. Each series of the snapshot goes out exactly once per push. Each request
+//! batches of at most `max_points_per_request` data points, taken family by family in the
+//! order of the sink's metrics (`--otlp-semconv`), a family larger than what is left of a
+//! batch being spread over several batches. Each series of the snapshot goes out exactly once per push. Each request
 //! is encoded just before it is sent and dropped after, so the memory of a push is that of
 //! the rows plus one request rather than of the whole push. A batch without points sends
 //! nothing. `PushReport` counts the requests sent and their points.
@@ -111,7 +111,9 @@ pub mod start;
 mod table;
 pub use options::{OtlpBounds, OtlpOptions};
 
-pub use crate::outputs::families::{Derivation, OTLP_METRICS, OtelKind, OtelMetric};
+pub use crate::outputs::families::{
+    Derivation, OTLP_METRICS, OTLP_METRICS_LEGACY, OtelKind, OtelMetric, Semconv,
+};
 use config::config_err;
 pub use config::{
     DEFAULT_MAX_POINTS_PER_REQUEST, DEFAULT_TIMEOUT, OtlpCompression, OtlpConfig, OtlpProtocol,
@@ -410,8 +412,13 @@ impl OtlpSink {
         self.start_time_unix_nano
     }
 
+    /// The metrics it sends (`--otlp-semconv`): [`OTLP_METRICS`] or [`OTLP_METRICS_LEGACY`].
+    fn metrics(&self) -> &'static [OtelMetric] {
+        self.config.semconv.metrics()
+    }
+
     /// One request's message: the resource, our scope, and one metric per non-empty row set
-    /// (in [`OTLP_METRICS`] order), plus the histogram rows.
+    /// (in the order of [`Self::metrics`]), plus the histogram rows.
     fn request(
         &self,
         batch: Vec<Rows>,
@@ -421,7 +428,7 @@ impl OtlpSink {
         let mut metrics = Vec::new();
         let mut points = 0u64;
         let mut histograms = Some(histograms);
-        for (rows, m) in batch.into_iter().zip(OTLP_METRICS) {
+        for (rows, m) in batch.into_iter().zip(self.metrics()) {
             let (data, n) = self.data(m, rows, &mut histograms, time_unix_nano);
             if n == 0 {
                 continue;
@@ -864,13 +871,13 @@ impl OtlpSink {
     ) -> std::result::Result<PushReport, PushError> {
         let _one_at_a_time = self.push_lock.lock().await;
         let time = unix_nanos(SystemTime::now());
-        let (mut rows, histograms) = prepare(&snapshot, scope);
+        let (mut rows, histograms) = prepare(&snapshot, scope, self.metrics());
         let planned = rows.iter().map(Vec::len).sum::<usize>() + histograms.len();
         progress.plan(planned as u64);
         // The instance-level rows (and the probe histogram): one request.
         let instance: Vec<Rows> = rows
             .iter_mut()
-            .zip(OTLP_METRICS)
+            .zip(self.metrics())
             .map(|(r, m)| {
                 if is_instance_metric(m) {
                     std::mem::take(r)
@@ -891,10 +898,14 @@ impl OtlpSink {
     }
 }
 
-/// Turns one snapshot into rows per [`OTLP_METRICS`] index (non-finite values already left
-/// out) and the probe histogram's series (no I/O).
-fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRow>) {
-    let mut c = Collector::new(scope);
+/// Turns one snapshot into rows per index of `metrics` (non-finite values already left out)
+/// and the probe histogram's series (no I/O).
+fn prepare(
+    snapshot: &Snapshot,
+    scope: PushScope,
+    metrics: &'static [OtelMetric],
+) -> (Vec<Rows>, Vec<HistogramRow>) {
+    let mut c = Collector::new(scope, metrics);
     series::visit(
         snapshot,
         &mut super::select::Filter::new(&snapshot.selection, &mut c),
@@ -923,8 +934,8 @@ fn prepare(snapshot: &Snapshot, scope: PushScope) -> (Vec<Rows>, Vec<HistogramRo
     (c.rows, c.histograms)
 }
 
-/// The next batch of at most `max` rows, taken off the end of `rows` (per [`OTLP_METRICS`]
-/// index, in index order; one family may be spread over several batches). `None` when no
+/// The next batch of at most `max` rows, taken off the end of `rows` (per index of the sink's
+/// metrics, in index order; one family may be spread over several batches). `None` when no
 /// rows are left.
 fn next_batch(rows: &mut [Rows], max: usize) -> Option<Vec<Rows>> {
     let mut batch: Vec<Rows> = vec![Vec::new(); rows.len()];
@@ -996,9 +1007,11 @@ impl OtlpSink {
     }
 }
 
-/// Turns visitor rows into OTLP rows per [`OTLP_METRICS`] index.
+/// Turns visitor rows into OTLP rows per index of `metrics`.
 struct Collector {
     scope: PushScope,
+    /// What is sent: [`OTLP_METRICS`] or [`OTLP_METRICS_LEGACY`].
+    metrics: &'static [OtelMetric],
     rows: Vec<Rows>,
     /// Latest utilization per node, for the derived semconv usage metrics (by family name).
     latest: HashMap<&'static str, HashMap<String, f64>>,
@@ -1018,10 +1031,11 @@ fn label<'a>(labels: &'a Labels<'_>, key: &str) -> Option<&'a str> {
 }
 
 impl Collector {
-    fn new(scope: PushScope) -> Self {
+    fn new(scope: PushScope, metrics: &'static [OtelMetric]) -> Self {
         Collector {
             scope,
-            rows: vec![Vec::new(); OTLP_METRICS.len()],
+            metrics,
+            rows: vec![Vec::new(); metrics.len()],
             latest: HashMap::new(),
             capacity: HashMap::new(),
             histograms: Vec::new(),
@@ -1034,7 +1048,7 @@ impl Collector {
 
     /// Derived metrics from what the visit gathered.
     fn derive(&mut self) {
-        for (i, m) in OTLP_METRICS.iter().enumerate() {
+        for (i, m) in self.metrics.iter().enumerate() {
             let Derivation::LatestTimesCapacity { capacity } = m.derivation else {
                 continue;
             };
@@ -1054,6 +1068,85 @@ impl Collector {
             self.rows[i] = rows;
         }
     }
+
+    /// Keeps what the derived metrics need of `family`'s rows: the latest utilization per node
+    /// and the capacity per node.
+    fn keep_inputs(&mut self, family: &Family, rows: &[(Labels<'_>, f64)]) {
+        for m in self.metrics {
+            let Derivation::LatestTimesCapacity { capacity } = m.derivation else {
+                continue;
+            };
+            if m.family == family.name {
+                let map = self.latest.entry(m.family).or_default();
+                for (labels, v) in rows {
+                    if label(labels, "window") == Some("instant")
+                        && let Some(node) = label(labels, "node")
+                    {
+                        map.insert(node.to_string(), *v);
+                    }
+                }
+            }
+            if capacity == family.name {
+                let map = self.capacity.entry(capacity).or_default();
+                for (labels, v) in rows {
+                    if let Some(node) = label(labels, "node") {
+                        map.insert(node.to_string(), *v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The condition rows' attributes but `status`, with `condition` as `condition_key` (or left
+/// out when `None`).
+fn condition_attrs(labels: &Labels<'_>, condition_key: Option<&'static str>) -> Vec<KeyValue> {
+    labels
+        .iter()
+        .filter(|(k, _)| *k != "status")
+        .filter_map(|(k, v)| match *k {
+            "condition" => condition_key.map(|key| string_kv(key, *v)),
+            k => Some(string_kv(attribute_key(k), *v)),
+        })
+        .collect()
+}
+
+/// [`Derivation::AllConditionStatuses`]: per node and condition type, one point per status,
+/// 1 for the current one.
+fn all_condition_statuses(rows: &[(Labels<'_>, f64)]) -> Rows {
+    let mut out = Vec::with_capacity(rows.len() * 3);
+    for (labels, _) in rows {
+        let current = label(labels, "status")
+            .unwrap_or("unknown")
+            .to_ascii_lowercase();
+        let base = condition_attrs(labels, Some("k8s.node.condition.type"));
+        let mut statuses = vec!["true", "false", "unknown"];
+        if !statuses.contains(&current.as_str()) {
+            statuses.push(current.as_str());
+        }
+        for st in statuses {
+            let mut a = base.clone();
+            a.push(string_kv("k8s.node.condition.status", st));
+            out.push((a, if st == current { 1.0 } else { 0.0 }));
+        }
+    }
+    out
+}
+
+/// [`Derivation::ConditionValue`]: the rows of condition type `condition`, 1 for `True`, 0 for
+/// `False`, -1 for any other status (as the Collector's legacy node condition metrics).
+fn condition_values(rows: &[(Labels<'_>, f64)], condition: &str) -> Rows {
+    rows.iter()
+        .filter(|(labels, _)| label(labels, "condition") == Some(condition))
+        .map(|(labels, _)| {
+            let v = match label(labels, "status") {
+                Some(s) if s.eq_ignore_ascii_case("true") => 1.0,
+                Some(s) if s.eq_ignore_ascii_case("false") => 0.0,
+                _ => -1.0,
+            };
+            (condition_attrs(labels, None), v)
+        })
+        .collect()
 }
 
 impl Visitor for Collector {
@@ -1061,30 +1154,8 @@ impl Visitor for Collector {
         if !self.wanted(family) {
             return;
         }
-        // Inputs of derived metrics.
-        for m in OTLP_METRICS {
-            if let Derivation::LatestTimesCapacity { capacity } = m.derivation {
-                if m.family == family.name {
-                    let map = self.latest.entry(m.family).or_default();
-                    for (labels, v) in rows {
-                        if label(labels, "window") == Some("instant")
-                            && let Some(node) = label(labels, "node")
-                        {
-                            map.insert(node.to_string(), *v);
-                        }
-                    }
-                }
-                if capacity == family.name {
-                    let map = self.capacity.entry(capacity).or_default();
-                    for (labels, v) in rows {
-                        if let Some(node) = label(labels, "node") {
-                            map.insert(node.to_string(), *v);
-                        }
-                    }
-                }
-            }
-        }
-        for (i, m) in OTLP_METRICS.iter().enumerate() {
+        self.keep_inputs(family, rows);
+        for (i, m) in self.metrics.iter().enumerate() {
             if m.family != family.name {
                 continue;
             }
@@ -1092,34 +1163,9 @@ impl Visitor for Collector {
                 Derivation::Rows => {
                     self.rows[i] = rows.iter().map(|(l, v)| (attrs(l), *v)).collect();
                 }
-                Derivation::AllConditionStatuses => {
-                    let mut out = Vec::with_capacity(rows.len() * 3);
-                    for (labels, _) in rows {
-                        let current = label(labels, "status")
-                            .unwrap_or("unknown")
-                            .to_ascii_lowercase();
-                        let base: Vec<KeyValue> = labels
-                            .iter()
-                            .filter(|(k, _)| *k != "status")
-                            .map(|(k, v)| {
-                                let key = match *k {
-                                    "condition" => "k8s.node.condition.type",
-                                    k => attribute_key(k),
-                                };
-                                string_kv(key, *v)
-                            })
-                            .collect();
-                        let mut statuses = vec!["true", "false", "unknown"];
-                        if !statuses.contains(&current.as_str()) {
-                            statuses.push(current.as_str());
-                        }
-                        for st in statuses {
-                            let mut a = base.clone();
-                            a.push(string_kv("k8s.node.condition.status", st));
-                            out.push((a, if st == current { 1.0 } else { 0.0 }));
-                        }
-                    }
-                    self.rows[i] = out;
+                Derivation::AllConditionStatuses => self.rows[i] = all_condition_statuses(rows),
+                Derivation::ConditionValue { condition } => {
+                    self.rows[i] = condition_values(rows, condition);
                 }
                 Derivation::LatestTimesCapacity { .. } => {}
             }
@@ -1149,6 +1195,155 @@ impl Visitor for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A point's attributes as `key=value,...` and its value.
+    fn shown(rows: Rows) -> Vec<(String, f64)> {
+        rows.into_iter()
+            .map(|(attributes, v)| {
+                let a: Vec<String> = attributes
+                    .iter()
+                    .map(
+                        |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                            Some(any_value::Value::StringValue(s)) => format!("{}={s}", kv.key),
+                            other => format!("{}={other:?}", kv.key),
+                        },
+                    )
+                    .collect();
+                (a.join(","), v)
+            })
+            .collect()
+    }
+
+    /// Metrics as `node_metrics_as` shows them: name, kind, points.
+    type Shown = Vec<(&'static str, OtelKind, Vec<(String, f64)>)>;
+
+    /// The non-empty metrics made of the same node rows under `semconv`: name, kind, points.
+    fn node_metrics_as(semconv: Semconv) -> Shown {
+        let conditions: Vec<(Labels<'_>, f64)> = [
+            ("n1", "Ready", "True"),
+            ("n2", "Ready", "Unknown"),
+            ("n1", "MemoryPressure", "False"),
+            ("n1", "KernelDeadlock", "True"),
+        ]
+        .into_iter()
+        .map(|(n, c, st)| {
+            let labels = vec![
+                ("node", n),
+                ("pool", "p"),
+                ("zone", "z"),
+                ("condition", c),
+                ("status", st),
+            ];
+            (labels, 1.0)
+        })
+        .collect();
+        let restarts: Vec<(Labels<'_>, f64)> =
+            vec![(vec![("container", "dns"), ("addon", "kube-dns")], 3.0)];
+        let mut c = Collector::new(PushScope::All, semconv.metrics());
+        c.family(
+            &families::NODE_ALLOCATABLE_CPU,
+            &[(vec![("node", "n1")], 4.0)],
+        );
+        c.family(&families::NODE_CONDITION, &conditions);
+        c.family(&families::CONTAINER_RESTARTS, &restarts);
+        c.metrics
+            .iter()
+            .zip(c.rows)
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(m, r)| (m.name, m.kind, shown(r)))
+            .collect()
+    }
+
+    /// `--otlp-semconv stable` sends semconv's names and kinds (the Collector's with its
+    /// `semconv.k8s.enableStable` gate); `legacy` the Collector's without it: its names, gauges,
+    /// and one metric per kubelet condition type valued 1, 0 or -1.
+    #[test]
+    fn the_semconv_choice_sends_the_collectors_names_with_or_without_its_gate() {
+        use OtelKind::{Gauge, UpDownCounter};
+        let node = |n: &str| format!("k8s.node.name={n},pool=p,zone=z");
+        let legacy = node_metrics_as(Semconv::Legacy);
+        assert_eq!(
+            legacy,
+            vec![
+                (
+                    "k8s.node.allocatable_cpu",
+                    Gauge,
+                    vec![("k8s.node.name=n1".to_string(), 4.0)]
+                ),
+                (
+                    "k8s.node.condition_ready",
+                    Gauge,
+                    vec![(node("n1"), 1.0), (node("n2"), -1.0)]
+                ),
+                (
+                    "k8s.node.condition_memory_pressure",
+                    Gauge,
+                    vec![(node("n1"), 0.0)]
+                ),
+                (
+                    "k8s.container.restarts",
+                    Gauge,
+                    vec![("k8s.container.name=dns,addon=kube-dns".to_string(), 3.0)]
+                ),
+            ],
+            "KernelDeadlock has no legacy metric"
+        );
+
+        let stable = node_metrics_as(Semconv::Stable);
+        let names: Vec<(&str, OtelKind)> = stable.iter().map(|(n, k, _)| (*n, *k)).collect();
+        assert_eq!(
+            names,
+            [
+                ("k8s.node.cpu.allocatable", UpDownCounter),
+                ("k8s.node.condition.status", UpDownCounter),
+                ("k8s.container.restart.count", UpDownCounter),
+            ]
+        );
+        let (_, _, statuses) = &stable[1];
+        assert_eq!(statuses.len(), 4 * 3, "every status of every condition");
+        let current: Vec<&str> = statuses
+            .iter()
+            .filter(|(_, v)| *v == 1.0)
+            .map(|(a, _)| a.as_str())
+            .collect();
+        assert_eq!(
+            current,
+            [
+                "k8s.node.name=n1,pool=p,zone=z,k8s.node.condition.type=Ready,k8s.node.condition.status=true",
+                "k8s.node.name=n2,pool=p,zone=z,k8s.node.condition.type=Ready,k8s.node.condition.status=unknown",
+                "k8s.node.name=n1,pool=p,zone=z,k8s.node.condition.type=MemoryPressure,k8s.node.condition.status=false",
+                "k8s.node.name=n1,pool=p,zone=z,k8s.node.condition.type=KernelDeadlock,k8s.node.condition.status=true",
+            ]
+        );
+    }
+
+    #[test]
+    fn otlp_semconv_defaults_to_stable_and_refuses_other_values() {
+        let with = |v: Option<&str>| OtlpOptions {
+            otlp_endpoint: Some("http://127.0.0.1:9".into()),
+            otlp_semconv: v.map(String::from),
+            ..Default::default()
+        };
+        let resolve = |o: OtlpOptions| o.resolve_with(OtlpBounds::default(), &|_| None);
+        assert_eq!(
+            resolve(with(None)).expect("default").semconv,
+            Semconv::Stable
+        );
+        assert_eq!(
+            resolve(with(Some("legacy"))).expect("legacy").semconv,
+            Semconv::Legacy
+        );
+        assert_eq!(
+            resolve(with(Some("stable"))).expect("stable").semconv,
+            Semconv::Stable
+        );
+        let err = with(Some("k8s/dup")).check().expect_err("not a choice");
+        let text = err.to_string();
+        assert!(
+            text.contains("--otlp-semconv") && text.contains("k8s/dup"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn histogram_counts_are_the_snapshots_per_bucket() {

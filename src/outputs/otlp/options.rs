@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::OtlpConfig;
+use super::{OtlpConfig, Semconv};
 use crate::shared::error::Result;
 use crate::shared::options::invalid;
 
@@ -54,6 +54,13 @@ pub struct OtlpOptions {
         value_name = "N"
     )]
     pub otlp_max_points_per_request: Option<usize>,
+
+    /// Names of the Kubernetes metrics over OTLP: `stable` (the semantic conventions', as the
+    /// Collector's k8scluster and kubeletstats receivers send them with the
+    /// `semconv.k8s.enableStable` feature gate) or `legacy` (as they send them without it, e.g.
+    /// k8s.node.allocatable_cpu). [default: stable]
+    #[arg(long, env = "KUBE_PROBER_OTLP_SEMCONV", value_name = "stable|legacy")]
+    pub otlp_semconv: Option<String>,
 }
 
 crate::merge_options!(OtlpOptions {
@@ -64,7 +71,8 @@ crate::merge_options!(OtlpOptions {
     otlp_client_cert,
     otlp_client_key,
     otlp_compression,
-    otlp_max_points_per_request
+    otlp_max_points_per_request,
+    otlp_semconv
 });
 
 /// What the OTLP output's resolution takes from other components' options: the request
@@ -91,6 +99,7 @@ impl OtlpOptions {
                 return Err(invalid(option, &p.display().to_string(), "no such file"));
             }
         }
+        self.semconv()?;
         if self.otlp_client_cert.is_some() != self.otlp_client_key.is_some() {
             return Err(invalid(
                 "--otlp-client-cert",
@@ -99,6 +108,17 @@ impl OtlpOptions {
             ));
         }
         Ok(())
+    }
+
+    /// `--otlp-semconv`, or its default [`Semconv::Stable`].
+    pub fn semconv(&self) -> Result<Semconv> {
+        let Some(given) = self.otlp_semconv.as_deref() else {
+            return Ok(Semconv::default());
+        };
+        Semconv::ALL
+            .into_iter()
+            .find(|s| s.as_str() == given.trim())
+            .ok_or_else(|| invalid("--otlp-semconv", given, "expected stable or legacy"))
     }
 
     /// The sink's config: the options checked, what they leave unset taken from the

@@ -1,6 +1,7 @@
-//! Alert rules: dashboards/alerts.yaml is the one source; the PrometheusRule carries the same
-//! groups; promtool checks the rules and runs their unit tests (every alert fires in one case and
-//! stays quiet in another); every alert has a runbook section in docs/alerts.md.
+//! Alert rules: dashboards/alerts.yaml (generated from the mixin, tests/deploy/mixin.rs) is the
+//! one source of the shipped copies; the PrometheusRule carries the same groups; promtool checks
+//! the rules and runs their unit tests (every alert fires in one case and stays quiet in
+//! another); every alert has a runbook section in docs/alerts.md.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

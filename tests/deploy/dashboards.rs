@@ -1,8 +1,9 @@
-//! Dashboards as files. Grafana dashboards take their data source from a template variable (no
-//! hard-coded data source UID anywhere) and, as mixins' dashboards do, filter every selector on
-//! `job` and `cluster` variables and take every range as `$__rate_interval`; a `node` variable
-//! where nodes are shown. The chart and the `grafana-dashboards` kustomize component carry
-//! copies of them (Helm and kustomize read only files inside their own folders), equal to them.
+//! Dashboards as files. Grafana dashboards (generated from the mixin, tests/deploy/mixin.rs) take
+//! their data source from a template variable (no hard-coded data source UID anywhere) and, as
+//! mixins' dashboards do, filter every selector on `job` and `cluster` variables and take every
+//! range as `$__rate_interval`; a `node` variable where nodes are shown. The chart and the
+//! `grafana-dashboards` kustomize component carry copies of them (Helm and kustomize read only
+//! files inside their own folders), equal to them.
 //! Cloud Monitoring dashboards (for `gcloud monitoring dashboards create --config-from-file`)
 //! filter only on metric types the Cloud Monitoring sink writes
 //! (`kube_prober::outputs::families::GKE_PROBER`), on the resource type it writes each on, with

@@ -654,6 +654,95 @@ fn another_release_name_renames_everything_it_must() {
     );
 }
 
+/// The `job` of every series Prometheus scrapes through the release's ServiceMonitor (the
+/// value of its `jobLabel` on the Service) and PodMonitor (`NAMESPACE/NAME`), as the operator
+/// names them.
+fn monitor_jobs(objs: &[Value]) -> Vec<String> {
+    let sm = objs
+        .iter()
+        .find(|o| kind(o) == "ServiceMonitor")
+        .expect("a ServiceMonitor");
+    let label = sm["spec"]["jobLabel"].as_str().expect("jobLabel");
+    let service = objs
+        .iter()
+        .find(|o| kind(o) == "Service" && name(o) == name(sm))
+        .expect("the ServiceMonitor's Service");
+    let pm = objs
+        .iter()
+        .find(|o| kind(o) == "PodMonitor")
+        .expect("a PodMonitor");
+    vec![
+        service["metadata"]["labels"][label]
+            .as_str()
+            .expect("the Service's jobLabel")
+            .to_string(),
+        format!("{}/{}", namespace(pm), name(pm)),
+    ]
+}
+
+/// KubeProberDown's `up{job=~"..."}` selector, as a regex anchored as Prometheus anchors it.
+fn down_jobs(objs: &[Value]) -> regex::Regex {
+    let rule = objs
+        .iter()
+        .find(|o| kind(o) == "PrometheusRule")
+        .expect("a PrometheusRule");
+    let expr = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "KubeProberDown")
+        .expect("KubeProberDown")["expr"]
+        .as_str()
+        .unwrap();
+    let re = expr
+        .trim()
+        .strip_prefix("up{job=~\"")
+        .and_then(|s| s.strip_suffix("\"} == 0"))
+        .unwrap_or_else(|| panic!("KubeProberDown: {expr}"));
+    regex::Regex::new(&format!("^(?:{re})$")).unwrap()
+}
+
+/// KubeProberDown watches the `up` of the jobs that scrape the release, whatever its name: the
+/// chart renders the selector from the release's names (the mixin's default fits only the
+/// chart's own name), and a release does not watch another release's node job.
+#[test]
+fn kube_prober_down_selects_the_jobs_of_the_release() {
+    let set = [
+        "node.enabled=true",
+        "prometheusOperator.serviceMonitor.enabled=true",
+        "prometheusOperator.podMonitor.enabled=true",
+        "prometheusOperator.prometheusRule.enabled=true",
+    ];
+    for (release, other) in [
+        ("kube-prober", "monitoring/edge-kube-prober-node"),
+        ("edge", "monitoring/kube-prober-node"),
+        ("edge-kube-prober", "monitoring/kube-prober-node"),
+    ] {
+        let objs = render_set(release, &set);
+        let re = down_jobs(&objs);
+        let jobs = monitor_jobs(&objs);
+        for job in &jobs {
+            assert!(re.is_match(job), "{release}: {re} misses job {job}");
+        }
+        assert!(!re.is_match(other), "{release}: {re} takes in {other}");
+    }
+    // The other rules are the file's as they are.
+    let objs = render_set("edge", &set);
+    let rule = objs.iter().find(|o| kind(o) == "PrometheusRule").unwrap();
+    let file: Value = serde_yaml_ng::from_str(&read(ALERT_GROUPS)).unwrap();
+    let others = |groups: &Value| -> Vec<Value> {
+        groups[0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["alert"] != "KubeProberDown")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&rule["spec"]["groups"]), others(&file["groups"]));
+    assert_eq!(others(&file["groups"]).len(), 9);
+}
+
 /// The Grafana dashboards' ConfigMaps of a render: (namespace, name) → the ConfigMap.
 fn dashboard_config_maps(objs: &[Value]) -> BTreeMap<(String, String), &Value> {
     objs.iter()

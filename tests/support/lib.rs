@@ -15,6 +15,7 @@ pub mod fake_prom;
 pub mod fake_signalfx;
 pub mod gcm;
 pub mod helm;
+pub mod jsonnet;
 pub mod kubelet;
 pub mod otelcol;
 pub mod otlp;

@@ -838,13 +838,18 @@ fn kube_prober_cluster(
     Peer::start(name, cmd, format!("http://127.0.0.1:{port}"), dir)
 }
 
-fn start_cluster_peers(cp: &ControlPlane, dir: &Path) -> Vec<Peer> {
-    let equal = vec![
+/// kube-state-metrics' arguments for equal work (docs/benchmarks.md, "Equal work").
+fn ksm_equal_args() -> Vec<String> {
+    vec![
         format!("--resources={KSM_EQUAL_RESOURCES}"),
         format!("--metric-allowlist={}", KSM_EQUAL_FAMILIES.join(",")),
         format!("--metric-labels-allowlist={KSM_EQUAL_LABELS}"),
         format!("--metric-annotations-allowlist={KSM_EQUAL_ANNOTATIONS}"),
-    ];
+    ]
+}
+
+fn start_cluster_peers(cp: &ControlPlane, dir: &Path) -> Vec<Peer> {
+    let equal = ksm_equal_args();
     vec![
         // The cluster DNS probe off: it would ask the machine's resolver, off loopback.
         kube_prober_cluster(

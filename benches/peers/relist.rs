@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use super::common::reset_peak_rss;
 use super::control_plane::{self, ControlPlane};
-use super::{KSM_EQUAL_ANNOTATIONS, KSM_EQUAL_FAMILIES, KSM_EQUAL_LABELS, KSM_EQUAL_RESOURCES};
 use super::{Peer, Settings, first_full, http, kube_prober_cluster, rss, samples, scrape};
 
 /// One peer's memory at start and at the forced relist, in MiB.
@@ -37,12 +36,7 @@ pub struct RelistFigures {
 }
 
 fn start_peers(cp: &ControlPlane, dir: &Path) -> Vec<Peer> {
-    let equal = vec![
-        format!("--resources={KSM_EQUAL_RESOURCES}"),
-        format!("--metric-allowlist={}", KSM_EQUAL_FAMILIES.join(",")),
-        format!("--metric-labels-allowlist={KSM_EQUAL_LABELS}"),
-        format!("--metric-annotations-allowlist={KSM_EQUAL_ANNOTATIONS}"),
-    ];
+    let equal = super::ksm_equal_args();
     vec![
         kube_prober_cluster(
             cp,

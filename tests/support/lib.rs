@@ -19,6 +19,7 @@ pub mod kubelet;
 pub mod otelcol;
 pub mod otlp;
 pub mod owned;
+pub mod populate;
 pub mod ports;
 pub mod prom;
 pub mod skip;

@@ -23,6 +23,7 @@ pub mod populate;
 pub mod ports;
 pub mod prom;
 pub mod skip;
+pub mod soak;
 pub mod task_fixture;
 pub mod trimaran;
 

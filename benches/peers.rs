@@ -67,10 +67,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::cpu_group::{CpuGroup, cpu_ns};
 use common::{env_usize, loadavg, machine_info, mib, rss_kib, rss_split_kib};
-use control_plane::{ControlPlane, Heartbeat, Options, free_port, node_name, node_object};
-use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use control_plane::{ControlPlane, Heartbeat, Options, free_port, node_name};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";

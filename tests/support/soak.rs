@@ -742,7 +742,7 @@ fn warnings(prober: Prober) -> Vec<(String, usize)> {
         }
     }
     let mut v: Vec<(String, usize)> = by.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|b| std::cmp::Reverse(b.1));
     v.truncate(20);
     v
 }

@@ -62,6 +62,7 @@ mod common;
 #[path = "peers/relist.rs"]
 mod relist;
 use support::control_plane;
+use support::populate::{self, Populated};
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -73,10 +74,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::cpu_group::{CpuGroup, cpu_ns};
 use common::{env_usize, loadavg, machine_info, mib, rss_kib, rss_split_kib};
-use control_plane::{ControlPlane, Heartbeat, Options, free_port, node_name, node_object};
-use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use control_plane::{ControlPlane, Heartbeat, Options, free_port, node_name};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
@@ -454,8 +454,13 @@ fn main() {
     let t = Instant::now();
     let mut cp = ControlPlane::start_with(Options::bare(), s.heartbeat);
     report.control_plane_up = t.elapsed();
-    let client = rt.block_on(kube_client(&cp.admin_kubeconfig));
-    report.populate = rt.block_on(populate(&client, &s));
+    let client = rt.block_on(populate::kube_client(&cp.admin_kubeconfig));
+    report.populate = rt.block_on(populate::populate(
+        &client,
+        s.nodes,
+        s.pods_per_node,
+        s.create_concurrency,
+    ));
     report.cluster = rt.block_on(cluster_phase(&s, &cp, &client, scratch.path()));
     if s.relist {
         report.relist = rt.block_on(relist::relist_phase(&s, &mut cp, scratch.path()));
@@ -467,181 +472,6 @@ fn main() {
 
 fn first_line_of(cmd: &str, args: &[&str]) -> String {
     common::first_line(cmd, args)
-}
-
-async fn kube_client(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("the admin kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("a kube config from the admin kubeconfig");
-    kube::Client::try_from(config).expect("a kube client")
-}
-
-// ---- populating the cluster ----
-
-#[derive(Debug, Default)]
-struct Populated {
-    nodes_created: Duration,
-    nodes_ready: Duration,
-    pods_created: Duration,
-    pods_running: Duration,
-}
-
-/// Creates the nodes, waits until they are Ready, then the pods (bound to their nodes) and
-/// waits until they run; `create_concurrency` requests in flight.
-async fn populate(client: &kube::Client, s: &Settings) -> Populated {
-    let t = Instant::now();
-    let nodes: Api<Node> = Api::all(client.clone());
-    create_all(s.create_concurrency, 0..s.nodes, |i| {
-        let nodes = nodes.clone();
-        async move {
-            let node: Node = serde_json::from_value(node_object(&node_name(i), "4", "16Gi"))
-                .expect("node_object is a Node");
-            nodes
-                .create(&PostParams::default(), &node)
-                .await
-                .map(|_| ())
-        }
-    })
-    .await;
-    let nodes_created = t.elapsed();
-    wait_count("nodes Ready", s.nodes, || count_ready_nodes(client)).await;
-    let nodes_ready = t.elapsed();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let per = s.pods_per_node.max(1);
-    create_all(s.create_concurrency, 0..s.pods(), |k| {
-        let pods = pods.clone();
-        async move {
-            let doc =
-                control_plane::usage_pod("default", &node_name(k / per), k % per, "100m", "256Mi");
-            let pod: Pod = serde_json::from_value(doc).expect("usage_pod is a Pod");
-            pods.create(&PostParams::default(), &pod).await.map(|_| ())
-        }
-    })
-    .await;
-    let pods_created = t.elapsed();
-    wait_count("pods Running", s.pods(), || {
-        count_running_pods(client, s.pods())
-    })
-    .await;
-    Populated {
-        nodes_created,
-        nodes_ready,
-        pods_created,
-        pods_running: t.elapsed(),
-    }
-}
-
-/// Runs `make(i)` for every `i` of `range`, `concurrency` at a time; panics on the first error
-/// after three tries.
-async fn create_all<F, Fut, E>(concurrency: usize, range: std::ops::Range<usize>, make: F)
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<(), E>>,
-    E: std::fmt::Display,
-{
-    let total = range.len();
-    let done = AtomicU64::new(0);
-    futures_util::stream::iter(range)
-        .map(|i| {
-            let make = &make;
-            let done = &done;
-            async move {
-                let mut last = String::new();
-                for _ in 0..3 {
-                    match make(i).await {
-                        Ok(()) => {
-                            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                            if n.is_multiple_of(5000) {
-                                eprintln!("  created {n} of {total}");
-                            }
-                            return;
-                        }
-                        Err(e) => last = e.to_string(),
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                panic!("creating object {i}: {last}");
-            }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .collect::<Vec<()>>()
-        .await;
-}
-
-/// Polls `count` every 2 s until it reaches `want` (30 minutes at most).
-async fn wait_count<F, Fut>(what: &str, want: usize, count: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = usize>,
-{
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    loop {
-        let have = count().await;
-        eprintln!("  {have} of {want} {what}");
-        if have >= want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {have} of {want} after 30 minutes"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-}
-
-/// Every object of a list, in pages of 500 (an error reads as none).
-async fn list_all<K>(api: &Api<K>) -> Vec<K>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut lp = ListParams::default().limit(500);
-        if let Some(t) = &token {
-            lp = lp.continue_token(t);
-        }
-        let Ok(page) = api.list(&lp).await else {
-            return out;
-        };
-        token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
-        out.extend(page.items);
-        if token.is_none() {
-            return out;
-        }
-    }
-}
-
-async fn count_ready_nodes(client: &kube::Client) -> usize {
-    let nodes: Api<Node> = Api::all(client.clone());
-    list_all(&nodes)
-        .await
-        .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .count()
-}
-
-/// Pods Running out of `total`: the API server sends only the others (a field selector), so
-/// the wait does not list every pod again and again while kwok starts them.
-async fn count_running_pods(client: &kube::Client, total: usize) -> usize {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let lp = ListParams::default()
-        .fields("status.phase!=Running")
-        .limit(500);
-    match pods.list(&lp).await {
-        // More than a page not Running: the count is below `total`, which is all the wait asks.
-        Ok(page) => {
-            let rest = page.metadata.remaining_item_count.unwrap_or(0).max(0) as usize;
-            total.saturating_sub(page.items.len() + rest)
-        }
-        Err(_) => 0,
-    }
 }
 
 // ---- 1. host role vs node_exporter ----

@@ -53,6 +53,13 @@ pub(super) async fn tick_loop(
         drop(tx.send_replace(Arc::new(published)));
         let took = started.elapsed();
         store.record_tick(took);
+        // Spawned and not yet finished (tokio's stable runtime metric): what a leak of tasks
+        // would make grow (the soak in docs/reliability.md watches it).
+        store.record_alive_tasks(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks() as u64,
+        );
         // Off by default; `--log-level info,kube_prober::app=debug` shows when each tick's
         // bodies were served and what they cost (benches count ticks by it).
         tracing::debug!(tick, nodes, took_ms = took.as_millis() as u64, "tick made");

@@ -180,6 +180,7 @@ struct Inner {
     selection: Arc<crate::model::Selection>,
     ticks: u64,
     last_tick_duration: Duration,
+    alive_tasks: u64,
 }
 
 /// The hub's state. Cheap to share behind an `Arc`; every method holds the lock only briefly.
@@ -204,6 +205,12 @@ impl Store {
     /// Notes how long the last tick took; shown in the next snapshot.
     pub fn record_tick(&self, took: Duration) {
         self.lock().last_tick_duration = took;
+    }
+
+    /// Notes how many tasks the async runtime had alive at the end of the last tick; shown in
+    /// the next snapshot.
+    pub fn record_alive_tasks(&self, tasks: u64) {
+        self.lock().alive_tasks = tasks;
     }
 
     /// `--watcher-max-age`, for the outputs' count of stale nodes (set once at start).
@@ -233,6 +240,7 @@ impl Store {
             generated_at: now,
             tick: inner.ticks,
             last_tick_duration: inner.last_tick_duration,
+            alive_tasks: inner.alive_tasks,
             sources_synced,
             cluster: inner.cluster.clone(),
             cluster_state: inner.cluster_state.clone(),

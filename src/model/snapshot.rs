@@ -185,6 +185,8 @@ pub struct Snapshot {
     pub tick: u64,
     /// How long the previous tick took (snapshot plus rendering).
     pub last_tick_duration: Duration,
+    /// Tasks alive in the async runtime when the previous tick ended (0 before it).
+    pub alive_tasks: u64,
     /// True once every registered source is [`SourceStatus::synced`].
     pub sources_synced: bool,
     pub cluster: ClusterInfo,
@@ -220,6 +222,7 @@ impl Snapshot {
             generated_at: at,
             tick: 0,
             last_tick_duration: Duration::ZERO,
+            alive_tasks: 0,
             sources_synced: false,
             cluster: ClusterInfo::default(),
             cluster_state: None,

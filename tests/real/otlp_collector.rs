@@ -837,7 +837,7 @@ async fn a_collector_stopped_and_started_again_gets_one_ticks_points_per_push() 
     assert_eq!(h.points, h.pushes * n, "{h:?}");
 
     // Down: every point of every tick lost, by reason.
-    col.stop();
+    col.stop().await;
     let (g, h) = tokio::join!(
         push::run(&grpc, &published, schedule, 3),
         push::run(&http, &published, schedule, 3)
@@ -852,7 +852,7 @@ async fn a_collector_stopped_and_started_again_gets_one_ticks_points_per_push() 
     }
 
     // Back: one tick's points per push, each accepted by the Collector.
-    col.restart().await;
+    col.start_again().await;
     let before = col.batches().len();
     let (g, h) = tokio::join!(
         push::run(&grpc, &published, schedule, 3),

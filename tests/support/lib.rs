@@ -20,10 +20,12 @@ pub mod kubelet;
 pub mod otelcol;
 pub mod otlp;
 pub mod owned;
+pub mod populate;
 pub mod ports;
 pub mod prom;
 pub mod push;
 pub mod skip;
+pub mod soak;
 pub mod task_fixture;
 pub mod trimaran;
 

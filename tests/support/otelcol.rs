@@ -2,8 +2,11 @@
 //! OTLP receiver on a free gRPC and a free HTTP port, every batch appended by the `jsonfile`
 //! exporter of that folder's main.go as one line of OTLP/JSON to a file of a temporary folder,
 //! and the Collector's own metrics (`level: detailed`) on a free port in the Prometheus text
-//! format. The binary comes from `tests/upstream/build.sh`, linked into `target/upstream/bin`
-//! or `$KUBE_PROBER_UPSTREAM_BIN`; a missing one is a failure naming the script, never a skip.
+//! format. [`Collector::stop`] and [`Collector::start_again`] take it down and bring it back on
+//! the same ports, each life's batches in a file of its own, and [`Collector::exported_points`]
+//! counts every point exported over all lives (the soak of `soak.rs`). The binary comes from
+//! `tests/upstream/build.sh`, linked into `target/upstream/bin` or `$KUBE_PROBER_UPSTREAM_BIN`;
+//! a missing one is a failure naming the script, never a skip.
 //! The process is killed when the [`Collector`] is dropped, also when a test fails.
 #![allow(dead_code)]
 
@@ -76,7 +79,8 @@ service:
     )
 }
 
-/// A running Collector.
+/// A running Collector (or, between [`Collector::stop`] and [`Collector::start_again`], a
+/// stopped one that keeps its ports).
 pub struct Collector {
     child: Child,
     stderr: Arc<Mutex<String>>,
@@ -86,9 +90,11 @@ pub struct Collector {
     /// For `--otlp-endpoint` with `http/protobuf`: `http://127.0.0.1:PORT/v1/metrics`.
     pub http_endpoint: String,
     telemetry_url: String,
-    /// The config file and the receiver's two ports, to start it again on them.
-    cfg: PathBuf,
-    ports: [u16; 2],
+    ports: [u16; 3],
+    /// How many times it was started: each start writes a file of its own.
+    lives: u32,
+    /// Points the exporter wrote in the lives that ended (their files counted and removed).
+    exported_before: u64,
     _dir: tempfile::TempDir,
 }
 
@@ -96,6 +102,80 @@ impl Drop for Collector {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The exporter's file of life `life` (the first is `metrics.jsonl`, as [`Collector::batches`]
+/// reads it).
+fn out_file(dir: &Path, life: u32) -> PathBuf {
+    if life <= 1 {
+        dir.join("metrics.jsonl")
+    } else {
+        dir.join(format!("metrics-{life}.jsonl"))
+    }
+}
+
+/// Starts the Collector on `ports` with `dir/config.yaml` written for `out`; its stderr is
+/// appended to `stderr`.
+fn spawn_collector(
+    bin: &Path,
+    dir: &Path,
+    ports: [u16; 3],
+    out: &Path,
+    stderr: &Arc<Mutex<String>>,
+) -> Result<Child, String> {
+    let [grpc, http, telemetry] = ports;
+    let cfg = dir.join("config.yaml");
+    std::fs::write(&cfg, config(grpc, http, telemetry, out)).expect("writing the config");
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
+        .arg(&cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child =
+        crate::owned::spawn(cmd).map_err(|e| format!("spawning {}: {e}", bin.display()))?;
+    let mut pipe = child.stderr.take().expect("piped stderr");
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    Ok(child)
+}
+
+/// The data points in a file of OTLP/JSON lines, read in pieces: each point carries exactly one
+/// `"timeUnixNano"` key (a sum's start time is `"startTimeUnixNano"`; no exemplars are sent).
+pub fn count_points_in_file(path: &Path) -> u64 {
+    const KEY: &[u8] = b"\"timeUnixNano\"";
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+        Err(e) => panic!("{}: {e}", path.display()),
+    };
+    let mut buf = vec![0u8; 8 << 20];
+    // The last KEY.len() - 1 bytes of the previous piece, which a key may straddle.
+    let mut carry = 0usize;
+    let mut n = 0u64;
+    loop {
+        let got = file
+            .read(&mut buf[carry..])
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if got == 0 {
+            return n;
+        }
+        let end = carry + got;
+        n += buf[..end].windows(KEY.len()).filter(|w| *w == KEY).count() as u64;
+        let keep = (KEY.len() - 1).min(end);
+        buf.copy_within(end - keep..end, 0);
+        carry = keep;
     }
 }
 
@@ -126,12 +206,11 @@ impl Collector {
 
     async fn try_start(bin: &Path) -> Result<Collector, String> {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let [grpc, http, telemetry] = free_ports();
-        let out = dir.path().join("metrics.jsonl");
-        let cfg = dir.path().join("config.yaml");
-        std::fs::write(&cfg, config(grpc, http, telemetry, &out)).expect("writing the config");
+        let ports = free_ports();
+        let [grpc, http, telemetry] = ports;
+        let out = out_file(dir.path(), 1);
         let stderr = Arc::new(Mutex::new(String::new()));
-        let child = spawn(bin, &cfg, &stderr)?;
+        let child = spawn_collector(bin, dir.path(), ports, &out, &stderr)?;
         let mut c = Collector {
             child,
             stderr,
@@ -139,32 +218,92 @@ impl Collector {
             grpc_endpoint: format!("http://127.0.0.1:{grpc}"),
             http_endpoint: format!("http://127.0.0.1:{http}/v1/metrics"),
             telemetry_url: format!("http://127.0.0.1:{telemetry}/metrics"),
-            cfg,
-            ports: [grpc, http],
+            ports,
+            lives: 1,
+            exported_before: 0,
             _dir: dir,
         };
         c.wait_ready([grpc, http]).await?;
         Ok(c)
     }
 
-    /// Kills the Collector, as a Collector that died: its ports refuse connections until
-    /// [`Collector::restart`].
-    pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Stops the Collector with SIGTERM and waits (30 s, then SIGKILL) until it has exited: its
+    /// receiver has answered the requests it took and its exporter has closed its file. The
+    /// points of that file are added to [`Collector::exported_points`] and the file removed.
+    /// Returns the points this life exported.
+    pub async fn stop(&mut self) -> u64 {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return 0;
+        }
+        // SAFETY: kill(2) on the pid of a child this struct owns and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "the Collector did not exit within 30 s of SIGTERM:\n{}",
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let n = count_points_in_file(&self.out);
+        let _ = std::fs::remove_file(&self.out);
+        self.exported_before += n;
+        n
     }
 
-    /// Starts the Collector again with the same config: the same ports, the exporter
-    /// appending to the same file; waits (bounded) until it is ready.
-    pub async fn restart(&mut self) {
-        self.stop();
-        let bin = otelcol_binary();
-        self.child = spawn(&bin, &self.cfg, &self.stderr)
+    /// Starts the stopped Collector again on the same ports (the same endpoints), its exporter
+    /// writing a new file, and waits (bounded) until it answers. A port another process took in
+    /// between fails the call.
+    pub async fn start_again(&mut self) {
+        assert!(
+            !matches!(self.child.try_wait(), Ok(None)),
+            "start_again: the Collector is running"
+        );
+        self.lives += 1;
+        self.out = out_file(self._dir.path(), self.lives);
+        let [grpc, http, _] = self.ports;
+        let mut last = String::new();
+        // The ports were just freed: a socket of the old process may linger briefly.
+        for _ in 0..3 {
+            let child = spawn_collector(
+                &otelcol_binary(),
+                self._dir.path(),
+                self.ports,
+                &self.out,
+                &self.stderr,
+            )
             .unwrap_or_else(|e| panic!("restarting the Collector: {e}"));
-        let ports = self.ports;
-        if let Err(e) = self.wait_ready(ports).await {
-            panic!("the restarted Collector: {e}");
+            self.child = child;
+            match self.wait_ready([grpc, http]).await {
+                Ok(()) => return,
+                Err(e) => last = e,
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
+        panic!("the Collector did not start again on its ports: {last}");
+    }
+
+    /// Every point the exporter wrote, over every life: the lives that ended and the file of the
+    /// running one so far.
+    pub fn exported_points(&self) -> u64 {
+        // A stopped life's file is already counted and removed: it reads as 0.
+        self.exported_before + count_points_in_file(&self.out)
+    }
+
+    /// Whether the Collector is running (not stopped, not exited).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How many times the Collector was started.
+    pub fn lives(&self) -> u32 {
+        self.lives
     }
 
     async fn wait_ready(&mut self, ports: [u16; 2]) -> Result<(), String> {
@@ -233,32 +372,6 @@ impl Collector {
             })
             .collect()
     }
-}
-
-/// Starts `bin` with `cfg`, its stderr appended to `stderr` by a thread of its own.
-fn spawn(bin: &Path, cfg: &Path, stderr: &Arc<Mutex<String>>) -> Result<Child, String> {
-    let mut cmd = Command::new(bin);
-    cmd.arg("--config")
-        .arg(cfg)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child =
-        crate::owned::spawn(cmd).map_err(|e| format!("spawning {}: {e}", bin.display()))?;
-    let mut pipe = child.stderr.take().expect("piped stderr");
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    Ok(child)
 }
 
 /// Parses the receiver counters out of the Collector's Prometheus text: one entry per

@@ -224,6 +224,13 @@ pub const TICK_DURATION: Family = gauge(
 )
 .in_scope(Scope::Instance)
 .otel(&[o("kube_prober.tick.duration", "s", G)]);
+pub const RUNTIME_ALIVE_TASKS: Family = gauge(
+    "kube_prober_runtime_alive_tasks",
+    "Tasks alive in the async runtime (spawned and not finished) when the previous tick ended.",
+    None,
+)
+.in_scope(Scope::Instance)
+.otel(&[o("kube_prober.runtime.alive_tasks", "{task}", G)]);
 pub const SNAPSHOT_AGE: Family = gauge(
     "kube_prober_snapshot_age_seconds",
     "Seconds since the snapshot this scrape was rendered from was made.",
@@ -263,6 +270,7 @@ pub const INSTANCE: &[Family] = &[
     SHARD_INFO,
     TICKS,
     TICK_DURATION,
+    RUNTIME_ALIVE_TASKS,
     SNAPSHOT_AGE,
 ];
 
@@ -347,6 +355,7 @@ pub fn visit_instance<V: Visitor>(w: &mut V, snap: &Snapshot) {
         &TICK_DURATION,
         &[(vec![], snap.last_tick_duration.as_secs_f64())],
     );
+    w.family(&RUNTIME_ALIVE_TASKS, &[(vec![], snap.alive_tasks as f64)]);
 }
 
 /// The probes' families.

@@ -59,6 +59,8 @@
 //! `/usr/bin/prometheus-node-exporter`. The report (markdown, on stdout) ends with the command.
 
 mod common;
+#[path = "peers/plots.rs"]
+mod plots;
 #[path = "peers/relist.rs"]
 mod relist;
 use support::control_plane;
@@ -438,6 +440,7 @@ fn main() {
         .expect("a tokio runtime");
     let mut report = Report {
         started: first_line_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        commit: common::commit(),
         load_start: loadavg(),
         ..Report::default()
     };
@@ -468,6 +471,8 @@ fn main() {
     report.watcher = rt.block_on(watcher_phase(&s, &cp, scratch.path()));
     report.load_end = loadavg();
     print_report(&s, &report);
+    let record = plots::record(&s, &report, &report.commit);
+    plots::draw(&support::plot::plots_dir(), &record);
 }
 
 fn first_line_of(cmd: &str, args: &[&str]) -> String {
@@ -1195,6 +1200,7 @@ async fn load(client: &reqwest::Client, base: &str, connections: usize, secs: Du
 #[derive(Debug, Default)]
 struct Report {
     started: String,
+    commit: String,
     load_start: String,
     load_end: String,
     control_plane_up: Duration,
@@ -1540,8 +1546,9 @@ fn print_report(s: &Settings, r: &Report) {
         s.nodes, s.pods_per_node
     );
     println!(
-        "Run {}; {}; load average {} at the start, {} at the end.\n",
+        "Run {} on {}; {}; load average {} at the start, {} at the end.\n",
         r.started,
+        r.commit,
         machine.join(", "),
         r.load_start,
         r.load_end

@@ -32,6 +32,7 @@ mod common;
 use std::time::Duration;
 
 use common::{env_usize, loadavg, machine_info};
+use support::plot::{self, Chart, Series};
 use support::soak::{self, Outcome, Settings, Slope};
 
 fn settings() -> (Settings, f64) {
@@ -157,7 +158,10 @@ fn print_points(out: &Outcome) {
         "| points the Collector exported, over its {} lives | {} |",
         out.collector_lives, out.accepted
     );
-    println!("| points kube-prober counts as dropped (failed pushes, skipped ticks) | {:.0} |", c.dropped);
+    println!(
+        "| points kube-prober counts as dropped (failed pushes, skipped ticks) | {:.0} |",
+        c.dropped
+    );
     let verdict = if c.points == out.accepted as f64 {
         "every point the Collector took is counted as sent, and none counted as sent is missing"
     } else {
@@ -222,6 +226,47 @@ fn main() {
     let (s, warmup) = settings();
     let started = common::first_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
     let load_start = loadavg();
+    let commit = common::commit();
     let out = soak::run(&s);
     print_report(&s, warmup, &out, &started, (load_start, loadavg()));
+    println!("Commit: {commit}.");
+    draw(&s, &out, &commit);
+}
+
+/// `soak-memory.svg` (RSS) and `soak-handles.svg` (fds, alive tasks, threads) over the run, in
+/// `PLOTS_DIR` (docs/reliability.md shows them).
+fn draw(s: &Settings, out: &Outcome, commit: &str) {
+    let dir = plot::plots_dir();
+    let minutes = |f: fn(&soak::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+        soak::series_of(out, f64::NEG_INFINITY, f)
+            .into_iter()
+            .map(|(at, v)| (at / 60.0, v))
+            .collect()
+    };
+    let title = |what: &str| {
+        format!(
+            "The soak: {what} ({} nodes × {} pods, {} h)",
+            s.nodes,
+            s.pods_per_node,
+            s.duration.as_secs_f64() / 3600.0
+        )
+    };
+    let note = format!("measured on {commit}: cargo bench --bench soak");
+    let x = "minutes from the start of the disturbed run";
+    let rss = Chart::new(title("memory"), x, "RSS, MiB")
+        .series(Series::new(
+            "kube-prober RSS",
+            minutes(|m| Some(m.rss_kib as f64 / 1024.0)),
+        ))
+        .note(note.clone());
+    plot::write(&dir, "soak-memory", &rss);
+    let handles = Chart::new(title("fds, tasks, threads"), x, "count")
+        .series(Series::new("open fds", minutes(|m| Some(m.fds as f64))))
+        .series(Series::new(
+            "alive async tasks",
+            minutes(|m| m.scraped.map(|c| c.alive_tasks)),
+        ))
+        .series(Series::new("threads", minutes(|m| Some(m.threads as f64))))
+        .note(note);
+    plot::write(&dir, "soak-handles", &handles);
 }

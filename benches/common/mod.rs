@@ -21,6 +21,24 @@ pub fn first_line(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
+/// The commit the bench runs on (`git rev-parse --short=7 HEAD`), `+changes` when tracked files
+/// differ from it; `unknown` outside a git checkout.
+pub fn commit() -> String {
+    let head = first_line("git", &["rev-parse", "--short=7", "HEAD"]);
+    if head.is_empty() || head.contains(' ') {
+        return "unknown".into();
+    }
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty());
+    if dirty {
+        format!("{head}+changes")
+    } else {
+        head
+    }
+}
+
 /// nproc, kernel, CPU model and memory, for the report.
 pub fn machine_info() -> Vec<(&'static str, String)> {
     let nproc = Command::new("nproc")

@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod otelcol;
 pub mod otlp;
 pub mod owned;
+pub mod plot;
 pub mod populate;
 pub mod ports;
 pub mod prom;

@@ -1045,6 +1045,11 @@ async fn watcher_phase(s: &Settings, cp: &ControlPlane, dir: &Path) -> WatcherPh
         cp.log_tail("metrics-server", 30)
     );
     let client = http();
+    // The machine-wide lock the tests that bind :2020 take (held until this phase returns),
+    // then a wait for anything else on the port, which a process outside the tests may hold.
+    let _port = tokio::task::spawn_blocking(control_plane::lock_port_2020)
+        .await
+        .expect("taking the :2020 lock");
     wait_port_free(LOAD_WATCHER_PORT).await;
     let mut peers = start_watcher_peers(cp, dir);
     for p in &mut peers {

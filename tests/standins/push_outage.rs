@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use gcloud_sdk::google::api::metric_descriptor::MetricKind;
 use gcm_support::GcmStandIn;
 use kube_prober::model::SinkStatus;
 use kube_prober::outputs::gcm::{GcmClientConfig, GcmConfig, GcmSink};
@@ -299,4 +300,55 @@ async fn gcm_dead_refusing_and_slow_lose_counted_points_then_recover_one_tick_at
             "no point of the outage: {s:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn gcm_series_refused_in_every_push_are_counted_partial_and_the_rest_written() {
+    let published = push::fixture(4);
+    let period = Duration::from_millis(100);
+    let gcm = GcmStandIn::with_period(period).await;
+    // One healthy push first: the series of one push, by metric type.
+    let sink = Arc::new(GcmSink::new(gcm_config(gcm.url.clone())).await.unwrap());
+    let n = sink
+        .push(published.snapshot.clone(), PushScope::All)
+        .await
+        .expect("a healthy stand-in")
+        .points;
+    let series = gcm.series();
+    assert_eq!(series.len() as u64, n);
+    // A second stand-in where one metric type was created before with another kind: its series
+    // are refused in every request, every other series is written (a partial failure).
+    let victim = series[0].clone();
+    let refused = series
+        .iter()
+        .filter(|s| s.metric_type == victim.metric_type)
+        .count() as u64;
+    assert!(refused > 0 && refused < n, "{refused} of {n}");
+    let other_kind = if victim.kind == MetricKind::Gauge {
+        MetricKind::Cumulative
+    } else {
+        MetricKind::Gauge
+    };
+    let gcm = GcmStandIn::with_period(period).await;
+    gcm.add_descriptor(&victim.metric_type, other_kind, victim.value_type);
+    let sink = Arc::new(GcmSink::new(gcm_config(gcm.url.clone())).await.unwrap());
+    let schedule = SinkSchedule {
+        interval: Duration::from_millis(1200),
+        timeout: Duration::from_secs(3),
+        final_push: Duration::from_secs(4),
+    };
+    let st = push::run(&sink, &published, schedule, PUSHES).await;
+    assert!(st.pushes >= PUSHES, "{st:?}");
+    assert_eq!(st.points, st.pushes * (n - refused), "{st:?}");
+    let mut want = only_skipped(&st, n);
+    want.insert("partial".to_string(), st.pushes * refused);
+    assert_eq!(st.dropped, want, "{st:?}");
+    // Written once a push, each series but the refused ones; never retried within a push.
+    let writes = gcm.writes();
+    assert_eq!(writes.len() as u64, st.pushes, "{writes:?}");
+    for s in gcm.series() {
+        assert_ne!(s.metric_type, victim.metric_type, "{s:?}");
+        assert_eq!(s.points.len() as u64, st.pushes, "{s:?}");
+    }
+    assert_eq!(gcm.series().len() as u64, n - refused);
 }

@@ -125,7 +125,7 @@ pub const FACTS: &[Family] = &families_of::<{ NodeFactsRows::FAMILIES.len() - AL
 
 pub const NODE_POD_REQUESTS_CPU: Family = gauge(
     "kube_prober_node_pod_requests_cpu_cores",
-    "CPU requested by the pods holding resources on the node (max of containers' sum and the largest init container, plus overhead).",
+    "CPU requested by the pods holding resources on the node, by Kubernetes' rule: pod-level requests where set, else the larger of the app and sidecar containers' sum and each init container with the sidecars before it, resized containers counted as the scheduler counts them, plus overhead.",
     Some("cores"),
 )
 .otel(&[o("kube_prober.node.pod.requests.cpu", "{cpu}", G)]);

@@ -648,6 +648,19 @@ spec:
         p.restart();
     }
 
+    /// Starts component `name` again if it has exited, as a kubelet's `restartPolicy: Always`
+    /// would (metrics-server exits when it starts while the API server is down); returns the
+    /// exit status it had, `None` while it runs.
+    pub fn restart_if_exited(&self, name: &str) -> Option<std::process::ExitStatus> {
+        let mut procs = self.procs.lock().expect("procs");
+        let p = procs
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no component {name}"));
+        let status = p.child.try_wait().ok().flatten()?;
+        p.restart();
+        Some(status)
+    }
+
     /// A second kube-apiserver on the same etcd (another port, the same certificates): to change
     /// the cluster while "the" API server is down. Returns its admin kubeconfig.
     pub fn start_second_apiserver(&mut self) -> PathBuf {

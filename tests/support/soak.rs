@@ -465,8 +465,10 @@ async fn run_on(s: &Settings, cp: Arc<ControlPlane>, t0: Instant) -> Outcome {
         s.sample,
         run.clone(),
     ));
+    let supervisor = tokio::spawn(supervise_metrics_server(run.clone()));
     disturb(s, &run, &mut collector).await;
     run.stop.store(true, Ordering::Relaxed);
+    supervisor.abort();
     let _ = churner.await;
     out.samples = sampler.await.unwrap_or_default();
     out.churn_done = churn.done.load(Ordering::Relaxed);
@@ -614,6 +616,31 @@ async fn replace_pod(pods: &Api<Pod>, old: &str, new: serde_json::Value, run: &R
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     churn.done.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Restarts metrics-server when it has exited, checked every 5 s until the run stops, as its
+/// Deployment's kubelet would: restarted while the API server is down it cannot read its
+/// authentication config and exits. A restart waits 10 s more each time it comes back dead in
+/// a row (at most 60 s), as a kubelet backs off a crash loop.
+async fn supervise_metrics_server(run: Arc<Run>) {
+    let mut backoff = 0u64;
+    while !run.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_secs(5 + backoff)).await;
+        let cp = run.cp.clone();
+        let exited = tokio::task::spawn_blocking(move || cp.restart_if_exited("metrics-server"))
+            .await
+            .ok()
+            .flatten();
+        match exited {
+            Some(status) => {
+                run.event(format!(
+                    "metrics-server had exited ({status}): started again"
+                ));
+                backoff = (backoff + 10).min(60);
+            }
+            None => backoff = 0,
+        }
+    }
 }
 
 /// Applies the schedule, each disturbance at its time; returns at the end of the run.

@@ -23,7 +23,8 @@
 //! `NODES=1000`, `PODS_PER_NODE=30`, `CHURN=5`, `METRICS_SERVER_RESTART_SECS=900`,
 //! `APISERVER_KILL_SECS=1800`, `COLLECTOR_CYCLE_SECS=1800`, `COLLECTOR_DOWN_SECS=600`,
 //! `SAMPLE_SECS=10`, `PUSH_SECS=30`, `WARMUP_SECS=900` (the usage windows of 10 and 15
-//! minutes fill during the first 15 minutes), `CREATE_CONCURRENCY=32`. Under
+//! minutes fill during the first 15 minutes), `CREATE_CONCURRENCY=32`,
+//! `METRIC_RESOLUTION_SECS=15` (metrics-server's `--metric-resolution`). Under
 //! `cargo test --benches` (no `--bench` argument) it does nothing. Needs the upstream binaries
 //! of `tests/upstream/build.sh`. The report (markdown, on stdout) ends with the command.
 
@@ -54,6 +55,7 @@ fn settings() -> (Settings, f64) {
         sample: secs("SAMPLE_SECS", 10),
         push_interval: secs("PUSH_SECS", 30),
         create_concurrency: env_usize("CREATE_CONCURRENCY", 32),
+        metric_resolution: secs("METRIC_RESOLUTION_SECS", 15),
     };
     (s, env_usize("WARMUP_SECS", 900) as f64)
 }
@@ -62,7 +64,7 @@ fn command(s: &Settings, warmup: f64) -> String {
     format!(
         "SOAK_SECS={} NODES={} PODS_PER_NODE={} CHURN={} METRICS_SERVER_RESTART_SECS={} \
          APISERVER_KILL_SECS={} COLLECTOR_CYCLE_SECS={} COLLECTOR_DOWN_SECS={} SAMPLE_SECS={} \
-         PUSH_SECS={} WARMUP_SECS={warmup} cargo bench --bench soak",
+         PUSH_SECS={} METRIC_RESOLUTION_SECS={} WARMUP_SECS={warmup} cargo bench --bench soak",
         s.duration.as_secs(),
         s.nodes,
         s.pods_per_node,
@@ -73,6 +75,7 @@ fn command(s: &Settings, warmup: f64) -> String {
         s.collector_down.as_secs(),
         s.sample.as_secs(),
         s.push_interval.as_secs(),
+        s.metric_resolution.as_secs(),
     )
 }
 

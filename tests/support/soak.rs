@@ -57,6 +57,8 @@ pub struct Settings {
     pub push_interval: Duration,
     /// Requests in flight while populating the cluster.
     pub create_concurrency: usize,
+    /// metrics-server's `--metric-resolution`.
+    pub metric_resolution: Duration,
 }
 
 impl Settings {
@@ -76,6 +78,7 @@ impl Settings {
             sample: Duration::from_secs(2),
             push_interval: Duration::from_secs(5),
             create_concurrency: 16,
+            metric_resolution: Duration::from_secs(15),
         }
     }
 
@@ -422,7 +425,10 @@ pub fn run(s: &Settings) -> Outcome {
         .build()
         .expect("a tokio runtime");
     let t0 = Instant::now();
-    let cp = Arc::new(ControlPlane::start(Options::bare()));
+    let cp = Arc::new(ControlPlane::start(Options {
+        metric_resolution: s.metric_resolution,
+        ..Options::bare()
+    }));
     rt.block_on(run_on(s, cp, t0))
 }
 

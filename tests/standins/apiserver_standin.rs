@@ -22,8 +22,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-/// The longest any single wait in these tests may take.
-const WAIT: Duration = Duration::from_secs(5);
+/// The longest any single wait in these tests may take: a bound on a hang, not a speed (the
+/// waits poll every 10 ms and end as soon as their condition holds). A debug build's watcher
+/// pages 3,000 pods in 4–8 s on 2 cores shared with a control plane, so 5 s was too tight.
+const WAIT: Duration = Duration::from_secs(30);
 
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
